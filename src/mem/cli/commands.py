@@ -1,0 +1,150 @@
+"""Top-level commands: init, add, show, list, stats, verify."""
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from mem.cli import context, render
+from mem.cli.options import (
+    AfterOpt,
+    ArchiveOpt,
+    BeforeOpt,
+    CategoryOpt,
+    JsonOpt,
+    KeyFileOpt,
+    OrgOpt,
+    SessionOpt,
+    SupersededOpt,
+    TagOpt,
+    TypeOpt,
+    UserOpt,
+    VaultOpt,
+)
+from mem.errors import DataError, UsageError
+from mem.output import Output
+
+
+def init(
+    passphrase: Annotated[bool, typer.Option(
+        "--passphrase", help="Protect the new key file with a passphrase (asked on the "
+        "terminal; for interactive use, never for cron).")] = False,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Create the vault and its master key (the only command that ever creates a key)."""
+    from mem import vault as core
+
+    secret = None
+    if passphrase:
+        if not sys.stdin.isatty():
+            raise UsageError("--passphrase needs a terminal to ask for the passphrase")
+        import getpass
+
+        secret = getpass.getpass("New passphrase: ")
+        if secret != getpass.getpass("Repeat passphrase: "):
+            raise UsageError("the passphrases differ; nothing was created")
+    result = core.init(context.settings(vault, org, user, key_file), passphrase=secret)
+    out = Output(json)
+    if not result.pop("created"):
+        out.info(f"vault already initialised at {result['vault']}")
+    out.data(result, lambda o: render.mapping(o, result, "mem vault"))
+
+
+def add(
+    text: Annotated[str, typer.Argument(help="What to remember, or - to read stdin.")],
+    type_: Annotated[str, typer.Option(
+        "--type", "-t", help="fact, preference, instruction, correction, context, pattern, "
+        "summary or message.")] = "fact",
+    tag: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--tag", help="A tag (repeatable).", show_default=False)] = None,
+    importance: Annotated[float, typer.Option(help="0 to 1.")] = 0.5,
+    session: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Session id (required for messages).", show_default=False)] = None,
+    supersedes: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Id of the entry this one replaces.", show_default=False)] = None,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Remember one thing; print its id. Identical content is stored once."""
+    if text == "-":
+        try:
+            text = sys.stdin.read()
+        except UnicodeDecodeError:
+            raise DataError("stdin is not UTF-8 text") from None
+    v = context.open_vault(vault, org, user, key_file)
+    result = v.add(text, type_, tags=tag, importance=importance, session=session,
+                   supersedes=supersedes)
+    out = Output(json)
+
+    def human(o: Output) -> None:
+        if result.deduplicated:
+            o.info("already stored; nothing added")
+        o.line(result.record.memory_id)
+
+    out.data(result.to_dict(), human)
+
+
+def show(
+    memory_id: Annotated[str, typer.Argument(help="The record's id.")],
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Show one record in full."""
+    record = context.open_vault(vault, org, user, key_file).get(memory_id).to_dict()
+    Output(json).data(record, lambda o: render.record_detail(o, record))
+
+
+def list_(
+    type_: TypeOpt = None, category: CategoryOpt = None, tag: TagOpt = None,
+    session: SessionOpt = None, after: AfterOpt = None, before: BeforeOpt = None,
+    include_archive: ArchiveOpt = False, include_superseded: SupersededOpt = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many.")] = 50,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """List records, newest first."""
+    filters = context.filters(type_, category, tag, session, after, before,
+                              include_archive, include_superseded, limit)
+    records = [r.to_dict() for r in context.open_vault(vault, org, user, key_file)
+               .list(filters)]
+    Output(json).data({"records": records, "count": len(records)},
+                      lambda o: render.records_table(o, records))
+
+
+def stats(
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Counts and sizes for the user's memory."""
+    doc = context.open_vault(vault, org, user, key_file).stats()
+    Output(json).data(doc, lambda o: render.mapping(o, doc, f"{doc['org']}/{doc['user']}"))
+
+
+def verify(
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Decrypt every file and record and check the audit chain (exit 65 on any problem)."""
+    doc = context.open_vault(vault, org, user, key_file).verify()
+    out = Output(json)
+
+    def human(o: Output) -> None:
+        for p in doc["problems"]:
+            where = p["file"] + (f":{p['line']}" if p["line"] else "")
+            o.line(f"{p['severity']}: {where}: {p['problem']}")
+        o.info(f"{'ok' if doc['ok'] else 'PROBLEMS FOUND'}: {doc['files_checked']} files, "
+               f"{doc['records_checked']} records checked")
+
+    out.data(doc, human)
+    if not doc["ok"]:
+        raise typer.Exit(65)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(init)
+    app.command()(add)
+    app.command()(show)
+    app.command("list")(list_)
+    app.command()(stats)
+    app.command()(verify)

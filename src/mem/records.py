@@ -1,0 +1,173 @@
+"""The record model of SPEC §3: types, categories, where each type lives, time-ordered ids."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any
+
+from mem.errors import DataError, UsageError
+
+TYPES = ("fact", "preference", "instruction", "correction", "context", "pattern",
+         "summary", "message")
+CATEGORIES = ("conversation", "work_pattern", "preference", "learned_context")
+BEHAVIORAL_TYPES = frozenset({"preference", "instruction", "correction"})
+
+# Where each type is stored, and its category.
+CLAUDE_MD = "CLAUDE.md"
+PREFERENCES = "preferences.json"
+SESSIONS = "sessions"
+TYPE_HOME: dict[str, tuple[str, str]] = {
+    "fact": (CLAUDE_MD, "learned_context"),
+    "context": (CLAUDE_MD, "learned_context"),
+    "pattern": (CLAUDE_MD, "work_pattern"),
+    "summary": (CLAUDE_MD, "learned_context"),
+    "preference": (PREFERENCES, "preference"),
+    "instruction": (PREFERENCES, "preference"),
+    "correction": (PREFERENCES, "preference"),
+    "message": (SESSIONS, "conversation"),
+}
+ROLES = ("user", "assistant", "system", "tool", "summary")
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def parse_time(value: str) -> datetime:
+    """Parse ISO-8601 (a bare date means midnight UTC); naive times are taken as UTC."""
+    try:
+        dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"invalid date or time {value!r}: use ISO-8601, e.g. 2026-05-01") from None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def uuid7() -> str:
+    """A UUIDv7 (RFC 9562): 48-bit millisecond time, then random bits; sorts by creation."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76 | ((rand >> 62) & 0xFFF) << 64
+    value |= 0b10 << 62 | (rand & ((1 << 62) - 1))
+    return str(uuid.UUID(int=value))
+
+
+def check_type(kind: str) -> str:
+    if kind not in TYPES:
+        raise UsageError(f"unknown type {kind!r}: choose one of {', '.join(TYPES)}")
+    return kind
+
+
+def check_category(category: str) -> str:
+    if category not in CATEGORIES:
+        raise UsageError(
+            f"unknown category {category!r}: choose one of {', '.join(CATEGORIES)}"
+        )
+    return category
+
+
+@dataclass
+class Record:
+    memory_id: str
+    org_id: str
+    user_id: str
+    type: str
+    content: str
+    content_hash: str
+    category: str = ""
+    tags: list[str] = field(default_factory=list)
+    importance: float = 0.5
+    session_id: str | None = None
+    message_id: str | None = None
+    channel: str | None = None
+    role: str | None = None
+    supersedes: str | None = None
+    compacted_from: list[str] = field(default_factory=list)
+    created_at: str = ""
+    updated_at: str = ""
+    key_version: int = 1
+    # Derived when read, never stored: set from other records' `supersedes`
+    # so that one write is enough to supersede an entry in another file.
+    superseded_by: str | None = None
+    archived: bool = False
+
+    @property
+    def behavioral(self) -> bool:
+        return self.type in BEHAVIORAL_TYPES
+
+    @property
+    def home(self) -> str:
+        return TYPE_HOME[self.type][0]
+
+    def stored(self) -> dict[str, Any]:
+        """The fields written inside the envelope."""
+        doc = asdict(self)
+        del doc["superseded_by"], doc["archived"]
+        return doc
+
+    def to_dict(self) -> dict[str, Any]:
+        """The public shape (show, list, export): stored fields plus derived ones."""
+        doc = asdict(self)
+        doc["behavioral"] = self.behavioral
+        return doc
+
+    @classmethod
+    def from_stored(cls, doc: Any) -> Record:
+        if not isinstance(doc, dict):
+            raise DataError("record is not an object")
+        known = {f.name for f in fields(cls)} - {"superseded_by", "archived"}
+        try:
+            record = cls(**{k: v for k, v in doc.items() if k in known})
+        except TypeError as exc:
+            raise DataError(f"record is missing fields: {exc}") from None
+        if record.type not in TYPES or not isinstance(record.content, str):
+            raise DataError("record has an unknown type or no content")
+        return record
+
+
+@dataclass
+class Filters:
+    """The filters shared by `list` and `search` (SPEC §5)."""
+
+    types: list[str] = field(default_factory=list)
+    categories: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)  # all must match
+    session: str | None = None
+    after: datetime | None = None
+    before: datetime | None = None
+    include_archive: bool = False
+    include_superseded: bool = False
+    limit: int = 10
+
+    def __post_init__(self) -> None:
+        for kind in self.types:
+            check_type(kind)
+        for category in self.categories:
+            check_category(category)
+        if self.limit < 1:
+            raise UsageError("--limit must be at least 1")
+
+    def matches(self, record: Record) -> bool:
+        if self.types and record.type not in self.types:
+            return False
+        if self.categories and record.category not in self.categories:
+            return False
+        if self.tags and not set(self.tags) <= set(record.tags):
+            return False
+        if self.session is not None and record.session_id != self.session:
+            return False
+        if record.archived and not self.include_archive:
+            return False
+        if record.superseded_by and not self.include_superseded:
+            return False
+        if self.after or self.before:
+            created = parse_time(record.created_at)
+            if self.after and created < self.after:
+                return False
+            if self.before and created >= self.before:
+                return False
+        return True

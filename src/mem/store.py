@@ -1,0 +1,279 @@
+"""The one owner of ciphertext I/O: a user's encrypted files, data keys and state.
+
+Nothing else in mem opens a file that holds memory content. `UserStore` turns
+records into envelopes and back (crypto.py), and writes them durably (fsio.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mem import crypto, fsio
+from mem.errors import DataError
+from mem.keys import MasterKey, record_key
+from mem.records import CLAUDE_MD, PREFERENCES, SESSIONS, Record
+
+ARCHIVE = "archive"
+KEYS = "keys"
+INDEX = "index"
+STATE = "state.json"
+AUDIT = "audit.jsonl"
+LOCK = ".lock"
+AUDIT_LOCK = ".audit.lock"
+STATE_FORMAT = 1
+
+
+@dataclass
+class LineProblem:
+    line: int
+    problem: str
+    torn_tail: bool = False
+
+
+@dataclass
+class LineScan:
+    """Records read from a line file, and what could not be read."""
+
+    records: list[Record] = field(default_factory=list)
+    problems: list[LineProblem] = field(default_factory=list)
+    good_size: int = 0  # bytes up to the end of the last complete line
+
+
+class UserStore:
+    def __init__(self, root: Path, org: str, user: str, master: MasterKey) -> None:
+        self.root = root
+        self.org = org
+        self.user = user
+        self.master = master
+        self.dir = root / org / user
+        self._deks: dict[int, bytes] = {}
+        self._record_keys: dict[int, bytes] = {}
+
+    # --- layout ------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return (self.dir / STATE).exists()
+
+    def path(self, relpath: str) -> Path:
+        return self.dir / relpath
+
+    @property
+    def lock_path(self) -> Path:
+        return self.dir / LOCK
+
+    def session_relpath(self, session_id: str, archived: bool = False) -> str:
+        return f"{ARCHIVE if archived else SESSIONS}/{session_id}.jsonl"
+
+    def line_files(self, archived: bool = False) -> list[str]:
+        folder = self.dir / (ARCHIVE if archived else SESSIONS)
+        if not folder.is_dir():
+            return []
+        prefix = ARCHIVE if archived else SESSIONS
+        return sorted(f"{prefix}/{p.name}" for p in folder.iterdir() if p.suffix == ".jsonl")
+
+    def _name(self, relpath: str) -> str:
+        return f"{self.org}/{self.user}/{relpath}"
+
+    # --- creation and state ----------------------------------------------------------------
+
+    def create(self) -> None:
+        """Make the user's directories, first data key and state (on the user's first write)."""
+        for sub in ("", SESSIONS, ARCHIVE, KEYS):
+            fsio.ensure_dir(self.dir / sub if sub else self.dir)
+        if not self.deks_on_disk():
+            self.new_epoch(1)
+        self.save_state({"format": STATE_FORMAT, "key_version": 1, "frozen": False})
+
+    def load_state(self) -> dict[str, Any]:
+        path = self.path(STATE)
+        try:
+            doc = json.loads(path.read_bytes())
+            body, mac = doc["state"], doc["mac"]
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError):
+            raise DataError(f"{self._name(STATE)} is corrupt") from None
+        expected = crypto.keyed_hash(self.master.meta_key(self.org, self.user),
+                                     _canonical(body), size=32)
+        if not isinstance(body, dict) or mac != expected:
+            raise DataError(f"{self._name(STATE)} fails authentication (edited or moved)")
+        return body
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        mac = crypto.keyed_hash(self.master.meta_key(self.org, self.user),
+                                _canonical(state), size=32)
+        data = json.dumps({"state": state, "mac": mac}, indent=1).encode() + b"\n"
+        fsio.atomic_write(self.path(STATE), data)
+
+    # --- data keys ------------------------------------------------------------------------
+
+    def deks_on_disk(self) -> list[int]:
+        folder = self.dir / KEYS
+        if not folder.is_dir():
+            return []
+        return sorted(int(p.stem) for p in folder.glob("*.dek") if p.stem.isdigit())
+
+    def new_epoch(self, epoch: int) -> None:
+        dek = os.urandom(crypto.KEY_LEN)
+        blob = crypto.wrap_dek(self.master.kek(self.org, self.user, epoch), epoch,
+                               self.org, self.user, dek)
+        fsio.atomic_write(self.dir / KEYS / f"{epoch}.dek", blob)
+        self._deks[epoch] = dek
+
+    def dek(self, epoch: int) -> bytes:
+        if epoch not in self._deks:
+            rel = f"{KEYS}/{epoch}.dek"
+            try:
+                blob = self.path(rel).read_bytes()
+            except FileNotFoundError:
+                raise DataError(
+                    f"{self._name(rel)} is missing: data under key version {epoch} "
+                    "cannot be decrypted"
+                ) from None
+            try:
+                self._deks[epoch] = crypto.unwrap_dek(
+                    self.master.kek(self.org, self.user, epoch), epoch, self.org, self.user, blob)
+            except (crypto.AuthError, DataError):
+                raise DataError(f"{self._name(rel)} fails authentication (tampered)") from None
+        return self._deks[epoch]
+
+    def record_key(self, epoch: int) -> bytes:
+        if epoch not in self._record_keys:
+            self._record_keys[epoch] = record_key(self.dek(epoch))
+        return self._record_keys[epoch]
+
+    def current_epoch(self) -> int:
+        return int(self.load_state()["key_version"])
+
+    # --- whole-file documents (CLAUDE.md, preferences.json) --------------------------------
+
+    def read_doc(self, relpath: str) -> dict[str, Any] | None:
+        """Decrypt a whole-file envelope; None when the file does not exist yet."""
+        try:
+            blob = self.path(relpath).read_bytes()
+        except FileNotFoundError:
+            return None
+        name = self._name(relpath)
+        try:
+            epoch = crypto.file_key_version(blob)
+            plain = crypto.open_file(self.record_key(epoch), self.org, self.user, relpath, blob)
+            doc = json.loads(plain)
+        except crypto.AuthError:
+            raise DataError(
+                f"{name} fails authentication: it was modified, truncated, or belongs "
+                "to another user or file"
+            ) from None
+        except DataError as exc:
+            raise DataError(f"{name}: {exc.message}") from None
+        except ValueError:
+            raise DataError(f"{name} decrypts to malformed JSON") from None
+        if not isinstance(doc, dict):
+            raise DataError(f"{name} decrypts to an unexpected document")
+        return doc
+
+    def write_doc(self, relpath: str, doc: dict[str, Any], epoch: int) -> None:
+        plain = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+        blob = crypto.seal_file(self.record_key(epoch), epoch, self.org, self.user, relpath, plain)
+        fsio.atomic_write(self.path(relpath), blob)
+
+    def doc_records(self, relpath: str) -> list[Record]:
+        doc = self.read_doc(relpath)
+        if doc is None:
+            return []
+        try:
+            return [Record.from_stored(r) for r in doc.get("records", [])]
+        except DataError as exc:
+            raise DataError(f"{self._name(relpath)}: {exc.message}") from None
+
+    # --- line files (sessions/, archive/) -------------------------------------------------
+
+    def seal_record(self, relpath: str, record: Record) -> bytes:
+        plain = json.dumps(record.stored(), ensure_ascii=False, separators=(",", ":")).encode()
+        return crypto.seal_line(self.record_key(record.key_version), record.key_version,
+                                self.org, self.user, relpath, record.memory_id,
+                                record.created_at, plain)
+
+    def append_records(self, relpath: str, records: list[Record]) -> None:
+        """Append records to a line file: one write, one fsync, for the whole batch."""
+        if records:
+            fsio.append_line(self.path(relpath), b"".join(self.seal_record(relpath, r)
+                                                           for r in records))
+
+    def _open_line(self, relpath: str, raw: bytes) -> Record:
+        doc = crypto.parse_line(raw)
+        kv = doc["kv"]
+        assert isinstance(kv, int)
+        try:
+            plain = crypto.open_line(self.record_key(kv), self.org, self.user, relpath, doc)
+        except crypto.AuthError:
+            raise DataError("fails authentication (modified, or moved from another "
+                            "file or user)") from None
+        try:
+            record = Record.from_stored(json.loads(plain))
+        except ValueError:
+            raise DataError("decrypts to malformed JSON") from None
+        if record.memory_id != doc["id"]:
+            raise DataError("record id does not match its envelope")
+        return record
+
+    def scan_lines(self, relpath: str) -> LineScan:
+        """Read every record of a line file, collecting problems instead of raising."""
+        scan = LineScan()
+        try:
+            data = self.path(relpath).read_bytes()
+        except FileNotFoundError:
+            return scan
+        lines = data.split(b"\n")
+        complete, tail = lines[:-1], lines[-1]
+        offset = 0
+        for number, raw in enumerate(complete, start=1):
+            offset += len(raw) + 1
+            try:
+                scan.records.append(self._open_line(relpath, raw))
+            except DataError as exc:
+                scan.problems.append(LineProblem(number, exc.message))
+            scan.good_size = offset
+        if tail:
+            # No newline: a crash in the middle of an append. Skipped, repaired under the lock.
+            scan.problems.append(LineProblem(len(complete) + 1, "torn last line (an append "
+                                             "was interrupted); skipped", torn_tail=True))
+        return scan
+
+    def read_lines(self, relpath: str) -> list[Record]:
+        """Records of a line file; a torn tail is skipped, any other bad line is an error."""
+        scan = self.scan_lines(relpath)
+        for problem in scan.problems:
+            if not problem.torn_tail:
+                raise DataError(f"{self._name(relpath)} line {problem.line}: {problem.problem}")
+        return scan.records
+
+    def repair_tail(self, relpath: str) -> bool:
+        """Drop a torn last line (caller holds the lock). True when something was cut."""
+        path = self.path(relpath)
+        scan = self.scan_lines(relpath)
+        if path.exists() and any(p.torn_tail for p in scan.problems):
+            fsio.truncate_to(path, scan.good_size)
+            return True
+        return False
+
+    # --- everything -------------------------------------------------------------------------
+
+    def all_records(self, include_archive: bool = False) -> Iterator[Record]:
+        yield from self.doc_records(CLAUDE_MD)
+        yield from self.doc_records(PREFERENCES)
+        for relpath in self.line_files():
+            yield from self.read_lines(relpath)
+        if include_archive:
+            for relpath in self.line_files(archived=True):
+                for record in self.read_lines(relpath):
+                    record.archived = True
+                    yield record
+
+
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()

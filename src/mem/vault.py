@@ -1,0 +1,374 @@
+"""The vault: opening it with the right key, and the operations on one user's memory.
+
+Commands call these functions and render what they return; all decisions live here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mem import crypto, fsio
+from mem.audit import AuditLog
+from mem.config import Settings, validate_name
+from mem.errors import ConfigError, DataError, NotFound, UsageError
+from mem.keys import MasterKey, create_default_key, default_key_path, load_master_key
+from mem.records import (
+    CLAUDE_MD,
+    PREFERENCES,
+    SESSIONS,
+    TYPE_HOME,
+    Filters,
+    Record,
+    check_type,
+    now_iso,
+    uuid7,
+)
+from mem.store import AUDIT, AUDIT_LOCK, KEYS, STATE, UserStore
+
+VAULT_FILE = "vault.json"
+VAULT_FORMAT = 1
+MAX_CONTENT = 256 * 1024
+MAX_TAG = 64
+PREF_KEY_MAX = 128
+
+
+@dataclass
+class AddResult:
+    record: Record
+    deduplicated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"memory_id": self.record.memory_id, "content_hash": self.record.content_hash,
+                "created_at": self.record.created_at, "deduplicated": self.deduplicated}
+
+
+def read_vault_meta(root: Path) -> dict[str, Any]:
+    path = root / VAULT_FILE
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise NotFound(f"no vault at {root}: run `mem init` (or set --vault / MEM_VAULT)") from None
+    except (OSError, ValueError, UnicodeDecodeError):
+        raise DataError(f"{path} is corrupt") from None
+    if not isinstance(meta, dict) or "key_check" not in meta:
+        raise DataError(f"{path} is not a mem vault description")
+    if meta.get("format") != VAULT_FORMAT:
+        raise DataError(f"{path}: vault format {meta.get('format')!r} is not supported "
+                        f"by this mem (format {VAULT_FORMAT})")
+    return meta
+
+
+def init(settings: Settings, passphrase: str | None = None) -> dict[str, Any]:
+    """Create the vault and, when no key source is configured, the default master key."""
+    from mem.errors import Refused
+
+    root = settings.vault
+    if (root / VAULT_FILE).exists():
+        vault = Vault(settings)
+        return {"vault": str(root), "org": settings.org, "user": settings.user,
+                "key_source": vault.master.source, "created": False}
+    try:
+        master = load_master_key(settings)
+    except ConfigError:
+        explicit = settings.key_file is not None or default_key_path().exists()
+        if explicit:
+            raise
+        master = create_default_key(passphrase)
+    except Refused:
+        raise
+    fsio.ensure_dir(root)
+    meta = {"format": VAULT_FORMAT, "created_at": now_iso(), "key_check": master.check_value(),
+            "kdf": "HKDF-SHA256", "cipher": "AES-256-GCM"}
+    fsio.atomic_write(root / VAULT_FILE, (json.dumps(meta, indent=1) + "\n").encode())
+    return {"vault": str(root), "org": settings.org, "user": settings.user,
+            "key_source": master.source, "created": True}
+
+
+class Vault:
+    """One user's view of an initialised vault, opened with a checked master key."""
+
+    def __init__(self, settings: Settings, master: MasterKey | None = None) -> None:
+        from mem.errors import Refused
+
+        self.settings = settings
+        self.root = settings.vault
+        self.meta = read_vault_meta(self.root)
+        self.master = master or load_master_key(settings)
+        if self.master.check_value() != self.meta["key_check"]:
+            raise Refused(f"wrong key: the master key from {self.master.source} does not open "
+                          f"the vault at {self.root}")
+        self.store = UserStore(self.root, settings.org, settings.user, self.master)
+        self.audit = AuditLog(self.store.path(AUDIT), self.store.path(AUDIT_LOCK),
+                              self.master.meta_key(settings.org, settings.user),
+                              settings.lock_timeout)
+
+    # --- locking and first write --------------------------------------------------------
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[UserStore]:
+        """Hold the user's lock; create the user on their first write."""
+        fsio.ensure_dir(self.store.dir)
+        with fsio.locked(self.store.lock_path, self.settings.lock_timeout,
+                         f"user {self.settings.org}/{self.settings.user}"):
+            fsio.remove_stale_temps(self.store.dir)
+            if not self.store.exists():
+                self.store.create()
+                self.audit.append("user.create", key_version=1)
+            yield self.store
+
+    def _require_user(self) -> None:
+        if not self.store.exists():
+            raise NotFound(f"user {self.settings.org}/{self.settings.user} has no memory yet")
+
+    def _audit_read(self, op: str, ids: list[str] | None = None, **detail: Any) -> None:
+        if self.store.exists():
+            self.audit.append(op, ids=ids, durable=False, **detail)
+
+    # --- records --------------------------------------------------------------------------
+
+    def _records(self, include_archive: bool = False) -> list[Record]:
+        if not self.store.exists():
+            return []
+        records = list(self.store.all_records(include_archive=include_archive))
+        by_id = {r.memory_id: r for r in records}
+        for record in records:
+            if record.supersedes and record.supersedes in by_id:
+                by_id[record.supersedes].superseded_by = record.memory_id
+        return records
+
+    def add(self, text: str, kind: str, *, tags: list[str] | None = None,
+            importance: float = 0.5, session: str | None = None,
+            supersedes: str | None = None, message_id: str | None = None,
+            role: str | None = None, channel: str | None = None) -> AddResult:
+        check_type(kind)
+        if not text.strip():
+            raise UsageError("nothing to add: the text is empty")
+        if len(text.encode()) > MAX_CONTENT:
+            raise UsageError(f"text is larger than {MAX_CONTENT // 1024} KiB; "
+                             "store long transcripts with `mem ingest`")
+        if not 0.0 <= importance <= 1.0:
+            raise UsageError("--importance must be between 0 and 1")
+        clean_tags = _clean_tags(tags or [])
+        if kind == "message":
+            if session is None:
+                raise UsageError("a message needs --session")
+            role = role or "user"
+        if session is not None:
+            validate_name("session", session)
+        home, category = TYPE_HOME[kind]
+        digest = crypto.content_hash(text)
+        with self.writing() as store:
+            epoch = store.current_epoch()
+            if supersedes is not None and not any(
+                r.memory_id == supersedes for r in self._records(include_archive=True)
+            ):
+                raise NotFound(f"no memory with id {supersedes} to supersede")
+            if home == SESSIONS:
+                assert session is not None
+                relpath = store.session_relpath(session)
+                existing = store.read_lines(relpath)
+            else:
+                doc = store.read_doc(home) or {"format": 1, "records": []}
+                existing = [Record.from_stored(r) for r in doc.get("records", [])]
+            for old in existing:
+                same = (old.message_id == message_id if message_id is not None and
+                        home == SESSIONS else old.content_hash == digest and old.type == kind)
+                if same:
+                    self.audit.append("add", [old.memory_id], [self.audit.hash_of(digest)],
+                                      type=kind, deduplicated=True)
+                    return AddResult(old, deduplicated=True)
+            stamp = now_iso()
+            record = Record(
+                memory_id=uuid7(), org_id=self.settings.org, user_id=self.settings.user,
+                type=kind, content=text, content_hash=digest, category=category,
+                tags=clean_tags, importance=importance, session_id=session,
+                message_id=message_id, channel=channel, role=role, supersedes=supersedes,
+                created_at=stamp, updated_at=stamp, key_version=epoch,
+            )
+            if home == SESSIONS:
+                store.append_records(relpath, [record])
+            else:
+                records = [*existing, record]
+                for r in records:
+                    r.key_version = epoch
+                doc["records"] = [r.stored() for r in records]
+                store.write_doc(home, doc, epoch)
+            self.audit.append("add", [record.memory_id], [self.audit.hash_of(digest)],
+                              type=kind, deduplicated=False)
+        return AddResult(record, deduplicated=False)
+
+    def get(self, memory_id: str) -> Record:
+        for record in self._records(include_archive=True):
+            if record.memory_id == memory_id:
+                self._audit_read("show", [memory_id])
+                return record
+        raise NotFound(f"no memory with id {memory_id}")
+
+    def list(self, filters: Filters) -> list[Record]:
+        records = [r for r in self._records(filters.include_archive) if filters.matches(r)]
+        records.sort(key=lambda r: (r.created_at, r.memory_id), reverse=True)
+        records = records[: filters.limit]
+        self._audit_read("list", count=len(records))
+        return records
+
+    # --- key-value preferences --------------------------------------------------------------
+
+    def _prefs(self) -> dict[str, Any]:
+        doc = self.store.read_doc(PREFERENCES) if self.store.exists() else None
+        settings = (doc or {}).get("settings", {})
+        if not isinstance(settings, dict):
+            raise DataError(f"{PREFERENCES} holds malformed settings")
+        return settings
+
+    def pref_set(self, key: str, value: str) -> dict[str, Any]:
+        _check_pref_key(key)
+        with self.writing() as store:
+            epoch = store.current_epoch()
+            doc = store.read_doc(PREFERENCES) or {"format": 1, "records": []}
+            settings = doc.setdefault("settings", {})
+            entry = {"value": value, "updated_at": now_iso()}
+            settings[key] = entry
+            for r in doc.get("records", []):
+                r["key_version"] = epoch
+            store.write_doc(PREFERENCES, doc, epoch)
+            self.audit.append("pref.set", hashes=[self.audit.hash_of(key)])
+        return {"key": key, **entry}
+
+    def pref_get(self, key: str) -> dict[str, Any]:
+        _check_pref_key(key)
+        settings = self._prefs()
+        if key not in settings:
+            raise NotFound(f"no preference named {key!r}")
+        self._audit_read("pref.get", hashes=[self.audit.hash_of(key)])
+        return {"key": key, **settings[key]}
+
+    def pref_list(self) -> list[dict[str, Any]]:
+        settings = self._prefs()
+        self._audit_read("pref.list", count=len(settings))
+        return [{"key": k, **v} for k, v in sorted(settings.items())]
+
+    def pref_unset(self, key: str) -> dict[str, Any]:
+        _check_pref_key(key)
+        with self.writing() as store:
+            epoch = store.current_epoch()
+            doc = store.read_doc(PREFERENCES) or {}
+            settings = doc.get("settings", {})
+            if key not in settings:
+                raise NotFound(f"no preference named {key!r}")
+            removed = settings.pop(key)
+            store.write_doc(PREFERENCES, doc, epoch)
+            self.audit.append("pref.unset", hashes=[self.audit.hash_of(key)])
+        return {"key": key, "removed": True, "value": removed.get("value")}
+
+    # --- stats and verify ---------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        records = self._records(include_archive=True)
+        by_type: dict[str, int] = {}
+        by_category: dict[str, int] = {}
+        for r in records:
+            by_type[r.type] = by_type.get(r.type, 0) + 1
+            by_category[r.category] = by_category.get(r.category, 0) + 1
+        exists = self.store.exists()
+        size = sum(p.stat().st_size for p in self.store.dir.rglob("*") if p.is_file()) \
+            if exists else 0
+        state = self.store.load_state() if exists else {}
+        return {
+            "org": self.settings.org, "user": self.settings.user, "exists": exists,
+            "records": len(records),
+            "active": sum(1 for r in records if not r.archived and not r.superseded_by),
+            "archived": sum(1 for r in records if r.archived),
+            "superseded": sum(1 for r in records if r.superseded_by),
+            "by_type": dict(sorted(by_type.items())),
+            "by_category": dict(sorted(by_category.items())),
+            "sessions": len(self.store.line_files()) if exists else 0,
+            "preferences": len(self._prefs()),
+            "key_version": state.get("key_version"),
+            "frozen": bool(state.get("frozen", False)),
+            "bytes_on_disk": size,
+            "audit_entries": len(self.audit.check().entries) if exists else 0,
+        }
+
+    def verify(self) -> dict[str, Any]:
+        """Decrypt every file and record and check the audit chain; collect every problem."""
+        problems: list[dict[str, Any]] = []
+        files = records = 0
+        store = self.store
+
+        def problem(rel: str, text: str, line: int | None = None,
+                    severity: str = "error") -> None:
+            problems.append({"file": f"{self.settings.org}/{self.settings.user}/{rel}",
+                             "line": line, "problem": text, "severity": severity})
+
+        if not store.exists():
+            return {"ok": True, "files_checked": 0, "records_checked": 0, "problems": []}
+        try:
+            store.load_state()
+        except DataError as exc:
+            problem(STATE, exc.message)
+        files += 1
+        for epoch in store.deks_on_disk():
+            files += 1
+            try:
+                store.dek(epoch)
+            except DataError as exc:
+                problem(f"{KEYS}/{epoch}.dek", exc.message)
+        seen: dict[str, str] = {}
+        for rel in (CLAUDE_MD, PREFERENCES):
+            if not store.path(rel).exists():
+                continue
+            files += 1
+            try:
+                for record in store.doc_records(rel):
+                    records += 1
+                    seen[record.memory_id] = rel
+            except DataError as exc:
+                problem(rel, exc.message)
+        for rel in store.line_files() + store.line_files(archived=True):
+            files += 1
+            scan = store.scan_lines(rel)
+            for p in scan.problems:
+                problem(rel, p.problem, p.line, "warning" if p.torn_tail else "error")
+            session = rel.split("/", 1)[1].removesuffix(".jsonl")
+            for record in scan.records:
+                records += 1
+                if record.session_id != session:
+                    problem(rel, f"record {record.memory_id} belongs to session "
+                            f"{record.session_id}")
+                if record.memory_id in seen:
+                    problem(rel, f"record {record.memory_id} is stored twice "
+                            f"(also in {seen[record.memory_id]})")
+                seen[record.memory_id] = rel
+        chain = self.audit.check()
+        files += 1
+        for line, text in chain.problems:
+            problem(AUDIT, text, line)
+        for leftover in store.dir.glob(fsio.TMP_PREFIX + "*"):
+            problem(leftover.name, "temporary file left by an interrupted write", None,
+                    "warning")
+        ok = not any(p["severity"] == "error" for p in problems)
+        self._audit_read("verify", ok=ok, problems=len(problems))
+        return {"ok": ok, "files_checked": files, "records_checked": records,
+                "problems": problems}
+
+
+def _clean_tags(tags: list[str]) -> list[str]:
+    out: list[str] = []
+    for tag in tags:
+        tag = tag.strip()
+        if not tag or len(tag) > MAX_TAG or any(c.isspace() for c in tag):
+            raise UsageError(f"invalid tag {tag!r}: 1-{MAX_TAG} characters, no spaces")
+        if tag not in out:
+            out.append(tag)
+    return out
+
+
+def _check_pref_key(key: str) -> None:
+    if not key or len(key) > PREF_KEY_MAX or any(c.isspace() for c in key):
+        raise UsageError(f"invalid preference key {key!r}: 1-{PREF_KEY_MAX} characters, "
+                         "no spaces")

@@ -1,0 +1,37 @@
+# mem: `make demo` for a tour, `make test` for the whole suite. Both set up .venv themselves.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help demo test lint bench completions docs clean
+
+help: ## Show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP) ## A short real tour against a throwaway vault
+	@bash scripts/demo.sh
+
+test: $(STAMP) ## Run the whole test suite (lint first)
+	$(MAKE) --no-print-directory lint
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP) ## ruff and mypy --strict
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+
+bench: $(STAMP) ## Performance benchmarks (medians and ratios against a same-run floor)
+	$(BIN)/python bench/run.py
+
+completions: $(STAMP) ## Regenerate completions/ and docs/cli.md from the CLI
+	$(BIN)/python scripts/generate.py
+
+clean: ## Remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,52 @@
+"""Every test is sealed: no MEM_* from the caller, vault and config under tmp_path, no colour."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mem.config import resolve
+from mem.vault import Vault, init
+
+
+@pytest.fixture(autouse=True)
+def sealed_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in list(os.environ):
+        if name.startswith("MEM_"):
+            monkeypatch.delenv(name)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    monkeypatch.setenv("MEM_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("MEM_VAULT", str(tmp_path / "vault"))
+    monkeypatch.setenv("MEM_USER", "alice")
+    monkeypatch.setenv("MEM_LOCK_TIMEOUT", "2")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    yield
+
+
+@pytest.fixture
+def vault_dir(tmp_path: Path) -> Path:
+    return tmp_path / "vault"
+
+
+@pytest.fixture
+def config_dir(tmp_path: Path) -> Path:
+    return tmp_path / "config"
+
+
+@pytest.fixture
+def vault(vault_dir: Path) -> Vault:
+    """An initialised vault opened for user alice."""
+    init(resolve())
+    return Vault(resolve())
+
+
+def open_as(user: str, org: str = "default") -> Vault:
+    return Vault(resolve(user=user, org=org))

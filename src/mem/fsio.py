@@ -61,7 +61,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`: 0600 temp file in the same directory, fsync, rename, fsync dir."""
+    """Replace `path` with `data`: 0600 temp file beside it, fsync, rename, fsync the dir."""
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)

@@ -21,7 +21,7 @@ from mem import crypto, fsio
 from mem.config import DEFAULT_KEY_FILE, Settings, config_dir
 from mem.errors import ConfigError, Refused
 
-PASSPHRASE_FORMAT = "mem-passphrase-key/1"
+PASSPHRASE_FORMAT = "mem-passphrase-key/1"  # noqa: S105 - a format tag, not a secret
 KEY_COMMAND_TIMEOUT = 30.0
 
 

@@ -209,7 +209,7 @@ class Vault:
                 return record
         raise NotFound(f"no memory with id {memory_id}")
 
-    def list(self, filters: Filters) -> list[Record]:
+    def list_records(self, filters: Filters) -> list[Record]:
         records = [r for r in self._records(filters.include_archive) if filters.matches(r)]
         records.sort(key=lambda r: (r.created_at, r.memory_id), reverse=True)
         records = records[: filters.limit]

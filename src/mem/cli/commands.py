@@ -107,7 +107,7 @@ def list_(
     filters = context.filters(type_, category, tag, session, after, before,
                               include_archive, include_superseded, limit)
     records = [r.to_dict() for r in context.open_vault(vault, org, user, key_file)
-               .list(filters)]
+               .list_records(filters)]
     Output(json).data({"records": records, "count": len(records)},
                       lambda o: render.records_table(o, records))
 

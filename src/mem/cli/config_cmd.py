@@ -16,12 +16,12 @@ def show(
 ) -> None:
     """Print every setting, its value and where it came from (flag > env > file > default)."""
     s = context.settings(vault, org, user, key_file)
-    doc = {"config_file": str(s.config_path),
-           "settings": {k: {"value": None if v is None else str(v), "source": s.sources[k]}
-                        for k, v in s.values.items()}}
+    resolved = {k: {"value": None if v is None else str(v), "source": s.sources[k]}
+                for k, v in s.values.items()}
+    doc = {"config_file": str(s.config_path), "settings": resolved}
     Output(json).data(doc, lambda o: o.table(
         ["setting", "value", "source"],
-        [[k, v["value"], v["source"]] for k, v in doc["settings"].items()]))
+        [[k, v["value"], v["source"]] for k, v in resolved.items()]))
 
 
 @app.command()

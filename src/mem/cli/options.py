@@ -8,21 +8,21 @@ import typer
 
 VaultOpt = Annotated[
     Optional[Path],  # noqa: UP045 - typer reads the annotation at runtime
-    typer.Option("--vault", help="Vault root directory [env: MEM_VAULT].", show_default=False),
+    typer.Option("--vault", help=r"Vault root directory \[env: MEM_VAULT].", show_default=False),
 ]
 OrgOpt = Annotated[
     Optional[str],  # noqa: UP045
-    typer.Option("--org", help="Organisation name [env: MEM_ORG; default: default].",
+    typer.Option("--org", help=r"Organisation name \[env: MEM_ORG; default: default].",
                  show_default=False),
 ]
 UserOpt = Annotated[
     Optional[str],  # noqa: UP045
-    typer.Option("--user", help="User name [env: MEM_USER; default: login name].",
+    typer.Option("--user", help=r"User name \[env: MEM_USER; default: login name].",
                  show_default=False),
 ]
 KeyFileOpt = Annotated[
     Optional[Path],  # noqa: UP045
-    typer.Option("--key-file", help="Master key file [env: MEM_KEY_FILE].", show_default=False),
+    typer.Option("--key-file", help=r"Master key file \[env: MEM_KEY_FILE].", show_default=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 

@@ -1,0 +1,46 @@
+"""Cold start: `mem --help`, `mem add` and `mem list` against a process that only imports
+the same libraries (the floor), measured in the same run. Target: each ≤ 2× the floor."""
+
+from __future__ import annotations
+
+import sys
+
+from common import BIN, interleaved, median_ms, report, run_timed, throwaway_env
+
+FLOOR = (
+    "import typer, rich.console, rich.table, yaml, platformdirs\n"
+    "from cryptography.hazmat.primitives.ciphers.aead import AESGCM\n"
+    "from cryptography.hazmat.primitives.kdf.hkdf import HKDF\n"
+)
+TARGET = 2.0
+
+
+def main(rounds: int = 21) -> dict[str, object]:
+    env = throwaway_env()
+    mem = str(BIN / "mem")
+    run_timed([mem, "init"], env)
+    for i in range(20):  # a user with some memory, so `list` decrypts real files
+        run_timed([mem, "add", f"seed fact number {i}", "--tag", "seed"], env)
+    cases = {
+        "floor (imports only)": lambda i: run_timed([sys.executable, "-c", FLOOR], env),
+        "mem --help": lambda i: run_timed([mem, "--help"], env),
+        "mem add": lambda i: run_timed([mem, "add", f"bench fact {i}"], env),
+        "mem list": lambda i: run_timed([mem, "list"], env),
+    }
+    samples = interleaved(cases, rounds)
+    floor = median_ms(samples["floor (imports only)"])
+    rows = []
+    print(f"{'case':<24}{'median ms':>12}{'× floor':>10}")
+    for name, values in samples.items():
+        ms = median_ms(values)
+        ratio = ms / floor
+        rows.append({"case": name, "median_ms": round(ms, 1), "ratio": round(ratio, 2)})
+        verdict = "" if name.startswith("floor") else ("  ok" if ratio <= TARGET else "  OVER")
+        print(f"{name:<24}{ms:>12.1f}{ratio:>10.2f}{verdict}")
+    doc = {"rounds": rounds, "target_ratio": TARGET, "results": rows}
+    report("startup", doc)
+    return doc
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""Shared helpers for the benchmarks: timing child processes, medians, a throwaway vault."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+RESULTS = ROOT / "bench" / "results"
+BENCH_DATA = ROOT.parent / "shared" / "bench-data"
+
+
+def throwaway_env() -> dict[str, str]:
+    """An environment whose vault and config live in a fresh temp dir."""
+    base = Path(tempfile.mkdtemp(prefix="mem-bench-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEM_")}
+    env.update(MEM_VAULT=str(base / "vault"), MEM_CONFIG_DIR=str(base / "config"),
+               MEM_USER="bench", NO_COLOR="1", PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
+    return env
+
+
+def run_timed(argv: list[str], env: dict[str, str], stdin: bytes | None = None) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, env=env, input=stdin, capture_output=True, check=False)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv} failed ({proc.returncode}): {proc.stderr.decode()[-400:]}")
+    return elapsed
+
+
+def interleaved(cases: dict[str, Callable[[int], float]], rounds: int) -> dict[str, list[float]]:
+    """Run every case once per round, in turn, so machine noise hits them alike."""
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for i in range(rounds):
+        for name, case in cases.items():
+            samples[name].append(case(i))
+    return samples
+
+
+def median_ms(values: list[float]) -> float:
+    return statistics.median(values) * 1000
+
+
+def report(name: str, doc: dict[str, object]) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -1,0 +1,149 @@
+"""The installed `mem` script: exit codes, the stdout/stderr split, --json documents."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_console_scripts import ScriptRunner
+
+
+def mem(script_runner: ScriptRunner, *args: str, stdin: str | None = None,
+        **env: str) -> Any:
+    kwargs: dict[str, Any] = {}
+    if stdin is not None:
+        import io
+
+        kwargs["stdin"] = io.StringIO(stdin)
+    if env:
+        import os
+
+        kwargs["env"] = {**os.environ, **env}
+    return script_runner.run(["mem", *args], **kwargs)
+
+
+@pytest.fixture
+def initialised(script_runner: ScriptRunner) -> None:
+    result = mem(script_runner, "init", "--json")
+    assert result.returncode == 0, result.stderr
+
+
+def test_help_lists_commands(script_runner: ScriptRunner) -> None:
+    result = mem(script_runner, "--help")
+    assert result.returncode == 0
+    for command in ("init", "add", "show", "list", "pref", "config", "stats", "verify"):
+        assert command in result.stdout
+
+
+def test_init_json(script_runner: ScriptRunner, vault_dir: Path) -> None:
+    result = mem(script_runner, "init", "--json")
+    assert result.returncode == 0
+    doc = json.loads(result.stdout)
+    assert doc["vault"] == str(vault_dir) and doc["user"] == "alice" and doc["org"] == "default"
+    assert "master.key" in doc["key_source"]
+
+
+def test_add_show_list_round_trip(script_runner: ScriptRunner, initialised: None) -> None:
+    added = mem(script_runner, "add", "Prefers dark roast", "--type", "preference",
+                "--tag", "coffee", "--json")
+    assert added.returncode == 0, added.stderr
+    doc = json.loads(added.stdout)
+    assert set(doc) == {"memory_id", "content_hash", "created_at", "deduplicated"}
+    assert doc["deduplicated"] is False
+
+    plain = mem(script_runner, "add", "Prefers dark roast", "--type", "preference")
+    assert plain.stdout.strip() == doc["memory_id"]  # the id alone on stdout
+    assert "already stored" in plain.stderr
+
+    shown = json.loads(mem(script_runner, "show", doc["memory_id"], "--json").stdout)
+    assert shown["content"] == "Prefers dark roast" and shown["behavioral"] is True
+    assert shown["category"] == "preference" and shown["tags"] == ["coffee"]
+
+    listed = mem(script_runner, "list", "--json", "--tag", "coffee")
+    records = json.loads(listed.stdout)["records"]
+    assert [r["memory_id"] for r in records] == [doc["memory_id"]]
+    table = mem(script_runner, "list")
+    assert "Prefers dark roast" in table.stdout and table.returncode == 0
+
+
+def test_add_reads_stdin(script_runner: ScriptRunner, initialised: None) -> None:
+    result = mem(script_runner, "add", "-", "--json", stdin="Born in Porto\n")
+    memory_id = json.loads(result.stdout)["memory_id"]
+    shown = json.loads(mem(script_runner, "show", memory_id, "--json").stdout)
+    assert shown["content"] == "Born in Porto\n"
+
+
+def test_pref_commands(script_runner: ScriptRunner, initialised: None) -> None:
+    assert mem(script_runner, "pref", "set", "editor", "vim").returncode == 0
+    got = mem(script_runner, "pref", "get", "editor")
+    assert got.stdout == "vim\n"
+    listed = json.loads(mem(script_runner, "pref", "list", "--json").stdout)
+    assert listed == {"preferences": {"editor": "vim"}}
+    assert mem(script_runner, "pref", "unset", "editor").returncode == 0
+    missing = mem(script_runner, "pref", "get", "editor")
+    assert missing.returncode == 66 and missing.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["show", str(uuid.uuid4())], 66),
+        (["add", "x", "--type", "opinion"], 2),
+        (["add", "   "], 2),
+        (["add", "x", "--importance", "3"], 2),
+        (["add", "x", "--user", "../../etc"], 2),
+        (["list", "--after", "yesterday-ish"], 2),
+        (["list", "--no-such-flag"], 2),
+    ],
+)
+def test_exit_codes(script_runner: ScriptRunner, initialised: None, args: list[str],
+                    code: int) -> None:
+    result = mem(script_runner, *args)
+    assert result.returncode == code, result.stderr
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+
+
+def test_no_vault_is_not_found(script_runner: ScriptRunner) -> None:
+    result = mem(script_runner, "list")
+    assert result.returncode in (66, 78)  # no vault (66) is checked before the key (78)
+    assert result.stderr.count("\n") == 1 and "mem init" in result.stderr
+
+
+def test_json_is_one_document_and_messages_go_to_stderr(
+    script_runner: ScriptRunner, initialised: None
+) -> None:
+    mem(script_runner, "add", "Same thing")
+    dup = mem(script_runner, "add", "Same thing", "--json")
+    json.loads(dup.stdout)  # exactly one document, nothing else
+    assert "already stored" not in dup.stdout
+    stats = json.loads(mem(script_runner, "stats", "--json").stdout)
+    assert stats["records"] == 1
+    verify = mem(script_runner, "verify", "--json")
+    assert verify.returncode == 0 and json.loads(verify.stdout)["ok"] is True
+
+
+def test_config_show_says_where_values_come_from(
+    script_runner: ScriptRunner, config_dir: Path
+) -> None:
+    config_dir.mkdir()
+    (config_dir / "config.yaml").write_text("org: acme\n")
+    doc = json.loads(mem(script_runner, "config", "show", "--json", "--user", "bob").stdout)
+    settings = doc["settings"]
+    assert settings["user"] == {"value": "bob", "source": "flag --user"}
+    assert settings["org"]["value"] == "acme" and settings["org"]["source"].startswith("file")
+    assert settings["vault"]["source"] == "env MEM_VAULT"
+    path = mem(script_runner, "config", "path")
+    assert path.stdout.strip() == str(config_dir / "config.yaml")
+    (config_dir / "config.yaml").write_text("org: [broken\n")
+    assert mem(script_runner, "config", "show").returncode == 78
+
+
+def test_env_selects_org_and_user(script_runner: ScriptRunner, initialised: None,
+                                  vault_dir: Path) -> None:
+    assert mem(script_runner, "add", "hello", MEM_ORG="acme", MEM_USER="zoe").returncode == 0
+    assert (vault_dir / "acme" / "zoe" / "CLAUDE.md").exists()
+    assert json.loads(mem(script_runner, "list", "--json").stdout)["count"] == 0

@@ -1,0 +1,59 @@
+"""Configuration precedence: flag > MEM_* environment > config file > default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mem.config import resolve
+from mem.errors import ConfigError, UsageError
+
+
+def write_config(config_dir: Path, text: str) -> None:
+    config_dir.mkdir(parents=True, exist_ok=True)
+    (config_dir / "config.yaml").write_text(text)
+
+
+def test_precedence(config_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEM_USER")
+    monkeypatch.delenv("MEM_LOCK_TIMEOUT")
+    write_config(config_dir, "user: fromfile\norg: fileorg\nlock_timeout: 3\n")
+    s = resolve()
+    assert (s.user, s.org, s.lock_timeout) == ("fromfile", "fileorg", 3.0)
+    assert s.sources["user"].startswith("file ")
+    monkeypatch.setenv("MEM_USER", "fromenv")
+    s = resolve()
+    assert s.user == "fromenv" and s.sources["user"] == "env MEM_USER"
+    s = resolve(user="fromflag")
+    assert s.user == "fromflag" and s.sources["user"] == "flag --user"
+    assert s.org == "fileorg"  # other settings keep their own source
+    assert s.sources["lock_timeout"].startswith("file ")
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEM_USER")
+    s = resolve()
+    assert s.org == "default" and s.sources["org"] == "default"
+    assert s.sources["user"] == "default (login name)"
+
+
+@pytest.mark.parametrize(
+    "text", ["user: [unclosed", "- a list\n- not a mapping\n", "valut: /tmp/typo\n",
+             "lock_timeout: soon\n"],
+)
+def test_bad_config_file_is_a_config_error(
+    config_dir: Path, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MEM_LOCK_TIMEOUT")
+    write_config(config_dir, text)
+    with pytest.raises(ConfigError):
+        resolve()
+
+
+@pytest.mark.parametrize("name", ["../etc", "a/b", "", ".", "..", "-x", "x" * 65, "sp ace"])
+def test_invalid_names_are_refused(name: str) -> None:
+    with pytest.raises(UsageError):
+        resolve(user=name)
+    with pytest.raises(UsageError):
+        resolve(org=name)

@@ -78,20 +78,23 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise _storage_error(path, exc) from exc
 
 
-def append_line(path: Path, line: bytes, sync: bool = True) -> None:
+def append_line(path: Path, line: bytes, sync: bool = True) -> int:
     """Append record lines with one write, fsynced (unless `sync` is off) before returning.
 
     A short or failed write (full disk) is truncated away so the file keeps its old
     content; only a kill in the middle can leave a torn last line, which readers skip.
+    Returns the offset the data was written at (callers hold the lock that makes it so).
     """
     assert line.endswith(b"\n")
     new = not path.exists()
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
     except OSError as exc:
         raise _storage_error(path, exc) from exc
     try:
         size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            size = _drop_torn_tail(fd, size)
         try:
             _write_all(fd, line)
             if sync:
@@ -105,6 +108,24 @@ def append_line(path: Path, line: bytes, sync: bool = True) -> None:
         os.close(fd)
     if new and sync:
         fsync_dir(path.parent)
+    return size
+
+
+def _drop_torn_tail(fd: int, size: int) -> int:
+    """Cut an interrupted append's partial line so the next line starts clean."""
+    end = size
+    while end > 0:
+        start = max(0, end - (1 << 16))
+        block = os.pread(fd, end - start, start)
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            cut = start + newline + 1
+            break
+        end = start
+    else:
+        cut = 0  # the whole file is one torn line
+    os.ftruncate(fd, cut)
+    return cut
 
 
 def truncate_to(path: Path, size: int) -> None:

@@ -40,6 +40,7 @@ class LineScan:
     """Records read from a line file, and what could not be read."""
 
     records: list[Record] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)  # byte offset of each record's line
     problems: list[LineProblem] = field(default_factory=list)
     good_size: int = 0  # bytes up to the end of the last complete line
 
@@ -198,11 +199,36 @@ class UserStore:
                                 self.org, self.user, relpath, record.memory_id,
                                 record.created_at, plain)
 
-    def append_records(self, relpath: str, records: list[Record]) -> None:
-        """Append records to a line file: one write, one fsync, for the whole batch."""
-        if records:
-            fsio.append_line(self.path(relpath), b"".join(self.seal_record(relpath, r)
-                                                           for r in records))
+    def append_records(self, relpath: str, records: list[Record]) -> list[int]:
+        """Append records to a line file: one write, one fsync, for the whole batch.
+
+        The caller holds the lock; fsio cuts a torn last line first, so the new lines are
+        never glued to it. Returns the byte offset of each record's line (for the index).
+        """
+        if not records:
+            return []
+        lines = [self.seal_record(relpath, r) for r in records]
+        offset = fsio.append_line(self.path(relpath), b"".join(lines))
+        offsets = []
+        for line in lines:
+            offsets.append(offset)
+            offset += len(line)
+        return offsets
+
+    def read_line_at(self, relpath: str, offset: int) -> Record | None:
+        """The record whose line starts at `offset`; None when the file has changed."""
+        try:
+            with self.path(relpath).open("rb") as fh:
+                fh.seek(offset)
+                raw = fh.readline()
+        except OSError:
+            return None
+        if not raw.endswith(b"\n"):
+            return None
+        try:
+            return self._open_line(relpath, raw[:-1])
+        except DataError:
+            return None  # not a record boundary any more: the caller rebuilds the index
 
     def _open_line(self, relpath: str, raw: bytes) -> Record:
         doc = crypto.parse_line(raw)
@@ -232,9 +258,10 @@ class UserStore:
         complete, tail = lines[:-1], lines[-1]
         offset = 0
         for number, raw in enumerate(complete, start=1):
-            offset += len(raw) + 1
+            start, offset = offset, offset + len(raw) + 1
             try:
                 scan.records.append(self._open_line(relpath, raw))
+                scan.offsets.append(start)
             except DataError as exc:
                 scan.problems.append(LineProblem(number, exc.message))
             scan.good_size = offset
@@ -246,11 +273,28 @@ class UserStore:
 
     def read_lines(self, relpath: str) -> list[Record]:
         """Records of a line file; a torn tail is skipped, any other bad line is an error."""
+        return self.read_scan(relpath).records
+
+    def read_scan(self, relpath: str) -> LineScan:
+        """Like scan_lines, but any bad line other than a torn tail is an error."""
         scan = self.scan_lines(relpath)
         for problem in scan.problems:
             if not problem.torn_tail:
                 raise DataError(f"{self._name(relpath)} line {problem.line}: {problem.problem}")
-        return scan.records
+        return scan
+
+    def fingerprint(self) -> str:
+        """Sizes and times of every content file: changes whenever any record changes."""
+        import hashlib
+
+        parts = []
+        for rel in [CLAUDE_MD, PREFERENCES, *self.line_files(), *self.line_files(True)]:
+            try:
+                st = self.path(rel).stat()
+            except FileNotFoundError:
+                continue
+            parts.append(f"{rel}\t{st.st_size}\t{st.st_mtime_ns}\t{st.st_ino}")
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     def repair_tail(self, relpath: str) -> bool:
         """Drop a torn last line (caller holds the lock). True when something was cut."""

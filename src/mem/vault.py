@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mem import crypto, fsio
 from mem.audit import AuditLog
@@ -28,13 +29,27 @@ from mem.records import (
     now_iso,
     uuid7,
 )
-from mem.store import AUDIT, AUDIT_LOCK, KEYS, STATE, UserStore
+from mem.store import AUDIT, AUDIT_LOCK, INDEX, KEYS, STATE, UserStore
+
+if TYPE_CHECKING:
+    from mem.index import SearchIndex
+
+STAMP_FILE = "stamp"
 
 VAULT_FILE = "vault.json"
 VAULT_FORMAT = 1
 MAX_CONTENT = 256 * 1024
 MAX_TAG = 64
 PREF_KEY_MAX = 128
+
+
+@dataclass
+class Located:
+    """A record and where it lives (the index keeps `loc` to fetch hits without a scan)."""
+
+    record: Record
+    loc: str
+    context: str = ""  # neighbouring turns, for messages
 
 
 @dataclass
@@ -103,6 +118,8 @@ class Vault:
             raise Refused(f"wrong key: the master key from {self.master.source} does not open "
                           f"the vault at {self.root}")
         self.store = UserStore(self.root, settings.org, settings.user, self.master)
+        self._search_index: SearchIndex | None = None
+        self._pending: list[tuple[str, Located | str]] = []
         self.audit = AuditLog(self.store.path(AUDIT), self.store.path(AUDIT_LOCK),
                               self.master.meta_key(settings.org, settings.user),
                               settings.lock_timeout)
@@ -111,7 +128,12 @@ class Vault:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[UserStore]:
-        """Hold the user's lock; create the user on their first write."""
+        """Hold the user's lock; create the user on their first write; keep the index in step.
+
+        Operations queue index changes with `_index_upsert` / `_index_delete`; they are
+        committed once, after the vault files are written. If the index was stale or
+        missing before, it is rebuilt instead.
+        """
         fsio.ensure_dir(self.store.dir)
         with fsio.locked(self.store.lock_path, self.settings.lock_timeout,
                          f"user {self.settings.org}/{self.settings.user}"):
@@ -119,7 +141,88 @@ class Vault:
             if not self.store.exists():
                 self.store.create()
                 self.audit.append("user.create", key_version=1)
-            yield self.store
+            fresh = self._index_fresh()
+            self._pending = []
+            try:
+                yield self.store
+            finally:
+                pending, self._pending = self._pending, []
+            self._sync_index(fresh, pending)
+
+    # --- the search index -------------------------------------------------------------
+
+    def search_index(self) -> SearchIndex:
+        if self._search_index is None:
+            from mem.index import SearchIndex
+            from mem.keys import index_key
+
+            epoch = self.store.current_epoch()
+            self._search_index = SearchIndex(self.store.path(INDEX),
+                                             index_key(self.store.dek(epoch)))
+        return self._search_index
+
+    def _stamp_path(self) -> Path:
+        return self.store.path(INDEX) / STAMP_FILE
+
+    def _index_fresh(self) -> bool:
+        from mem.index import IndexUnavailable
+
+        try:
+            self.search_index().open()
+            stamp = self._stamp_path().read_text()
+        except (IndexUnavailable, OSError):
+            return False
+        return stamp == self.store.fingerprint()
+
+    def _index_upsert(self, located: Located) -> None:
+        self._pending.append(("upsert", located))
+
+    def _index_delete(self, memory_id: str) -> None:
+        self._pending.append(("delete", memory_id))
+
+    def _sync_index(self, fresh: bool, pending: list[tuple[str, Located | str]]) -> None:
+        """Apply queued changes, or rebuild. A failure here never fails the write itself
+        (the vault is the truth): the stamp is dropped and the next reader rebuilds."""
+        try:
+            if not fresh:
+                self.rebuild_index()
+                return
+            if pending:
+                with self.search_index().writer() as w:
+                    for _, item in pending:
+                        if isinstance(item, Located):
+                            w.upsert(item.record, item.loc, item.context)
+                        else:
+                            w.delete(item)
+            fsio.atomic_write(self._stamp_path(), self.store.fingerprint().encode())
+        except Exception:
+            with contextlib.suppress(OSError):
+                self._stamp_path().unlink()
+            if os.environ.get("MEM_DEBUG"):
+                raise
+
+    def rebuild_index(self) -> int:
+        """Rebuild the index from the vault (caller holds the lock). Returns the doc count."""
+        index = self.search_index()
+        count = index.build((x.record, x.loc, x.context) for x in self.located(True))
+        fsio.atomic_write(self._stamp_path(), self.store.fingerprint().encode())
+        return count
+
+    def ready_index(self) -> SearchIndex:
+        """The index, rebuilt first (under the lock) when missing, corrupt or stale."""
+        if not self._index_fresh():
+            with fsio.locked(self.store.lock_path, self.settings.lock_timeout,
+                             f"user {self.settings.org}/{self.settings.user}"):
+                if not self._index_fresh():
+                    self.rebuild_index()
+        return self.search_index()
+
+    def reindex(self) -> dict[str, Any]:
+        self._require_user()
+        with self.writing():
+            count = self.rebuild_index()
+            self.audit.append("reindex", documents=count)
+        return {"documents": count}
 
     def _require_user(self) -> None:
         if not self.store.exists():
@@ -131,15 +234,30 @@ class Vault:
 
     # --- records --------------------------------------------------------------------------
 
-    def _records(self, include_archive: bool = False) -> list[Record]:
+    def located(self, include_archive: bool = False) -> list[Located]:
+        """Every record with its location and, for messages, its neighbours' text."""
         if not self.store.exists():
             return []
-        records = list(self.store.all_records(include_archive=include_archive))
-        by_id = {r.memory_id: r for r in records}
-        for record in records:
-            if record.supersedes and record.supersedes in by_id:
-                by_id[record.supersedes].superseded_by = record.memory_id
-        return records
+        store = self.store
+        out = [Located(r, CLAUDE_MD) for r in store.doc_records(CLAUDE_MD)]
+        out += [Located(r, PREFERENCES) for r in store.doc_records(PREFERENCES)]
+        for archived in ([False, True] if include_archive else [False]):
+            for rel in store.line_files(archived=archived):
+                scan = store.read_scan(rel)
+                for i, (record, offset) in enumerate(zip(scan.records, scan.offsets,
+                                                         strict=True)):
+                    record.archived = archived
+                    out.append(Located(record, f"{rel}@{offset}",
+                                       neighbours(scan.records, i)))
+        by_id = {x.record.memory_id: x.record for x in out}
+        for x in out:
+            target = by_id.get(x.record.supersedes or "")
+            if target is not None:
+                target.superseded_by = x.record.memory_id
+        return out
+
+    def _records(self, include_archive: bool = False) -> list[Record]:
+        return [x.record for x in self.located(include_archive)]
 
     def add(self, text: str, kind: str, *, tags: list[str] | None = None,
             importance: float = 0.5, session: str | None = None,
@@ -164,10 +282,12 @@ class Vault:
         digest = crypto.content_hash(text)
         with self.writing() as store:
             epoch = store.current_epoch()
-            if supersedes is not None and not any(
-                r.memory_id == supersedes for r in self._records(include_archive=True)
-            ):
-                raise NotFound(f"no memory with id {supersedes} to supersede")
+            old_entry = None
+            if supersedes is not None:
+                old_entry = next((x for x in self.located(include_archive=True)
+                                  if x.record.memory_id == supersedes), None)
+                if old_entry is None:
+                    raise NotFound(f"no memory with id {supersedes} to supersede")
             if home == SESSIONS:
                 assert session is not None
                 relpath = store.session_relpath(session)
@@ -191,13 +311,24 @@ class Vault:
                 created_at=stamp, updated_at=stamp, key_version=epoch,
             )
             if home == SESSIONS:
-                store.append_records(relpath, [record])
+                (offset,) = store.append_records(relpath, [record])
+                turns = [*existing, record]
+                self._index_upsert(Located(record, f"{relpath}@{offset}",
+                                           neighbours(turns, -1)))
+                if existing:  # the previous turn gains this one as context
+                    offsets = store.read_scan(relpath).offsets
+                    self._index_upsert(Located(existing[-1], f"{relpath}@{offsets[-2]}",
+                                               neighbours(turns, -2)))
             else:
                 records = [*existing, record]
                 for r in records:
                     r.key_version = epoch
                 doc["records"] = [r.stored() for r in records]
                 store.write_doc(home, doc, epoch)
+                self._index_upsert(Located(record, home))
+            if old_entry is not None:
+                old_entry.record.superseded_by = record.memory_id
+                self._index_upsert(old_entry)
             self.audit.append("add", [record.memory_id], [self.audit.hash_of(digest)],
                               type=kind, deduplicated=False)
         return AddResult(record, deduplicated=False)
@@ -355,6 +486,13 @@ class Vault:
         self._audit_read("verify", ok=ok, problems=len(problems))
         return {"ok": ok, "files_checked": files, "records_checked": records,
                 "problems": problems}
+
+
+def neighbours(records: list[Record], i: int) -> str:
+    """The text of the turns before and after record `i` of a session."""
+    n = len(records)
+    i = i % n
+    return " ".join(records[j].content for j in (i - 1, i + 1) if 0 <= j < n)
 
 
 def _clean_tags(tags: list[str]) -> list[str]:

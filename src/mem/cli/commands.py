@@ -112,6 +112,35 @@ def list_(
                       lambda o: render.records_table(o, records))
 
 
+def search(
+    query: Annotated[Optional[str], typer.Argument(  # noqa: UP045
+        help="Words, a question, or \"quoted phrases\". Empty: the most recent items.",
+        show_default=False)] = None,
+    type_: TypeOpt = None, category: CategoryOpt = None, tag: TagOpt = None,
+    session: SessionOpt = None, after: AfterOpt = None, before: BeforeOpt = None,
+    include_archive: ArchiveOpt = False, include_superseded: SupersededOpt = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many.")] = 10,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Search the user's memory, best matches first."""
+    from mem.search import search as run
+
+    filters = context.filters(type_, category, tag, session, after, before,
+                              include_archive, include_superseded, limit)
+    doc = run(context.open_vault(vault, org, user, key_file), query or "", filters)
+    Output(json).data(doc, lambda o: render.search_results(o, doc["results"]))
+
+
+def reindex(
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Rebuild the user's search index from the vault."""
+    doc = context.open_vault(vault, org, user, key_file).reindex()
+    Output(json).data(doc, lambda o: o.info(f"index rebuilt: {doc['documents']} records"))
+
+
 def stats(
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
@@ -146,5 +175,7 @@ def register(app: typer.Typer) -> None:
     app.command()(add)
     app.command()(show)
     app.command("list")(list_)
+    app.command()(search)
+    app.command()(reindex)
     app.command()(stats)
     app.command()(verify)

@@ -32,3 +32,14 @@ def record_detail(out: Output, record: dict[str, Any]) -> None:
 
 def mapping(out: Output, doc: dict[str, Any], title: str | None = None) -> None:
     out.table(["", ""], [[k, v] for k, v in doc.items()], title=title)
+
+
+def search_results(out: Output, results: list[dict[str, Any]]) -> None:
+    if not results:
+        out.info("no matches")
+        return
+    out.table(
+        ["score", "id", "type", "created", "snippet"],
+        [[f"{r['score']:.2f}" if r["score"] else "", r["memory_id"], r["type"],
+          r["created_at"][:10], r["snippet"]] for r in results],
+    )

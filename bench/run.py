@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-BENCHES = ["startup"]
+BENCHES = ["startup", "retrieval"]
 
 
 def main(argv: list[str]) -> None:

@@ -64,7 +64,9 @@ class AuditLog:
                     start = max(0, size - block)
                     fh.seek(start)
                     tail = fh.read(size - start)
-                    lines = [ln for ln in tail.split(b"\n") if ln.strip()]
+                    # Complete lines only: bytes after the last newline are a torn append
+                    # (cut by the next append_line), never the entry to chain from.
+                    lines = [ln for ln in tail.split(b"\n")[:-1] if ln.strip()]
                     if len(lines) >= 2 or start == 0:
                         break
                     block *= 4

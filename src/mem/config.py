@@ -18,7 +18,7 @@ DEFAULT_KEY_FILE = "master.key"
 
 def validate_name(kind: str, value: str) -> str:
     """Org, user and session names become path components: refuse anything but a plain name."""
-    if not NAME_RE.match(value) or value in (".", ".."):
+    if not NAME_RE.fullmatch(value) or value in (".", ".."):  # `$` would allow a final "\n"
         raise UsageError(
             f"invalid {kind} name {value!r}: use 1-64 letters, digits, '_', '.' or '-', "
             "starting with a letter or digit"

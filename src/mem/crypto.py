@@ -161,6 +161,11 @@ def open_line(key: bytes, org: str, user: str, relpath: str, doc: dict[str, obje
         ct = base64.b64decode(str(doc["ct"]), validate=True)
     except ValueError as exc:
         raise AuthError("bad base64") from exc
+    # b64decode ignores the unused bits of the last character, so "QUJ=" opens like "QUI=":
+    # only the canonical encoding is accepted, or a flipped byte there would go unnoticed.
+    canonical = base64.b64encode(nonce).decode(), base64.b64encode(ct).decode()
+    if canonical != (doc["n"], doc["ct"]):
+        raise AuthError("non-canonical base64")
     if len(nonce) != NONCE_LEN:
         raise AuthError("bad nonce length")
     kv = doc["kv"]

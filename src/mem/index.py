@@ -29,7 +29,7 @@ INDEX_FORMAT = 1
 META_FILE = "mem-index.json"
 WRITER_HEAP = 32_000_000
 MAX_TOKEN_CHARS = 40
-CTX_BOOST = 0.25  # neighbouring turns help, but a turn's own words count most
+CTX_BOOST = 0.7  # neighbouring turns help, but a turn's own words count most
 PHRASE_BOOST = 2.0
 
 _MONTHS = ("january february march april may june july august september october "
@@ -254,6 +254,7 @@ class SearchIndex:
             count += 1
         writer.commit()
         writer.wait_merging_threads()
+        private(tmp)
         old = self.path.with_name(f"{self.path.name}.old-{os.getpid()}")
         self._index = None
         if self.path.exists():
@@ -374,11 +375,20 @@ class IndexWriter:
         if self.changed:
             self.raw.commit()
             self.changed = False
+            private(self.index.path)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.raw.wait_merging_threads()
         self.index._index = None
+
+
+def private(directory: Path) -> None:
+    """Tantivy creates its files with the process umask; keep them 0600 like the rest."""
+    with contextlib.suppress(OSError):
+        for entry in directory.iterdir():
+            if entry.is_file() and entry.stat().st_mode & 0o077:
+                os.chmod(entry, fsio.FILE_MODE)
 
 
 def split_query(text: str) -> tuple[list[str], str]:

@@ -9,7 +9,7 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,18 @@ class Located:
 
 
 @dataclass
+class NewMessage:
+    """One transcript message on its way in (ingest, import, benchmarks)."""
+
+    content: str
+    role: str = "user"
+    message_id: str | None = None
+    created_at: str | None = None
+    tags: list[str] = field(default_factory=list)
+    channel: str | None = None
+
+
+@dataclass
 class AddResult:
     record: Record
     deduplicated: bool
@@ -90,7 +102,11 @@ def init(settings: Settings, passphrase: str | None = None) -> dict[str, Any]:
     try:
         master = load_master_key(settings)
     except ConfigError:
-        explicit = settings.key_file is not None or default_key_path().exists()
+        # A configured source that fails (a locked password manager, a malformed
+        # MEM_MASTER_KEY) is an error, never a reason to make a key somewhere else.
+        explicit = (settings.key_file is not None or default_key_path().exists()
+                    or bool(os.environ.get("MEM_KEY_COMMAND"))
+                    or bool(os.environ.get("MEM_MASTER_KEY")))
         if explicit:
             raise
         master = create_default_key(passphrase)
@@ -315,10 +331,10 @@ class Vault:
                 turns = [*existing, record]
                 self._index_upsert(Located(record, f"{relpath}@{offset}",
                                            neighbours(turns, -1)))
-                if existing:  # the previous turn gains this one as context
-                    offsets = store.read_scan(relpath).offsets
-                    self._index_upsert(Located(existing[-1], f"{relpath}@{offsets[-2]}",
-                                               neighbours(turns, -2)))
+                offsets = store.read_scan(relpath).offsets  # earlier turns gain context
+                for j in range(max(0, len(existing) - CONTEXT_TURNS), len(existing)):
+                    self._index_upsert(Located(existing[j], f"{relpath}@{offsets[j]}",
+                                               neighbours(turns, j)))
             else:
                 records = [*existing, record]
                 for r in records:
@@ -332,6 +348,58 @@ class Vault:
             self.audit.append("add", [record.memory_id], [self.audit.hash_of(digest)],
                               type=kind, deduplicated=False)
         return AddResult(record, deduplicated=False)
+
+    def add_messages(self, session: str, messages: list[NewMessage]) -> dict[str, Any]:
+        """Append a transcript's messages to a session: only those not stored yet.
+
+        A message is already stored when its message_id is (or, without an id, when the
+        same role said the same thing at the same time). One write, one fsync, one index
+        commit for the whole batch.
+        """
+        validate_name("session", session)
+        relpath = self.store.session_relpath(session)
+        with self.writing() as store:
+            epoch = store.current_epoch()
+            scan = store.read_scan(relpath)
+            existing = scan.records
+            seen = {_message_key(r.message_id, r.role, r.content_hash, r.created_at)
+                    for r in existing}
+            new: list[Record] = []
+            skipped = 0
+            for m in messages:
+                if not m.content.strip():
+                    skipped += 1
+                    continue
+                digest = crypto.content_hash(m.content)
+                stamp = m.created_at or now_iso()
+                key = _message_key(m.message_id, m.role, digest, stamp)
+                if key in seen:
+                    skipped += 1
+                    continue
+                seen.add(key)
+                new.append(Record(
+                    memory_id=uuid7(), org_id=self.settings.org, user_id=self.settings.user,
+                    type="message", content=m.content, content_hash=digest,
+                    category="conversation", tags=_clean_tags(m.tags), session_id=session,
+                    message_id=m.message_id, channel=m.channel, role=m.role,
+                    created_at=stamp, updated_at=stamp, key_version=epoch,
+                ))
+            offsets = store.append_records(relpath, new)
+            turns = [*existing, *new]
+            first_new = len(existing)
+            for i, (record, offset) in enumerate(zip(new, offsets, strict=True)):
+                self._index_upsert(Located(record, f"{relpath}@{offset}",
+                                           neighbours(turns, first_new + i)))
+            if new:  # the last stored turns gain successors as context
+                for j in range(max(0, first_new - CONTEXT_TURNS), first_new):
+                    self._index_upsert(Located(existing[j], f"{relpath}@{scan.offsets[j]}",
+                                               neighbours(turns, j)))
+            if new:
+                self.audit.append("ingest", [r.memory_id for r in new],
+                                  [self.audit.hash_of(r.content_hash) for r in new],
+                                  session_file=relpath, skipped=skipped)
+        return {"session_id": session, "messages_added": len(new),
+                "messages_skipped": skipped, "memory_ids": [r.memory_id for r in new]}
 
     def get(self, memory_id: str) -> Record:
         for record in self._records(include_archive=True):
@@ -488,11 +556,23 @@ class Vault:
                 "problems": problems}
 
 
+def _message_key(message_id: str | None, role: str | None, digest: str,
+                 created_at: str) -> tuple[str, ...]:
+    if message_id:
+        return ("id", message_id)
+    return ("content", role or "", digest, created_at)
+
+
+CONTEXT_TURNS = 2  # turns on each side whose words help find a message
+
+
 def neighbours(records: list[Record], i: int) -> str:
-    """The text of the turns before and after record `i` of a session."""
+    """The text of the turns around record `i` of a session (it is indexed as context:
+    an answer's words are often in the question just before it)."""
     n = len(records)
     i = i % n
-    return " ".join(records[j].content for j in (i - 1, i + 1) if 0 <= j < n)
+    return " ".join(records[j].content for j in range(i - CONTEXT_TURNS, i + CONTEXT_TURNS + 1)
+                    if j != i and 0 <= j < n)
 
 
 def _clean_tags(tags: list[str]) -> list[str]:

@@ -32,6 +32,7 @@ def main() -> None:
     from mem.output import error_line
 
     debug = bool(os.environ.get("MEM_DEBUG"))
+    os.umask(0o077)  # whatever mem or a library creates is private to the user
     try:
         app(prog_name="mem")
     except MemError as exc:

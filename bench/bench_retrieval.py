@@ -1,0 +1,135 @@
+"""Retrieval quality on LoCoMo: turn-level Recall@5/10/25 per category and overall
+(categories 1-4), mem against a stemmed BM25 baseline (SQLite FTS5, porter tokenizer,
+question words OR-ed) computed in the same run over the same turns."""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from common import report
+from locomo import CATEGORIES, Conversation, load
+
+KS = (5, 10, 25)
+TARGET_R10 = 62.8
+
+
+def baseline_ranker(conv: Conversation) -> Callable[[str], list[str]]:
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE VIRTUAL TABLE turns USING fts5(dia_id UNINDEXED, text, "
+               "tokenize='porter')")
+    db.executemany("INSERT INTO turns VALUES (?, ?)", [(t.dia_id, t.text) for t in conv.turns])
+
+    def rank(question: str) -> list[str]:
+        words = re.findall(r"\w+", question)
+        if not words:
+            return []
+        match = " OR ".join(f'"{w}"' for w in words)
+        rows = db.execute("SELECT dia_id FROM turns WHERE turns MATCH ? ORDER BY rank "
+                          "LIMIT ?", (match, max(KS))).fetchall()
+        return [r[0] for r in rows]
+
+    return rank
+
+
+def mem_ranker(conv: Conversation, base: Path) -> tuple[Callable[[str], list[str]], float]:
+    from mem.config import resolve
+    from mem.records import Filters
+    from mem.search import search
+    from mem.vault import NewMessage, Vault
+
+    vault = Vault(resolve(user=conv.sample_id))
+    started = time.perf_counter()
+    sessions: dict[str, list[NewMessage]] = {}
+    for t in conv.turns:
+        sessions.setdefault(t.session, []).append(
+            NewMessage(content=t.text, role=t.speaker, message_id=t.dia_id,
+                       created_at=t.created_at))
+    for session, messages in sessions.items():
+        vault.add_messages(session, messages)
+    ingest_s = time.perf_counter() - started
+
+    def rank(question: str) -> list[str]:
+        doc = search(vault, question, Filters(limit=max(KS)))
+        return [r["message_id"] for r in doc["results"]]
+
+    return rank, ingest_s
+
+
+def evaluate(name: str, rankers: dict[str, Callable[[str], list[str]]],
+             conversations: list[Conversation]) -> dict[str, dict[str, float]]:
+    recalls: dict[str, dict[tuple[int, int], list[float]]] = {n: {} for n in rankers}
+    latencies: dict[str, list[float]] = {n: [] for n in rankers}
+    for conv in conversations:
+        for q in conv.questions:
+            for n, rank in rankers.items():
+                started = time.perf_counter()
+                ranked = rank(f"{conv.sample_id}\x00{q.text}")
+                latencies[n].append(time.perf_counter() - started)
+                for k in KS:
+                    hit = len(q.evidence & set(ranked[:k])) / len(q.evidence)
+                    recalls[n].setdefault((q.category, k), []).append(hit)
+    out: dict[str, dict[str, float]] = {}
+    for n in rankers:
+        row: dict[str, float] = {}
+        for k in KS:
+            every: list[float] = []
+            for cat in CATEGORIES:
+                values = recalls[n].get((cat, k), [])
+                every += values
+                row[f"cat{cat} R@{k}"] = 100 * statistics.fmean(values) if values else 0.0
+            row[f"R@{k}"] = 100 * statistics.fmean(every)
+        row["median query ms"] = 1000 * statistics.median(latencies[n])
+        out[n] = row
+    return out
+
+
+def main() -> dict[str, object]:
+    conversations = load()
+    base = Path(tempfile.mkdtemp(prefix="mem-locomo-"))
+    os.environ.update(MEM_VAULT=str(base / "vault"), MEM_CONFIG_DIR=str(base / "config"))
+    for var in ("MEM_KEY_FILE", "MEM_KEY_COMMAND", "MEM_MASTER_KEY", "MEM_ORG"):
+        os.environ.pop(var, None)
+    from mem.config import resolve
+    from mem.vault import init
+
+    init(resolve(user="bench"))
+    baseline = {c.sample_id: baseline_ranker(c) for c in conversations}
+    mems, ingest_total = {}, 0.0
+    for c in conversations:
+        mems[c.sample_id], seconds = mem_ranker(c, base)
+        ingest_total += seconds
+
+    def dispatch(table: dict[str, Callable[[str], list[str]]]) -> Callable[[str], list[str]]:
+        def rank(key: str) -> list[str]:
+            sample, _, question = key.partition("\x00")
+            return table[sample](question)
+        return rank
+
+    results = evaluate("locomo", {"bm25 (fts5 porter)": dispatch(baseline),
+                                  "mem": dispatch(mems)}, conversations)
+    questions = sum(len(c.questions) for c in conversations)
+    turns = sum(len(c.turns) for c in conversations)
+    print(f"{len(conversations)} conversations, {turns} turns, {questions} questions "
+          f"(categories 1-4); mem ingest {ingest_total:.1f} s")
+    cols = [f"R@{k}" for k in KS] + [f"cat{c} R@10" for c in CATEGORIES] + ["median query ms"]
+    print(f"{'':<22}" + "".join(f"{c:>14}" for c in cols))
+    for name, row in results.items():
+        print(f"{name:<22}" + "".join(f"{row[c]:>14.1f}" for c in cols))
+    delta = results["mem"]["R@10"] - results["bm25 (fts5 porter)"]["R@10"]
+    print(f"mem R@10 - baseline R@10 = {delta:+.1f} points "
+          f"(categories: {', '.join(f'{k}={v}' for k, v in CATEGORIES.items())})")
+    doc = {"conversations": len(conversations), "turns": turns, "questions": questions,
+           "results": results, "ingest_seconds": ingest_total}
+    report("retrieval", doc)
+    return doc
+
+
+if __name__ == "__main__":
+    main()

@@ -141,6 +141,21 @@ def truncate_to(path: Path, size: int) -> None:
         raise _storage_error(path, exc) from exc
 
 
+def remove(path: Path) -> None:
+    """Delete a file, then try to make that durable (a missing file is fine).
+
+    A failing directory fsync is left for the write that follows to report: it names
+    the file the user was writing, not this one."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _storage_error(path, exc) from exc
+    with contextlib.suppress(OSError):
+        fsync_dir(path.parent)
+
+
 def remove_stale_temps(directory: Path) -> None:
     """Remove temp files left by a writer that was killed before its rename."""
     with contextlib.suppress(OSError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,12 @@ class UserStore:
         self.dir = root / org / user
         self._deks: dict[int, bytes] = {}
         self._record_keys: dict[int, bytes] = {}
+        # Called before any content file changes (the vault marks its index stale there).
+        self.on_change: Callable[[], None] | None = None
+
+    def _changing(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     # --- layout ------------------------------------------------------------------------
 
@@ -178,6 +184,7 @@ class UserStore:
         return doc
 
     def write_doc(self, relpath: str, doc: dict[str, Any], epoch: int) -> None:
+        self._changing()
         plain = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
         blob = crypto.seal_file(self.record_key(epoch), epoch, self.org, self.user, relpath, plain)
         fsio.atomic_write(self.path(relpath), blob)
@@ -207,6 +214,7 @@ class UserStore:
         """
         if not records:
             return []
+        self._changing()
         lines = [self.seal_record(relpath, r) for r in records]
         offset = fsio.append_line(self.path(relpath), b"".join(lines))
         offsets = []
@@ -283,24 +291,12 @@ class UserStore:
                 raise DataError(f"{self._name(relpath)} line {problem.line}: {problem.problem}")
         return scan
 
-    def fingerprint(self) -> str:
-        """Sizes and times of every content file: changes whenever any record changes."""
-        import hashlib
-
-        parts = []
-        for rel in [CLAUDE_MD, PREFERENCES, *self.line_files(), *self.line_files(True)]:
-            try:
-                st = self.path(rel).stat()
-            except FileNotFoundError:
-                continue
-            parts.append(f"{rel}\t{st.st_size}\t{st.st_mtime_ns}\t{st.st_ino}")
-        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
-
     def repair_tail(self, relpath: str) -> bool:
         """Drop a torn last line (caller holds the lock). True when something was cut."""
         path = self.path(relpath)
         scan = self.scan_lines(relpath)
         if path.exists() and any(p.torn_tail for p in scan.problems):
+            self._changing()
             fsio.truncate_to(path, scan.good_size)
             return True
         return False

@@ -159,9 +159,11 @@ class Vault:
                 self.audit.append("user.create", key_version=1)
             fresh = self._index_fresh()
             self._pending = []
+            self.store.on_change = self._mark_index_stale
             try:
                 yield self.store
             finally:
+                self.store.on_change = None
                 pending, self._pending = self._pending, []
             self._sync_index(fresh, pending)
 
@@ -181,14 +183,21 @@ class Vault:
         return self.store.path(INDEX) / STAMP_FILE
 
     def _index_fresh(self) -> bool:
+        """The index is current when it opens and its stamp is there. Writers remove the
+        stamp before they change a content file and write it back after the index commit,
+        so a crash in between leaves no stamp and the next reader rebuilds."""
         from mem.index import IndexUnavailable
 
+        if not self._stamp_path().exists():
+            return False
         try:
             self.search_index().open()
-            stamp = self._stamp_path().read_text()
-        except (IndexUnavailable, OSError):
+        except IndexUnavailable:
             return False
-        return stamp == self.store.fingerprint()
+        return True
+
+    def _mark_index_stale(self) -> None:
+        fsio.remove(self._stamp_path())
 
     def _index_upsert(self, located: Located) -> None:
         self._pending.append(("upsert", located))
@@ -210,7 +219,7 @@ class Vault:
                             w.upsert(item.record, item.loc, item.context)
                         else:
                             w.delete(item)
-            fsio.atomic_write(self._stamp_path(), self.store.fingerprint().encode())
+            self._write_stamp()
         except Exception:
             with contextlib.suppress(OSError):
                 self._stamp_path().unlink()
@@ -221,8 +230,11 @@ class Vault:
         """Rebuild the index from the vault (caller holds the lock). Returns the doc count."""
         index = self.search_index()
         count = index.build((x.record, x.loc, x.context) for x in self.located(True))
-        fsio.atomic_write(self._stamp_path(), self.store.fingerprint().encode())
+        self._write_stamp()
         return count
+
+    def _write_stamp(self) -> None:
+        fsio.atomic_write(self._stamp_path(), now_iso().encode())
 
     def ready_index(self) -> SearchIndex:
         """The index, rebuilt first (under the lock) when missing, corrupt or stale."""

@@ -1,0 +1,83 @@
+"""Generated files are fresh, and every command documents itself.
+
+completions/ and docs/cli.md are produced by scripts/generate.py from the installed
+`mem`; when a command, an option or a help text changes they must be regenerated
+(`make completions`), or this test fails.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from mem.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATOR = ROOT / "scripts" / "generate.py"
+# Options Typer adds by itself; their help is Typer's.
+BUILTIN = {"help", "install_completion", "show_completion"}
+
+
+def run_generator(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(GENERATOR), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def commands() -> Iterator[tuple[str, Any]]:
+    def walk(command: Any, path: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+        yield " ".join(("mem", *path)), command
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, (*path, name))
+
+    yield from walk(typer.main.get_command(app), ())
+
+
+def test_generated_files_are_fresh() -> None:
+    result = run_generator("--check")
+    assert result.returncode == 0, (
+        "generated files are stale; run `make completions`:\n" + result.stderr
+    )
+
+
+def test_check_mode_lists_stale_files_and_writes_nothing(tmp_path: Path) -> None:
+    written = run_generator("--output-dir", str(tmp_path))
+    assert written.returncode == 0, written.stderr
+    for rel in ("docs/cli.md", "completions/mem.bash", "completions/mem.zsh",
+                "completions/mem.fish"):
+        assert (tmp_path / rel).stat().st_size > 0, rel
+    assert run_generator("--check", "--output-dir", str(tmp_path)).returncode == 0
+
+    (tmp_path / "completions" / "mem.fish").write_text("# stale\n")
+    (tmp_path / "docs" / "cli.md").unlink()
+    result = run_generator("--check", "--output-dir", str(tmp_path))
+    assert result.returncode == 1
+    assert "completions/mem.fish" in result.stderr and "docs/cli.md" in result.stderr
+    assert "completions/mem.bash" not in result.stderr
+    assert (tmp_path / "completions" / "mem.fish").read_text() == "# stale\n"
+    assert not (tmp_path / "docs" / "cli.md").exists()
+
+
+def test_cli_reference_covers_every_command() -> None:
+    doc = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    for name, command in commands():
+        if not getattr(command, "hidden", False):
+            assert f"\n## {name}\n" in doc, f"{name} is missing from docs/cli.md"
+
+
+@pytest.mark.parametrize("name", [name for name, _ in commands()])
+def test_every_command_has_help(name: str) -> None:
+    command = dict(commands())[name]
+    text = (command.help or command.short_help or "").strip()
+    assert text, f"`{name}` has no help text"
+    for param in command.params:
+        if param.name in BUILTIN:
+            continue
+        assert (getattr(param, "help", None) or "").strip(), (
+            f"`{name}` parameter {param.name!r} has no help text"
+        )

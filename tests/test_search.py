@@ -1,0 +1,1001 @@
+"""Search (SPEC §5, §6): an index without plaintext, queries, filters, and an index that
+repairs itself. Every check here is built so that it can fail: the plaintext checks are
+run against a plaintext control index too, and must find the canaries there."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tantivy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pytest_console_scripts import ScriptRunner
+
+from mem import fsio
+from mem.config import resolve
+from mem.errors import Busy, UsageError
+from mem.records import CATEGORIES, TYPES, Filters, Record, now_iso, parse_time, uuid7
+from mem.search import search
+from mem.vault import NewMessage, Vault, init
+
+from .conftest import open_as
+
+RESULT_FIELDS = {"memory_id", "category", "type", "content", "snippet", "score", "tags",
+                 "created_at", "session_id", "message_id"}
+DOC_FIELDS = {"results", "total_searched", "query_time_ms"}
+TEXT_FIELDS = ("id", "body", "ctx", "type", "category", "tag", "session", "loc")
+HASHED_FIELDS = ("body", "ctx", "tag", "session")
+STORED_FIELDS = {"id", "type", "category", "created", "loc"}
+HEX128 = re.compile(r"[0-9a-f]{32}")
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+LOC = re.compile(r"CLAUDE\.md|preferences\.json|(sessions|archive)/[^/@]+\.jsonl@\d+")
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def ids(doc: dict[str, Any]) -> list[str]:
+    return [r["memory_id"] for r in doc["results"]]
+
+
+def contents(doc: dict[str, Any]) -> list[str]:
+    return [r["content"] for r in doc["results"]]
+
+
+def fresh_vault() -> Vault:
+    """A new Vault object: nothing cached from earlier calls (like a new `mem` process)."""
+    return Vault(resolve())
+
+
+def index_dir(vault: Vault) -> Path:
+    return vault.store.path("index")
+
+
+def replace_bytes(path: Path, data: bytes) -> None:
+    """Overwrite a file through a new inode: Tantivy may still map the old one, and
+    truncating a mapped file in place would kill this process with SIGBUS."""
+    tmp = path.with_name(path.name + ".corrupting")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def stamp_is_fresh(vault: Vault) -> bool:
+    try:
+        stamp = (index_dir(vault) / "stamp").read_text()
+    except OSError:
+        return False
+    return stamp == vault.store.fingerprint()
+
+
+def indexed_ids(vault: Vault) -> set[str]:
+    """Every record id in the index, read with Tantivy directly (not through mem)."""
+    searcher = tantivy.Index.open(str(index_dir(vault))).searcher()
+    n = max(int(searcher.num_docs), 1)
+    hits = searcher.search(tantivy.Query.all_query(), n).hits
+    return {searcher.doc(addr).to_dict()["id"][0] for _, addr in hits}
+
+
+def wrong_modes(directory: Path) -> list[str]:
+    out = []
+    for path in [directory, *directory.rglob("*")]:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode != (0o700 if path.is_dir() else 0o600):
+            out.append(f"{path.name} {mode:04o}")
+    return out
+
+
+class Umask:
+    def __init__(self, mask: int) -> None:
+        self.mask = mask
+
+    def __enter__(self) -> None:
+        self.old = os.umask(self.mask)
+
+    def __exit__(self, *exc: object) -> None:
+        os.umask(self.old)
+
+
+# --- 1. no plaintext in the index -----------------------------------------------------------
+
+
+CANARY_WORDS = ["xylophonecanary", "quixoticzebra", "gloriouswombat", "flibbertigibbet",
+                "snorkelmango", "zanzibarquokka"]
+TAG_CANARIES = ["tagcanaryfrobnitz", "tagcanaryplumbus"]
+SESSION_CANARY = "sessioncanarymarmot"
+MESSAGE_ID_CANARY = "msgidcanarytardigrade"
+
+
+def canary_vault(vault: Vault) -> list[str]:
+    """Facts, preferences and messages (both write paths) holding canary words; returns
+    every content written."""
+    texts = [
+        ("My xylophonecanary collection is in the attic", "fact"),
+        ("Prefers quixoticzebra running shoes", "preference"),
+        ("Never mention flibbertigibbet in commit messages", "instruction"),
+    ]
+    for text, kind in texts:
+        vault.add(text, kind, tags=TAG_CANARIES)
+    messages = [
+        NewMessage("The gloriouswombat escaped again", "user", MESSAGE_ID_CANARY,
+                   "2024-05-01T10:00:00Z", tags=[TAG_CANARIES[0]]),
+        NewMessage("Try the snorkelmango recipe instead", "assistant", "m2",
+                   "2024-05-01T10:01:00Z"),
+    ]
+    vault.add_messages(SESSION_CANARY, messages)
+    vault.add("zanzibarquokka is the wifi name", "message", session=SESSION_CANARY,
+              tags=[TAG_CANARIES[1]])
+    return [t for t, _ in texts] + [m.content for m in messages] + \
+        ["zanzibarquokka is the wifi name"]
+
+
+def enumerate_index(path: Path) -> tuple[dict[str, list[str]], list[dict[str, list[Any]]]]:
+    """Every term of every text field (the term dictionary, deleted documents' terms
+    included) and every stored value of every live document, from Tantivy itself."""
+    index = tantivy.Index.open(str(path))
+    searcher = index.searcher()
+    terms: dict[str, list[str]] = {}
+    for field in TEXT_FIELDS:
+        try:
+            terms[field] = [t for t, _ in searcher.terms_with_prefix(field, "")]
+        except ValueError:  # a field the (control) schema does not have
+            continue
+    n = max(int(searcher.num_docs), 1)
+    docs = [searcher.doc(addr).to_dict()
+            for _, addr in searcher.search(tantivy.Query.all_query(), n).hits]
+    return terms, docs
+
+
+def plaintext_findings(path: Path, needles: list[str],
+                       allowed: Callable[[str, str], bool] = lambda field, value: False,
+                       ) -> list[str]:
+    """Where any needle (case-insensitive) occurs in the index's terms or stored values."""
+    terms, docs = enumerate_index(path)
+    lowered = [n.lower() for n in needles]
+    found = []
+    for field, values in terms.items():
+        for value in values:
+            for needle in lowered:
+                if needle in str(value).lower() and not allowed(field, str(value)):
+                    found.append(f"term {field}:{value!r} holds {needle!r}")
+    for doc in docs:
+        for field, values in doc.items():
+            for value in values:
+                for needle in lowered:
+                    if needle in str(value).lower() and not allowed(field, str(value)):
+                        found.append(f"stored {field}={value!r} holds {needle!r}")
+    return found
+
+
+def canary_needles(vault: Vault) -> list[str]:
+    analyzer = vault.search_index().analyzer
+    needles = [*TAG_CANARIES, MESSAGE_ID_CANARY]
+    for word in CANARY_WORDS:
+        needles.append(word)
+        needles += analyzer.tokens(word)  # the stem, e.g. xylophonecanari
+    return needles
+
+
+def session_only_in_loc(field: str, value: str) -> bool:
+    # Documented leakage (docs/security.md): a session line's location names its session
+    # file, exactly as the file name on disk does. Nowhere else may the session id appear.
+    return field == "loc" and bool(LOC.fullmatch(value)) and value.startswith("sessions/")
+
+
+def test_index_holds_no_plaintext_terms_or_values(vault: Vault) -> None:
+    texts = canary_vault(vault)
+    path = index_dir(vault)
+    assert stamp_is_fresh(vault)
+    needles = canary_needles(vault)
+    assert plaintext_findings(path, needles) == []
+    findings = plaintext_findings(path, [SESSION_CANARY])
+    assert findings and all(f.startswith(("term loc:", "stored loc=")) for f in findings)
+    assert plaintext_findings(path, [SESSION_CANARY], session_only_in_loc) == []
+
+    # The shape of everything in the index: opaque tokens, ids and non-sensitive metadata.
+    terms, docs = enumerate_index(path)
+    assert len(docs) == 6
+    for field in HASHED_FIELDS:
+        assert terms[field], field
+        assert [t for t in terms[field] if not HEX128.fullmatch(t)] == [], field
+    assert all(UUID.fullmatch(t) for t in terms["id"])
+    assert set(terms["type"]) <= set(TYPES) and set(terms["category"]) <= set(CATEGORIES)
+    assert all(LOC.fullmatch(t) for t in terms["loc"])
+    for doc in docs:
+        assert set(doc) <= STORED_FIELDS
+        assert LOC.fullmatch(doc["loc"][0]) and UUID.fullmatch(doc["id"][0])
+
+
+def test_index_has_no_document_for_any_plaintext_stem(vault: Vault) -> None:
+    texts = canary_vault(vault)
+    analyzer = vault.search_index().analyzer
+    searcher = tantivy.Index.open(str(index_dir(vault))).searcher()
+    stems = {s for text in texts for s in analyzer.tokens(text)}
+    stems |= {"user", "assistant", "may", "2024", "wednesday"}  # roles and date words
+    assert len(stems) > 25
+    for stem in sorted(stems):
+        for field in ("body", "ctx"):
+            assert searcher.doc_freq(field, stem) == 0, (field, stem)
+    # The lookups do work: the keyed hashes of the same stems are there.
+    for word in CANARY_WORDS:
+        (stem,) = analyzer.tokens(word)
+        assert searcher.doc_freq("body", analyzer.hash(stem)) >= 1, word
+    for stem in ("user", "assistant", "may", "wednesday"):
+        assert searcher.doc_freq("body", analyzer.hash(stem)) >= 1, stem
+    assert searcher.doc_freq("ctx", analyzer.hash("gloriouswombat")) >= 1  # a neighbour
+    for tag in TAG_CANARIES:
+        assert searcher.doc_freq("tag", tag) == 0
+        assert searcher.doc_freq("tag", analyzer.opaque("tag", tag)) >= 3
+    assert searcher.doc_freq("session", SESSION_CANARY) == 0
+    assert searcher.doc_freq("session", analyzer.opaque("session", SESSION_CANARY)) == 3
+
+
+def build_plaintext_control(path: Path, vault: Vault) -> None:
+    """The index a naive implementation would build: plain English-stemmed text, raw tags
+    and session ids, stored content."""
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("id", stored=True, tokenizer_name="raw")
+    sb.add_text_field("body", stored=True, tokenizer_name="en_stem", index_option="position")
+    sb.add_text_field("tag", tokenizer_name="raw")
+    sb.add_text_field("session", tokenizer_name="raw")
+    path.mkdir()
+    index = tantivy.Index(sb.build(), path=str(path))
+    writer = index.writer(heap_size=15_000_000, num_threads=1)
+    for x in vault.located(True):
+        doc = tantivy.Document(id=x.record.memory_id, body=x.record.content)
+        for tag in x.record.tags:
+            doc.add_text("tag", tag)
+        if x.record.session_id:
+            doc.add_text("session", x.record.session_id)
+        writer.add_document(doc)
+    writer.commit()
+    writer.wait_merging_threads()
+
+
+def test_the_plaintext_checks_catch_a_plaintext_index(vault: Vault, tmp_path: Path) -> None:
+    """Control: the same enumeration and lookups, on a plaintext index, find every canary."""
+    canary_vault(vault)
+    control = tmp_path / "control-index"
+    build_plaintext_control(control, vault)
+    analyzer = vault.search_index().analyzer
+    findings = plaintext_findings(control, canary_needles(vault))
+    for word in CANARY_WORDS + TAG_CANARIES:
+        assert any(repr(word) in f or word in f for f in findings), word
+    assert any(f.startswith("term body:'xylophonecanari'") for f in findings)  # the stem
+    assert any(f.startswith("stored body=") for f in findings)
+    assert plaintext_findings(control, [SESSION_CANARY], session_only_in_loc) != []
+    searcher = tantivy.Index.open(str(control)).searcher()
+    for word in CANARY_WORDS:
+        (stem,) = analyzer.tokens(word)
+        assert searcher.doc_freq("body", stem) >= 1, word
+    terms, _ = enumerate_index(control)
+    assert [t for t in terms["body"] if not HEX128.fullmatch(t)] != []
+
+
+def test_index_files_hold_no_canary_bytes(vault: Vault) -> None:
+    """The weak check (SPEC §5: grepping proves little), kept as a tripwire."""
+    canary_vault(vault)
+    needles: list[bytes] = []
+    for word in canary_needles(vault) + [SESSION_CANARY]:
+        for variant in (word, word.upper(), word.capitalize()):
+            needles += [variant.encode(), variant.encode("utf-16-le")]
+    files = [p for p in index_dir(vault).rglob("*") if p.is_file()]
+    assert len(files) >= 6
+    for path in files:
+        data = path.read_bytes()
+        assert [n for n in needles if n in data] == [], path.name
+    leftovers = [p.name for p in index_dir(vault).parent.iterdir()
+                 if p.name.startswith("index.")]
+    assert leftovers == []
+
+
+# --- shared corpus for queries, filters and properties ---------------------------------------
+
+
+class Corpus:
+    def __init__(self, vault: Vault) -> None:
+        self.vault = vault
+        self.ids: dict[str, str] = {}
+
+    def add(self, name: str, text: str, kind: str = "fact", **kw: Any) -> str:
+        result = self.vault.add(text, kind, **kw)
+        assert not result.deduplicated
+        self.ids[name] = result.record.memory_id
+        return result.record.memory_id
+
+
+def archive_records(vault: Vault, session: str, texts: list[tuple[str, str, list[str]]]) -> None:
+    """Records in archive/ (compaction's output), written through the store and indexed
+    by a rebuild (compaction itself does not exist yet)."""
+    with vault.writing() as store:
+        epoch = store.current_epoch()
+        records = [Record(memory_id=uuid7(), org_id="default", user_id="alice", type="message",
+                          content=text, content_hash="h", category="conversation", tags=tags,
+                          session_id=session, role="user", created_at=created,
+                          updated_at=created, key_version=epoch)
+                   for text, created, tags in texts]
+        store.append_records(store.session_relpath(session, archived=True), records)
+        vault.rebuild_index()
+
+
+def build_corpus(vault: Vault) -> Corpus:
+    c = Corpus(vault)
+    c.add("dog", "My dog is called Luna", tags=["pets", "family"])
+    c.add("d1", "What is the time? It is what it is, and that is that", tags=["pets"])
+    c.add("d2", "The name of the street is on the sign by the door")
+    c.add("d3", "Is it the case that there is what there was?", "context", tags=["family"])
+    c.add("d4", "Which of these is the one that you would have been", "pattern")
+    c.add("runs", "He runs along the river every morning", tags=["sport"])
+    c.add("running", "I was running late for the train", "summary")
+    c.add("ran", "She ran a marathon last spring", tags=["sport", "pets"])
+    c.add("tea", "Prefers green tea in the afternoon", "preference")
+    c.add("coffee", "Prefers black coffee in the afternoon", "preference", supersedes=c.ids["tea"])
+    c.add("old", "Deploys happen on Tuesday", tags=["work"])
+    c.add("new", "Deploys happen on Thursday", "correction", supersedes=c.ids["old"],
+          tags=["work"])
+    c.add("instr", "Always answer in British English", "instruction", tags=["family", "work"])
+    vault.add_messages("s1", [
+        NewMessage("we should mock the clock in the scheduler tests", "user", "a1",
+                   "2024-05-01T10:00:00Z", tags=["work"]),
+        NewMessage("the clock will mock you, and mock the tests too", "assistant", "a2",
+                   "2024-05-02T10:00:00Z"),
+        NewMessage("mock clock frameworks are plentiful", "user", "a3",
+                   "2024-05-03T10:00:00Z", tags=["work", "pets"]),
+    ])
+    vault.add_messages("s2", [
+        NewMessage("Luna chewed the sofa cushion", "user", "b1", "2024-06-01T09:00:00Z",
+                   tags=["pets"]),
+        NewMessage("Maybe get Luna a chew toy", "assistant", "b2", "2024-06-01T09:05:00Z"),
+    ])
+    c.add("msg", "the dog park opens at nine", "message", session="s2", tags=["pets"])
+    archive_records(vault, "s0", [
+        ("Luna was adopted in March", "2023-03-10T08:00:00Z", ["pets"]),
+        ("we used to mock the clock with freezegun", "2023-03-11T08:00:00Z", ["work"]),
+    ])
+    for r in vault.located(True):
+        c.ids.setdefault(r.record.message_id or r.record.content, r.record.memory_id)
+    return c
+
+
+@pytest.fixture
+def corpus(vault: Vault) -> Corpus:
+    return build_corpus(vault)
+
+
+# --- 2. properties ------------------------------------------------------------------------------
+
+
+OPERATOR_TEXT = st.lists(
+    st.sampled_from(['"', "'", ":", "(", ")", "AND", "OR", "NOT", "+", "-", "^", "~", "*",
+                     "?", "\\", "/", "[", "]", "{", "}", "!", "::", "TO", "body:", "id:",
+                     "dog", "luna", "mock", "the", "clock", "é", "\x00", "\u200b", "🐕",
+                     "what", "is", "x" * 60, " ", "\n", "\t"]),
+    max_size=12,
+).map("".join)
+QUERIES = st.one_of(st.text(), OPERATOR_TEXT, st.text(alphabet=st.characters(
+    codec="utf-8", exclude_categories=("Cs",))))
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                 HealthCheck.too_slow])
+@given(text=QUERIES, limit=st.integers(1, 25), include=st.booleans())
+def test_any_query_returns_the_spec_shape(corpus: Corpus, text: str, limit: int,
+                                          include: bool) -> None:
+    vault = corpus.vault
+    filters = Filters(limit=limit, include_archive=include, include_superseded=include)
+    doc = search(vault, text, filters)
+    assert set(doc) == DOC_FIELDS
+    assert isinstance(doc["total_searched"], int) and doc["total_searched"] == 23
+    assert isinstance(doc["query_time_ms"], float) and doc["query_time_ms"] >= 0
+    results = doc["results"]
+    assert len(results) <= limit
+    assert len(set(ids(doc))) == len(results)
+    eligible = {r.memory_id: r for r in vault.list_records(Filters(
+        limit=1000, include_archive=include, include_superseded=include))}
+    for r in results:
+        assert set(r) == RESULT_FIELDS
+        assert r["memory_id"] in eligible
+        record = eligible[r["memory_id"]]
+        assert (r["content"], r["type"], r["category"], r["tags"], r["created_at"],
+                r["session_id"], r["message_id"]) == (
+            record.content, record.type, record.category, record.tags, record.created_at,
+            record.session_id, record.message_id)
+        assert isinstance(r["score"], float) and math.isfinite(r["score"])
+        assert isinstance(r["snippet"], str) and len(r["snippet"]) <= 162
+        assert "\n" not in r["snippet"]
+    scores = [r["score"] for r in results]
+    assert scores == sorted(scores, reverse=True)
+
+
+def time_points() -> list[datetime | None]:
+    base = [parse_time(t) for t in ("2023-03-10T08:00:00Z", "2023-03-11T08:00:00Z",
+                                    "2024-05-01T10:00:00Z", "2024-05-02T10:00:00Z",
+                                    "2024-06-01T09:05:00Z", "2024-01-01")]
+    return [None, *base, *(b + timedelta(microseconds=1) for b in base[:3]),
+            datetime.now(UTC) - timedelta(days=1), datetime.now(UTC) + timedelta(days=1)]
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                 HealthCheck.too_slow])
+@given(
+    types=st.lists(st.sampled_from(TYPES), max_size=3, unique=True),
+    categories=st.lists(st.sampled_from(CATEGORIES), max_size=2, unique=True),
+    tags=st.lists(st.sampled_from(["pets", "family", "sport", "work", "nosuchtag"]),
+                  max_size=2),
+    session=st.sampled_from([None, "s0", "s1", "s2", "nosuch"]),
+    after=st.sampled_from(time_points()), before=st.sampled_from(time_points()),
+    include_archive=st.booleans(), include_superseded=st.booleans(),
+    text=st.sampled_from(["", "luna", "mock the clock", '"mock the clock"', "prefers",
+                          "what is the name of my dog?", "deploys"]),
+)
+def test_filters_agree_with_list(corpus: Corpus, types: list[str], categories: list[str],
+                                 tags: list[str], session: str | None,
+                                 after: datetime | None, before: datetime | None,
+                                 include_archive: bool, include_superseded: bool,
+                                 text: str) -> None:
+    """`list` decrypts everything and filters in Python: the reference for the index."""
+    filters = Filters(types=types, categories=categories, tags=tags, session=session,
+                      after=after, before=before, include_archive=include_archive,
+                      include_superseded=include_superseded, limit=1000)
+    expected = [r.memory_id for r in corpus.vault.list_records(filters)]
+    doc = search(corpus.vault, text, filters)
+    if text == "":
+        assert ids(doc) == expected  # the same records, and newest first like list
+    else:
+        assert set(ids(doc)) <= set(expected)
+
+
+def test_filter_corpus_exercises_every_filter(corpus: Corpus) -> None:
+    """The property above is only as good as its corpus: each filter must matter."""
+    vault = corpus.vault
+    everything = len(vault.list_records(Filters(limit=1000, include_archive=True,
+                                                include_superseded=True)))
+    assert everything == 23
+    for f in (Filters(limit=1000), Filters(limit=1000, include_archive=True),
+              Filters(limit=1000, include_superseded=True), Filters(limit=1000, tags=["pets"]),
+              Filters(limit=1000, tags=["pets", "sport"]), Filters(limit=1000, session="s1"),
+              Filters(limit=1000, types=["message"]), Filters(limit=1000,
+                                                              categories=["preference"]),
+              Filters(limit=1000, after=parse_time("2024-05-02T10:00:00Z"))):
+        n = len(vault.list_records(f))
+        assert 0 < n < everything, f
+
+
+# --- 3. queries ---------------------------------------------------------------------------------
+
+
+def test_question_finds_the_answer_among_stopword_distractors(corpus: Corpus) -> None:
+    doc = search(corpus.vault, "What is the name of my dog?", Filters())
+    assert ids(doc)[0] == corpus.ids["dog"]
+    assert corpus.vault.search_index().analyzer.query_terms(
+        "What is the name of my dog?") == ["name", "dog"]
+    # Distractors made only of stopwords are not found at all.
+    for name in ("d1", "d3", "d4"):
+        assert corpus.ids[name] not in ids(doc)
+
+
+def test_a_query_of_only_stopwords_still_searches(corpus: Corpus) -> None:
+    doc = search(corpus.vault, "what is that", Filters())
+    assert ids(doc)[0] == corpus.ids["d1"]
+
+
+def test_english_stemming(corpus: Corpus) -> None:
+    running = search(corpus.vault, "running", Filters())
+    assert {corpus.ids["runs"], corpus.ids["running"]} <= set(ids(running))
+    runs = search(corpus.vault, "runs", Filters())
+    assert {corpus.ids["runs"], corpus.ids["running"]} <= set(ids(runs))
+    # The Porter stemmer does not know irregular forms: "ran" is not "run".
+    assert corpus.ids["ran"] not in ids(running)
+    assert search(corpus.vault, "ran", Filters())["results"][0]["memory_id"] == corpus.ids["ran"]
+    assert "Luna" in contents(search(corpus.vault, "DOGS", Filters()))[0]
+
+
+def test_quoted_phrase_matches_only_that_phrase(corpus: Corpus) -> None:
+    phrase = search(corpus.vault, '"mock the clock"', Filters(limit=50))
+    assert contents(phrase) == ["we should mock the clock in the scheduler tests"]
+    words = search(corpus.vault, "mock the clock", Filters(limit=50))
+    assert len(words["results"]) == 3  # without quotes, the other orders match too
+    archived = search(corpus.vault, '"mock the clock"', Filters(include_archive=True))
+    assert set(contents(archived)) == {"we should mock the clock in the scheduler tests",
+                                       "we used to mock the clock with freezegun"}
+    assert search(corpus.vault, '"clock the mock"', Filters())["results"] == []
+    mixed = search(corpus.vault, '"mock the clock" scheduler', Filters())
+    assert contents(mixed)[0] == "we should mock the clock in the scheduler tests"
+
+
+def test_empty_query_lists_most_recent_first(corpus: Corpus) -> None:
+    vault = corpus.vault
+    latest = corpus.add("latest", "The very latest thing")
+    doc = search(vault, "", Filters(limit=5))
+    assert ids(doc)[0] == latest
+    assert len(doc["results"]) == 5
+    times = [parse_time(r["created_at"]) for r in search(vault, "", Filters(limit=100))[
+        "results"]]
+    assert times == sorted(times, reverse=True) and len(times) == 19
+    assert ids(doc) == [r.memory_id for r in vault.list_records(Filters(limit=5))]
+    assert all(r["score"] == 0.0 for r in doc["results"])
+
+
+def test_limit_caps_results(corpus: Corpus) -> None:
+    for limit in (1, 2, 7):
+        assert len(search(corpus.vault, "the", Filters(limit=limit))["results"]) == limit
+        assert len(search(corpus.vault, "", Filters(limit=limit))["results"]) == limit
+    assert len(search(corpus.vault, "luna", Filters(limit=1))["results"]) == 1
+    with pytest.raises(UsageError):
+        Filters(limit=0)
+
+
+def test_after_and_before(corpus: Corpus) -> None:
+    vault = corpus.vault
+    may2 = parse_time("2024-05-02T10:00:00Z")
+    after = search(vault, "mock clock", Filters(after=may2))
+    assert set(contents(after)) == {"the clock will mock you, and mock the tests too",
+                                    "mock clock frameworks are plentiful"}  # inclusive
+    before = search(vault, "mock clock", Filters(before=may2))
+    assert contents(before) == ["we should mock the clock in the scheduler tests"]  # exclusive
+    window = search(vault, "", Filters(after=parse_time("2024-05-01T10:00:00Z"),
+                                       before=parse_time("2024-06-01T09:05:00Z")))
+    assert [r["message_id"] for r in window["results"]] == ["b1", "a3", "a2", "a1"]
+    assert search(vault, "", Filters(after=may2, before=may2))["results"] == []
+
+
+def test_tags_are_anded(corpus: Corpus) -> None:
+    vault = corpus.vault
+    both = search(vault, "", Filters(tags=["pets", "family"], limit=50))
+    assert ids(both) == [corpus.ids["dog"]]
+    one = search(vault, "", Filters(tags=["pets"], limit=50))
+    assert len(one["results"]) == 6 and all("pets" in r["tags"] for r in one["results"])
+    assert search(vault, "", Filters(tags=["pets", "nosuchtag"]))["results"] == []
+    assert ids(search(vault, "luna", Filters(tags=["family"]))) == [corpus.ids["dog"]]
+
+
+def test_session_filter(corpus: Corpus) -> None:
+    vault = corpus.vault
+    s2 = search(vault, "luna", Filters(session="s2"))
+    assert {r["session_id"] for r in s2["results"]} == {"s2"} and len(s2["results"]) == 2
+    assert search(vault, "luna", Filters(session="s1"))["results"] == []
+    everything = search(vault, "", Filters(session="s1", limit=50))
+    assert [r["message_id"] for r in everything["results"]] == ["a3", "a2", "a1"]
+    assert search(vault, "", Filters(session="S1"))["results"] == []  # exact match
+
+
+def test_superseded_left_out_unless_asked(corpus: Corpus) -> None:
+    vault = corpus.vault
+    default = search(vault, "prefers afternoon", Filters())
+    assert ids(default) == [corpus.ids["coffee"]]
+    both = search(vault, "prefers afternoon", Filters(include_superseded=True))
+    assert set(ids(both)) == {corpus.ids["coffee"], corpus.ids["tea"]}
+    assert ids(search(vault, "tuesday", Filters())) == []
+    assert ids(search(vault, "tuesday", Filters(include_superseded=True))) == [
+        corpus.ids["old"]]
+
+
+def test_archive_left_out_unless_asked(corpus: Corpus) -> None:
+    vault = corpus.vault
+    assert "Luna was adopted in March" not in contents(search(vault, "luna adopted",
+                                                              Filters()))
+    got = search(vault, "luna adopted", Filters(include_archive=True))
+    assert contents(got)[0] == "Luna was adopted in March"
+
+
+def test_result_shape(corpus: Corpus) -> None:
+    doc = search(corpus.vault, "luna", Filters())
+    assert set(doc) == DOC_FIELDS
+    assert doc["total_searched"] == len(corpus.vault.located(True))
+    first = doc["results"][0]
+    assert set(first) == RESULT_FIELDS
+    assert first["score"] > 0
+    message = next(r for r in doc["results"] if r["message_id"] == "b1")
+    assert message == {**message, "type": "message", "category": "conversation",
+                       "session_id": "s2", "tags": ["pets"],
+                       "created_at": "2024-06-01T09:00:00Z",
+                       "content": "Luna chewed the sofa cushion",
+                       "snippet": "Luna chewed the sofa cushion"}
+    fact = search(corpus.vault, "luna called", Filters())["results"][0]
+    assert fact["session_id"] is None and fact["message_id"] is None
+    assert fact["category"] == "learned_context" and fact["type"] == "fact"
+    json.dumps(doc)
+
+
+def test_snippet_of_a_long_record_holds_the_match(vault: Vault) -> None:
+    filler = " ".join(f"word{i}" for i in range(120))
+    text = f"{filler}\n\nthe zeppelin landed   safely\n{filler}"
+    vault.add(text, "fact")
+    for query in ("zeppelin", "Zeppelins", '"zeppelin landed"'):
+        result = search(vault, query, Filters())["results"][0]
+        assert result["content"] == text
+        snippet = result["snippet"]
+        assert "zeppelin landed safely" in snippet, query
+        assert snippet.startswith("…") and snippet.endswith("…")
+        assert len(snippet) <= 162 and "\n" not in snippet
+    start = search(vault, "word0", Filters())["results"][0]["snippet"]
+    assert start.startswith("word0 ") and start.endswith("…")
+
+
+def test_other_users_records_are_not_searched(vault: Vault) -> None:
+    vault.add("alice keeps bees", "fact")
+    bob = open_as("bob")
+    assert search(bob, "bees", Filters())["results"] == []
+    assert not bob.store.exists()  # a search creates nothing
+    bob.add("bob keeps goats", "fact")
+    assert contents(search(bob, "keeps", Filters())) == ["bob keeps goats"]
+    assert contents(search(vault, "keeps", Filters())) == ["alice keeps bees"]
+
+
+# --- 4. index maintenance -------------------------------------------------------------------
+
+
+def test_every_write_updates_the_index_without_a_rebuild(vault: Vault,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    vault.add("first record", "fact")
+
+    def no_rebuild() -> int:
+        raise AssertionError("writes must update the index, not rebuild it")
+
+    monkeypatch.setattr(vault, "rebuild_index", no_rebuild)
+    fact = vault.add("the giraffe is tall", "fact", tags=["zoo"]).record.memory_id
+    assert fact in indexed_ids(vault) and stamp_is_fresh(vault)  # before any search
+    assert ids(search(vault, "giraffe", Filters())) == [fact]
+    out = vault.add_messages("s1", [NewMessage("penguins waddle", "user", "p1"),
+                                    NewMessage("okapis are shy", "assistant", "p2")])
+    assert set(out["memory_ids"]) <= indexed_ids(vault)
+    assert contents(search(vault, "penguins", Filters())) == ["penguins waddle"]
+    msg = vault.add("narwhals have tusks", "message", session="s1").record.memory_id
+    assert ids(search(vault, "narwhal", Filters())) == [msg]
+    # A neighbour's words are indexed as context: an answer is found by its question.
+    assert "okapis are shy" in contents(search(vault, "penguins", Filters(limit=5)))
+    pref = vault.add("likes oolong", "preference", supersedes=fact).record.memory_id
+    assert ids(search(vault, "giraffe", Filters())) == []
+    assert ids(search(vault, "oolong", Filters())) == [pref]
+    assert indexed_ids(vault) == {x.record.memory_id for x in vault.located(True)}
+
+
+def test_deleted_index_is_rebuilt_with_the_same_results(corpus: Corpus,
+                                                        script_runner: ScriptRunner) -> None:
+    queries = ["luna", "What is the name of my dog?", '"mock the clock"', "", "prefers"]
+    before = {q: ids(search(corpus.vault, q, Filters(limit=50))) for q in queries}
+    shutil.rmtree(index_dir(corpus.vault))
+    vault = fresh_vault()
+    after = {q: ids(search(vault, q, Filters(limit=50))) for q in queries}
+    assert {q: set(v) for q, v in after.items()} == {q: set(v) for q, v in before.items()}
+    assert after["What is the name of my dog?"][0] == corpus.ids["dog"]
+    assert stamp_is_fresh(vault)
+    shutil.rmtree(index_dir(vault))
+    result = script_runner.run(["mem", "reindex", "--json"])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"documents": 23}
+    assert len(indexed_ids(vault)) == 23
+
+
+def corrupt_term_dict(directory: Path, where: str) -> bytes | None:
+    """A one-byte change to the (single) term dictionary that Tantivy accepts on opening
+    but fails on when queried ("query"), or panics on when opened ("open"). Found by
+    trying, on a scratch copy, so that it does not depend on the random index key."""
+    from mem.index import IndexUnavailable  # noqa: F401 - imported for its side: tantivy
+
+    (term,) = directory.glob("*.term")
+    pristine = term.read_bytes()
+    scratch = directory.with_name("scratch-index")
+    probe = tantivy.Query.all_query()
+    for back in range(1, min(len(pristine), 400)):
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.copytree(directory, scratch)
+        data = bytearray(pristine)
+        data[len(data) - back] ^= 0xFF
+        (scratch / term.name).write_bytes(bytes(data))
+        stage = "open"
+        try:
+            searcher = tantivy.Index.open(str(scratch)).searcher()
+            stage = "query"
+            for field in ("body", "superseded", "archived"):
+                searcher.search(tantivy.Query.boolean_query([
+                    (tantivy.Occur.Must, probe),
+                    (tantivy.Occur.MustNot, tantivy.Query.term_query(
+                        searcher_schema(scratch), field, 1 if field != "body" else "x"))]), 5)
+            stage = "ok"
+        except BaseException as exc:  # a Rust panic arrives as a BaseException
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            if stage == where:
+                shutil.rmtree(scratch, ignore_errors=True)
+                return bytes(data)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return None
+
+
+def searcher_schema(path: Path) -> Any:
+    return tantivy.Index.open(str(path)).schema
+
+
+def break_index(vault: Vault, how: str) -> None:
+    path = index_dir(vault)
+    segments = sorted(p for p in path.iterdir() if p.suffix in (".term", ".store", ".idx",
+                                                                  ".fast", ".pos",
+                                                                  ".fieldnorm"))
+    if how == "meta.json garbage":
+        replace_bytes(path / "meta.json", b"\x00\xffnot json at all")
+    elif how == "mem-index.json garbage":
+        replace_bytes(path / "mem-index.json", b'{"format": 0}')
+    elif how == "segment files garbage":
+        for p in segments:
+            replace_bytes(p, os.urandom(max(p.stat().st_size, 16)))
+    elif how == "segment files empty":
+        for p in segments:
+            replace_bytes(p, b"")
+    elif how == "segment file missing":
+        for p in segments:
+            if p.suffix == ".store":
+                p.unlink()
+    elif how == "stamp deleted":
+        (path / "stamp").unlink()
+    elif how == "stamp wrong":
+        replace_bytes(path / "stamp", b"0" * 64)
+    elif how == "index is a file":
+        shutil.rmtree(path)
+        path.write_bytes(b"not a directory")
+    elif how in ("term dict fails on query", "term dict panics on open"):
+        data = corrupt_term_dict(path, how.rsplit(" ", 1)[1])
+        if data is None:
+            pytest.skip(f"no single-byte change makes this Tantivy fail on {how}")
+        (term,) = path.glob("*.term")
+        replace_bytes(term, data)
+    else:
+        raise AssertionError(how)
+
+
+CORRUPTIONS = ["meta.json garbage", "mem-index.json garbage", "segment files garbage",
+               "segment files empty", "segment file missing", "stamp deleted", "stamp wrong",
+               "index is a file", "term dict fails on query", "term dict panics on open"]
+
+
+@pytest.mark.parametrize("how", CORRUPTIONS)
+def test_broken_index_is_rebuilt_on_the_next_search(corpus: Corpus, how: str) -> None:
+    corpus.vault.reindex()  # one segment, so the term-dictionary cases are well defined
+    queries = ["luna", '"mock the clock"', "", "what is the name of my dog?"]
+    expected = {q: set(ids(search(corpus.vault, q, Filters(limit=50)))) for q in queries}
+    break_index(corpus.vault, how)
+    vault = fresh_vault()
+    with Umask(0):  # whatever the umask, the rebuilt files are private
+        got = {q: set(ids(search(vault, q, Filters(limit=50)))) for q in queries}
+    assert got == expected
+    assert stamp_is_fresh(vault)
+    assert indexed_ids(vault) == {x.record.memory_id for x in vault.located(True)}
+    assert wrong_modes(index_dir(vault)) == []
+    leftovers = [p.name for p in index_dir(vault).parent.iterdir()
+                 if p.name.startswith("index.")]
+    assert leftovers == []
+
+
+def test_broken_index_does_not_break_the_cli(corpus: Corpus,
+                                             script_runner: ScriptRunner) -> None:
+    corpus.vault.reindex()
+    break_index(corpus.vault, "term dict fails on query")
+    for _ in range(2):
+        result = script_runner.run(["mem", "search", "luna", "--json"])
+        assert result.returncode == 0, result.stderr
+        assert "Luna" in json.loads(result.stdout)["results"][0]["content"]
+
+
+def test_index_files_stay_private_through_merges(vault: Vault) -> None:
+    """Many small commits make Tantivy merge segments in the background; the merged
+    segment's files must be 0600 too, whatever the umask (library callers such as the
+    benchmarks do not set mem's umask)."""
+    with Umask(0o022):
+        for i in range(12):
+            vault.add(f"fact number {i} about merging", "fact")
+            assert wrong_modes(index_dir(vault)) == [], i
+
+
+def test_rebuild_makes_private_files(vault: Vault) -> None:
+    vault.add("some fact", "fact")
+    with Umask(0):
+        assert vault.reindex() == {"documents": 1}
+    assert wrong_modes(index_dir(vault)) == []
+
+
+def test_records_written_behind_the_index_are_found(corpus: Corpus) -> None:
+    """A stale index (the vault changed, the index did not) is noticed and rebuilt."""
+    vault = corpus.vault
+    with fsio.locked(vault.store.lock_path, 2, "test"):
+        store = vault.store
+        stamp = now_iso()
+        record = Record(memory_id=uuid7(), org_id="default", user_id="alice", type="message",
+                        content="the okapi escaped", content_hash="h", category="conversation",
+                        session_id="s1", role="user", created_at=stamp, updated_at=stamp,
+                        key_version=store.current_epoch())
+        store.append_records(store.session_relpath("s1"), [record])
+    assert not stamp_is_fresh(vault)
+    assert ids(search(fresh_vault(), "okapi", Filters())) == [record.memory_id]
+    assert stamp_is_fresh(vault)
+
+
+def test_writes_while_the_stamp_is_wrong_rebuild(corpus: Corpus) -> None:
+    vault = corpus.vault
+    replace_bytes(index_dir(vault) / "stamp", b"stale")
+    shutil.rmtree(index_dir(vault))
+    index_dir(vault).mkdir()
+    (index_dir(vault) / "stamp").write_text(vault.store.fingerprint())  # a lying stamp
+    new = fresh_vault().add("the capybara is calm", "fact").record.memory_id
+    vault = fresh_vault()
+    assert ids(search(vault, "capybara", Filters())) == [new]
+    assert ids(search(vault, "what is the name of my dog", Filters()))[0] == corpus.ids["dog"]
+    assert indexed_ids(vault) == {x.record.memory_id for x in vault.located(True)}
+
+
+def test_moved_lines_with_a_matching_stamp_are_detected(corpus: Corpus) -> None:
+    """Lines reordered in a session file (authentic, each line alone) and a stamp that
+    matches anyway: a hit's location no longer holds its record, so search rebuilds."""
+    vault = corpus.vault
+    path = vault.store.path("sessions/s1.jsonl")
+    lines = path.read_bytes().splitlines(keepends=True)
+    replace_bytes(path, b"".join(reversed(lines)))
+    (index_dir(vault) / "stamp").write_text(vault.store.fingerprint())
+    got = search(fresh_vault(), "scheduler", Filters())
+    assert contents(got) == ["we should mock the clock in the scheduler tests"]
+    for r in search(fresh_vault(), "mock clock", Filters(limit=50))["results"]:
+        assert r["memory_id"] == corpus.ids[r["message_id"]]
+
+
+def hold_lock(vault: Vault, seconds: float, held: threading.Event) -> threading.Thread:
+    def run() -> None:
+        with fsio.locked(vault.store.lock_path, 5, "test holder"):
+            held.set()
+            time.sleep(seconds)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert held.wait(5)
+    return thread
+
+
+def test_a_write_waits_for_the_lock_then_lands_in_the_index(vault: Vault) -> None:
+    first = vault.add("the first record", "fact").record.memory_id
+    held = threading.Event()
+    thread = hold_lock(vault, 0.3, held)
+    other = subprocess.Popen([str(Path(sys.executable).parent / "mem"), "add",  # noqa: S603
+                              "the other process wrote this", "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = time.monotonic()
+    second = vault.add("the second record", "fact").record.memory_id
+    waited = time.monotonic() - started
+    thread.join()
+    out, err = other.communicate(timeout=30)
+    assert other.returncode == 0, err
+    assert waited >= 0.2
+    third = json.loads(out)["memory_id"]
+    vault = fresh_vault()
+    assert set(ids(search(vault, "record", Filters()))) == {first, second}
+    assert ids(search(vault, "other process", Filters())) == [third]
+    assert indexed_ids(vault) == {first, second, third} and stamp_is_fresh(vault)
+
+
+def test_reads_do_not_wait_for_a_writer(vault: Vault) -> None:
+    vault.add("the first record", "fact")
+    held = threading.Event()
+    thread = hold_lock(vault, 0.5, held)
+    started = time.monotonic()
+    assert contents(search(vault, "first", Filters())) == ["the first record"]
+    assert time.monotonic() - started < 0.4
+    thread.join()
+
+
+def test_a_lock_held_too_long_is_busy_and_changes_nothing(
+        vault: Vault, monkeypatch: pytest.MonkeyPatch) -> None:
+    vault.add("the first record", "fact")
+    monkeypatch.setenv("MEM_LOCK_TIMEOUT", "0.1")
+    impatient = fresh_vault()
+    held = threading.Event()
+    thread = hold_lock(vault, 0.5, held)
+    with pytest.raises(Busy):
+        impatient.add("never written", "fact")
+    thread.join()
+    assert contents(search(fresh_vault(), "", Filters())) == ["the first record"]
+
+
+# --- 5. the installed script ------------------------------------------------------------------
+
+
+def mem(script_runner: ScriptRunner, *args: str, stdin: str | None = None) -> Any:
+    kwargs: dict[str, Any] = {}
+    if stdin is not None:
+        kwargs["stdin"] = io.StringIO(stdin)
+    return script_runner.run(["mem", *args], **kwargs)
+
+
+def test_cli_search_prints_one_json_document(corpus: Corpus,
+                                             script_runner: ScriptRunner) -> None:
+    result = mem(script_runner, "search", "What is the name of my dog?", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)  # exactly one document, nothing else on stdout
+    assert set(doc) == DOC_FIELDS and doc["results"][0]["content"] == "My dog is called Luna"
+    assert all(set(r) == RESULT_FIELDS for r in doc["results"])
+    human = mem(script_runner, "search", "luna")
+    assert human.returncode == 0 and "Luna" in human.stdout
+    filtered = json.loads(mem(script_runner, "search", "--json", "--tag", "pets", "--tag",
+                              "family", "-n", "3", "--include-superseded").stdout)
+    assert [r["content"] for r in filtered["results"]] == ["My dog is called Luna"]
+    dated = json.loads(mem(script_runner, "search", "--json", "--session", "s1",
+                           "--after", "2024-05-02", "--before", "2024-05-03").stdout)
+    assert [r["message_id"] for r in dated["results"]] == ["a2"]
+
+
+@pytest.mark.parametrize("query", ['AND OR " ( :: ~ ^ *', "", '"', "body:x AND NOT id:*",
+                                   "\u00e9\u0301 \U0001f415 \x07", "-", "((((", "x" * 5000])
+def test_cli_search_odd_input(corpus: Corpus, script_runner: ScriptRunner,
+                              query: str) -> None:
+    result = mem(script_runner, "search", query, "--json")
+    assert result.returncode == 0, result.stderr
+    assert set(json.loads(result.stdout)) == DOC_FIELDS
+    assert mem(script_runner, "search", query).returncode == 0
+    assert mem(script_runner, "search", "--", query).returncode == 0
+
+
+@pytest.mark.parametrize("args", [["--type", "bogus"], ["--category", "nope"],
+                                  ["--limit", "0"], ["--after", "last tuesday"],
+                                  ["--before", "2024-13-45"], ["--no-such-flag"]])
+def test_cli_search_usage_errors(corpus: Corpus, script_runner: ScriptRunner,
+                                 args: list[str]) -> None:
+    result = mem(script_runner, "search", "luna", *args)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == "" and "Traceback" not in result.stderr
+
+
+def test_cli_search_with_a_huge_limit(corpus: Corpus, script_runner: ScriptRunner) -> None:
+    """--limit is user input: Tantivy reserves room for `limit` hits up front, so a huge
+    value must not abort the process (SIGABRT on a 48 GB allocation)."""
+    for query in ("", "luna"):
+        result = mem(script_runner, "search", query, "--limit", "100000000000", "--json")
+        assert result.returncode == 0, result.stderr[-500:]
+        assert len(json.loads(result.stdout)["results"]) == (19 if not query else 3)
+
+
+def test_cli_search_without_records(script_runner: ScriptRunner, vault: Vault) -> None:
+    result = mem(script_runner, "search", "anything", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"results": [], "total_searched": 0,
+                                         "query_time_ms": 0.0}
+    assert mem(script_runner, "search").returncode == 0
+    vault.add("alice keeps bees", "fact")
+    other = mem(script_runner, "search", "bees", "--json", "--user", "bob")
+    assert other.returncode == 0 and json.loads(other.stdout)["results"] == []
+
+
+def test_cli_reindex_reports_the_count(vault: Vault, script_runner: ScriptRunner) -> None:
+    assert mem(script_runner, "reindex").returncode == 66  # no memory for alice yet
+    vault.add("alice keeps bees", "fact")
+    vault.add_messages("s1", [NewMessage("hello there"), NewMessage("general kenobi")])
+    result = mem(script_runner, "reindex", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"documents": 3}
+    assert "index rebuilt: 3 records" in mem(script_runner, "reindex").stderr
+
+
+def test_uninitialised_vault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEM_VAULT", str(tmp_path / "elsewhere"))
+    init(resolve())
+    assert search(Vault(resolve()), "", Filters())["results"] == []
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_index_dirs(vault_dir: Path) -> Iterator[None]:
+    yield
+    if vault_dir.exists():
+        stray = [p for p in vault_dir.rglob("*") if p.name.startswith(("index.new-",
+                                                                        "index.old-"))]
+        assert stray == []

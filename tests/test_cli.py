@@ -73,7 +73,7 @@ def test_add_reads_stdin(script_runner: ScriptRunner, initialised: None) -> None
     result = mem(script_runner, "add", "-", "--json", stdin="Born in Porto\n")
     memory_id = json.loads(result.stdout)["memory_id"]
     shown = json.loads(mem(script_runner, "show", memory_id, "--json").stdout)
-    assert shown["content"] == "Born in Porto\n"
+    assert shown["content"] == "Born in Porto"  # the pipe's newline is not content
 
 
 def test_pref_commands(script_runner: ScriptRunner, initialised: None) -> None:

@@ -83,7 +83,7 @@ def fresh(v: Vault, user: str = "alice", org: str = "default") -> UserStore:
 
 def no_read_audit(v: Vault, monkeypatch: pytest.MonkeyPatch) -> None:
     """verify() audits itself; keep the log from growing over thousands of verify calls."""
-    monkeypatch.setattr(v, "_audit_read", lambda *a, **k: None)
+    monkeypatch.setattr(v, "audit_read", lambda *a, **k: None)
 
 
 # --- a flipped byte anywhere -------------------------------------------------------------------

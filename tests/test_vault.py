@@ -197,3 +197,38 @@ def test_verify_clean_vault(vault: Vault) -> None:
     report = vault.verify()
     assert report["ok"] and report["problems"] == []
     assert report["records_checked"] == 2
+
+
+def test_a_record_that_only_lost_its_newline_is_kept(vault: Vault, vault_dir: Path) -> None:
+    for text in ("one", "two"):
+        vault.add(text, "message", session="s1")
+    path = vault_dir / "default/alice/sessions/s1.jsonl"
+    path.write_bytes(path.read_bytes()[:-1])  # the last record loses only its newline
+    assert [r.content for r in vault.store.read_lines("sessions/s1.jsonl")] == ["one", "two"]
+    vault.add("three", "message", session="s1")
+    assert path.read_bytes().count(b"\n") == 3
+    assert [r.content for r in vault.store.read_lines("sessions/s1.jsonl")] == \
+        ["one", "two", "three"]
+    assert vault.verify()["ok"]
+
+
+def test_cutting_the_audit_log_tail_is_detected(vault: Vault, vault_dir: Path) -> None:
+    vault.add("first", "fact")
+    vault.add("second", "fact")
+    audit = vault_dir / "default/alice/audit.jsonl"
+    lines = audit.read_bytes().splitlines(keepends=True)
+    audit.write_bytes(b"".join(lines[:-1]))  # drop the newest entry: the chain alone is fine
+    report = vault.verify()
+    assert not report["ok"]
+    assert any("cut from its end" in p["problem"] for p in report["problems"])
+    audit.unlink()  # deleting the whole log is detected too
+    assert not open_as("alice").verify()["ok"]
+
+
+def test_a_document_from_a_newer_format_is_refused(vault: Vault) -> None:
+    from mem.errors import DataError
+
+    vault.add("a fact", "fact")
+    vault.store.write_doc(CLAUDE_MD, {"format": 2, "records": []}, 1)
+    with pytest.raises(DataError, match="format"):
+        vault.list_records(Filters())

@@ -9,11 +9,12 @@ from __future__ import annotations
 import getpass
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mem import crypto, fsio
+from mem.errors import StorageError
 from mem.records import now_iso, uuid7
 
 GENESIS = "0" * 64
@@ -34,7 +35,8 @@ def actor() -> str:
 @dataclass
 class ChainCheck:
     entries: list[dict[str, Any]]
-    problems: list[tuple[int, str]]
+    problems: list[tuple[int | None, str]]
+    warnings: list[tuple[int | None, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -47,6 +49,7 @@ class AuditLog:
         self.lock_path = lock_path
         self.key = key
         self.lock_timeout = lock_timeout
+        self.head: dict[str, Any] | None = None  # seq and MAC of the last durable entry
 
     def _mac(self, body: dict[str, Any]) -> str:
         return crypto.keyed_hash(self.key, _canonical(body), size=32)
@@ -99,18 +102,30 @@ class AuditLog:
             }
             entry = dict(body, mac=self._mac(body))
             line = json.dumps(entry, separators=(",", ":")).encode() + b"\n"
-            fsio.append_line(self.path, line, sync=durable)
+            try:
+                fsio.append_line(self.path, line, sync=durable)
+            except StorageError as exc:
+                reason = exc.message.removesuffix("; nothing was changed")
+                raise StorageError(f"{reason}; the change itself was saved but not audited: "
+                                   "run `mem verify`") from None
+            if durable:
+                self.head = {"seq": body["seq"], "mac": entry["mac"]}
             return str(body["audit_id"])
 
-    def check(self) -> ChainCheck:
-        entries: list[dict[str, Any]] = []
-        problems: list[tuple[int, str]] = []
+    def check(self, anchor: dict[str, Any] | None = None) -> ChainCheck:
+        """Walk the chain. `anchor` (from state.json) is the last entry a write made:
+        it must still be there, so cutting the log's tail or deleting it is detected."""
+        check = ChainCheck([], [])
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
-            return ChainCheck(entries, problems)
+            data = b""
+        lines = data.split(b"\n")
+        if lines[-1].strip():  # no final newline: an append was interrupted
+            check.warnings.append((len(lines), "torn last audit entry (an append was "
+                                   "interrupted); the next write cuts it"))
         prev, seq = GENESIS, 0
-        for number, raw in enumerate(data.split(b"\n"), start=1):
+        for number, raw in enumerate(lines[:-1], start=1):
             if not raw.strip():
                 continue
             try:
@@ -118,16 +133,23 @@ class AuditLog:
                 body = {k: v for k, v in entry.items() if k != "mac"}
                 mac = entry["mac"]
             except (ValueError, AttributeError, KeyError):
-                problems.append((number, "unreadable audit entry"))
+                check.problems.append((number, "unreadable audit entry"))
                 continue
             if mac != self._mac(body):
-                problems.append((number, "audit entry was edited (MAC mismatch)"))
+                check.problems.append((number, "audit entry was edited (MAC mismatch)"))
             elif body.get("prev") != prev or body.get("seq") != seq + 1:
-                problems.append((number, "audit chain broken: an entry before this one "
-                                 "was removed, reordered or edited"))
+                check.problems.append((number, "audit chain broken: an entry before this "
+                                       "one was removed, reordered or edited"))
             prev, seq = str(mac), int(body.get("seq", seq + 1))
-            entries.append(entry)
-        return ChainCheck(entries, problems)
+            check.entries.append(entry)
+        if anchor:
+            match = [e for e in check.entries if e.get("seq") == anchor.get("seq")]
+            if not match:
+                check.problems.append((None, f"audit log ends before entry {anchor.get('seq')}"
+                                       ": entries were cut from its end, or it was deleted"))
+            elif match[0].get("mac") != anchor.get("mac"):
+                check.problems.append((None, f"audit entry {anchor.get('seq')} was replaced"))
+        return check
 
 
 def _canonical(value: Any) -> bytes:

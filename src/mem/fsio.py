@@ -78,7 +78,7 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise _storage_error(path, exc) from exc
 
 
-def append_line(path: Path, line: bytes, sync: bool = True) -> int:
+def append_line(path: Path, line: bytes, sync: bool = True, keep_tail: bool = False) -> int:
     """Append record lines with one write, fsynced (unless `sync` is off) before returning.
 
     A short or failed write (full disk) is truncated away so the file keeps its old
@@ -93,7 +93,7 @@ def append_line(path: Path, line: bytes, sync: bool = True) -> int:
         raise _storage_error(path, exc) from exc
     try:
         size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
+        if size and not keep_tail and os.pread(fd, 1, size - 1) != b"\n":
             size = _drop_torn_tail(fd, size)
         try:
             _write_all(fd, line)

@@ -186,8 +186,10 @@ class SearchIndex:
         try:
             self._index = tantivy.Index.open(str(self.path))
             self._index.searcher()
-        except (ValueError, OSError) as exc:
+        except BaseException as exc:
             self._index = None
+            if not _damaged(exc):
+                raise
             raise IndexUnavailable(f"index unreadable: {exc}") from exc
         return self._index
 
@@ -262,6 +264,8 @@ class SearchIndex:
         os.replace(tmp, self.path)
         fsio.fsync_dir(self.path.parent)
         shutil.rmtree(old, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            old.unlink()  # the old "index" was a file, not a directory
         return count
 
     def remove(self) -> None:
@@ -274,16 +278,25 @@ class SearchIndex:
         return self.open().searcher()
 
     def search(self, query: Any, limit: int, recent: bool = False) -> tuple[list[Hit], int]:
+        """The top hits; IndexUnavailable when the index turns out damaged on use."""
         searcher = self.searcher()
-        if recent:
-            result = searcher.search(query, limit, order_by_field="created")
-        else:
-            result = searcher.search(query, limit)
-        hits = []
-        for score, address in result.hits:
-            doc = searcher.doc(address)
-            hits.append(Hit(doc.get_first("id"), float(score) if not recent else 0.0,
-                            doc.get_first("loc")))
+        # Tantivy reserves room for `limit` hits up front: never ask for more than exist.
+        limit = max(1, min(limit, int(searcher.num_docs)))
+        try:
+            if recent:
+                result = searcher.search(query, limit, order_by_field="created")
+            else:
+                result = searcher.search(query, limit)
+            hits = []
+            for score, address in result.hits:
+                doc = searcher.doc(address)
+                hits.append(Hit(doc.get_first("id"), float(score) if not recent else 0.0,
+                                doc.get_first("loc")))
+        except BaseException as exc:
+            if not _damaged(exc):
+                raise
+            self._index = None
+            raise IndexUnavailable(f"index unreadable: {exc}") from exc
         return hits, int(searcher.num_docs)
 
     def build_query(self, text: str, filters: Filters) -> tuple[Any, list[str]]:
@@ -380,7 +393,14 @@ class IndexWriter:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.raw.wait_merging_threads()
+        private(self.index.path)  # segments written by merges after the commit
         self.index._index = None
+
+
+def _damaged(exc: BaseException) -> bool:
+    """Whether Tantivy failed on a damaged index: it raises ValueError or OSError, or
+    panics, which pyo3 raises as PanicException, a BaseException."""
+    return isinstance(exc, ValueError | OSError) or type(exc).__name__ == "PanicException"
 
 
 def private(directory: Path) -> None:

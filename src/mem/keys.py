@@ -109,18 +109,32 @@ def _run_key_command(command: str) -> bytes:
     return _decode_key(proc.stdout.decode(errors="replace"), "MEM_KEY_COMMAND output")
 
 
+def key_source_configured(settings: Settings) -> bool:
+    """Whether any master-key source is set (then `init` must use it, never make one)."""
+    return (settings.key_file is not None or bool(os.environ.get("MEM_KEY_COMMAND"))
+            or bool(os.environ.get("MEM_MASTER_KEY")) or default_key_path().exists())
+
+
 def load_master_key(settings: Settings, passphrase: str | None = None) -> MasterKey:
-    """Find the master key; never create one (exit 78 when there is none)."""
-    if settings.key_file is not None:
+    """Find the master key; never create one (exit 78 when there is none).
+
+    Order: --key-file or MEM_KEY_FILE, MEM_KEY_COMMAND, MEM_MASTER_KEY, a key_file set in
+    the config file, the default key file."""
+    key_file = settings.key_file
+    from_config = key_file is not None and settings.sources.get("key_file", "").startswith(
+        "file")
+    if key_file is not None and not from_config:
         where = settings.sources.get("key_file", "flag")
-        return MasterKey(_read_key_file(settings.key_file, passphrase),
-                         f"key file {settings.key_file} ({where})")
+        return MasterKey(_read_key_file(key_file, passphrase), f"key file {key_file} ({where})")
     command = os.environ.get("MEM_KEY_COMMAND")
     if command:
         return MasterKey(_run_key_command(command), "MEM_KEY_COMMAND")
     env_key = os.environ.get("MEM_MASTER_KEY")
     if env_key:
         return MasterKey(_decode_key(env_key, "MEM_MASTER_KEY"), "MEM_MASTER_KEY")
+    if key_file is not None:
+        return MasterKey(_read_key_file(key_file, passphrase),
+                         f"key file {key_file} (config file)")
     path = default_key_path()
     if path.exists():
         return MasterKey(_read_key_file(path, passphrase), f"key file {path}")
@@ -212,6 +226,9 @@ def _open_passphrase_file(path: Path, text: str, passphrase: str | None) -> byte
 
     try:
         kek = _kdf(passphrase, header["params"], salt)
+    except (KeyError, ValueError, TypeError):
+        raise ConfigError(f"key file {path} has malformed key-derivation parameters") from None
+    try:
         return AESGCM(kek).decrypt(nonce, ct, json.dumps(header, sort_keys=True).encode())
-    except InvalidTag:
+    except (InvalidTag, ValueError):
         raise Refused(f"wrong passphrase for key file {path}") from None

@@ -18,10 +18,15 @@ def search(vault: Vault, text: str, filters: Filters) -> dict[str, Any]:
     started = time.perf_counter()
     if not vault.store.exists():
         return {"results": [], "total_searched": 0, "query_time_ms": 0.0}
+    from mem.index import IndexUnavailable
+
     index = vault.ready_index()
     query, stems = index.build_query(text, filters)
-    hits, total = index.search(query, filters.limit, recent=not stems)
-    records = _fetch(vault, hits)
+    try:
+        hits, total = index.search(query, filters.limit, recent=not stems)
+        records = _fetch(vault, hits)
+    except IndexUnavailable:  # damage that only a query reveals
+        records = None
     if records is None:  # a hit pointed at a moved line: the index was stale
         with vault.writing():
             vault.rebuild_index()
@@ -37,8 +42,7 @@ def search(vault: Vault, text: str, filters: Filters) -> dict[str, Any]:
             "created_at": record.created_at, "session_id": record.session_id,
             "message_id": record.message_id,
         })
-    vault.audit.append("search", [r["memory_id"] for r in results], durable=False,
-                       results=len(results))
+    vault.audit_read("search", [r["memory_id"] for r in results], results=len(results))
     elapsed = (time.perf_counter() - started) * 1000
     return {"results": results, "total_searched": total, "query_time_ms": round(elapsed, 2)}
 

@@ -26,6 +26,7 @@ AUDIT = "audit.jsonl"
 LOCK = ".lock"
 AUDIT_LOCK = ".audit.lock"
 STATE_FORMAT = 1
+DOC_FORMAT = 1
 
 
 @dataclass
@@ -43,6 +44,7 @@ class LineScan:
     offsets: list[int] = field(default_factory=list)  # byte offset of each record's line
     problems: list[LineProblem] = field(default_factory=list)
     good_size: int = 0  # bytes up to the end of the last complete line
+    newline_missing: bool = False  # the last line is a whole record without its newline
 
 
 class UserStore:
@@ -109,6 +111,8 @@ class UserStore:
                                      _canonical(body), size=32)
         if not isinstance(body, dict) or mac != expected:
             raise DataError(f"{self._name(STATE)} fails authentication (edited or moved)")
+        if body.get("format", STATE_FORMAT) > STATE_FORMAT:
+            raise DataError(f"{self._name(STATE)} was written by a newer mem; upgrade mem")
         return body
 
     def save_state(self, state: dict[str, Any]) -> None:
@@ -181,6 +185,9 @@ class UserStore:
             raise DataError(f"{name} decrypts to malformed JSON") from None
         if not isinstance(doc, dict):
             raise DataError(f"{name} decrypts to an unexpected document")
+        if doc.get("format", DOC_FORMAT) != DOC_FORMAT:
+            raise DataError(f"{name} holds document format {doc.get('format')!r}; this mem "
+                            f"reads format {DOC_FORMAT}")
         return doc
 
     def write_doc(self, relpath: str, doc: dict[str, Any], epoch: int) -> None:
@@ -216,12 +223,27 @@ class UserStore:
             return []
         self._changing()
         lines = [self.seal_record(relpath, r) for r in records]
+        if self._last_byte(relpath) not in (None, b"\n") and \
+                self.scan_lines(relpath).newline_missing:
+            # The last record is whole and only lost its newline: give it back.
+            fsio.append_line(self.path(relpath), b"\n", keep_tail=True)
         offset = fsio.append_line(self.path(relpath), b"".join(lines))
         offsets = []
         for line in lines:
             offsets.append(offset)
             offset += len(line)
         return offsets
+
+    def _last_byte(self, relpath: str) -> bytes | None:
+        try:
+            with self.path(relpath).open("rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                if size == 0:
+                    return None
+                fh.seek(size - 1)
+                return fh.read(1)
+        except FileNotFoundError:
+            return None
 
     def read_line_at(self, relpath: str, offset: int) -> Record | None:
         """The record whose line starts at `offset`; None when the file has changed."""
@@ -274,9 +296,21 @@ class UserStore:
                 scan.problems.append(LineProblem(number, exc.message))
             scan.good_size = offset
         if tail:
-            # No newline: a crash in the middle of an append. Skipped, repaired under the lock.
-            scan.problems.append(LineProblem(len(complete) + 1, "torn last line (an append "
-                                             "was interrupted); skipped", torn_tail=True))
+            # No newline: a crash in the middle of an append. Skipped, and cut by the next
+            # append. A complete record that only lost its newline is still read, and the
+            # next append restores the newline instead of cutting it.
+            try:
+                scan.records.append(self._open_line(relpath, tail))
+                scan.offsets.append(offset)
+                scan.problems.append(LineProblem(len(complete) + 1, "last line lacks its "
+                                                 "newline; the next append restores it",
+                                                 torn_tail=True))
+                scan.good_size = len(data)
+                scan.newline_missing = True
+            except DataError:
+                scan.problems.append(LineProblem(len(complete) + 1, "torn last line (an "
+                                                 "append was interrupted); skipped",
+                                                 torn_tail=True))
         return scan
 
     def read_lines(self, relpath: str) -> list[Record]:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from mem import crypto, fsio
 from mem.audit import AuditLog
 from mem.config import Settings, validate_name
-from mem.errors import ConfigError, DataError, NotFound, UsageError
-from mem.keys import MasterKey, create_default_key, default_key_path, load_master_key
+from mem.errors import Busy, DataError, NotFound, StorageError, UsageError
+from mem.keys import MasterKey, create_default_key, key_source_configured, load_master_key
 from mem.records import (
     CLAUDE_MD,
     PREFERENCES,
@@ -92,26 +92,20 @@ def read_vault_meta(root: Path) -> dict[str, Any]:
 
 def init(settings: Settings, passphrase: str | None = None) -> dict[str, Any]:
     """Create the vault and, when no key source is configured, the default master key."""
-    from mem.errors import Refused
-
     root = settings.vault
     if (root / VAULT_FILE).exists():
         vault = Vault(settings)
         return {"vault": str(root), "org": settings.org, "user": settings.user,
                 "key_source": vault.master.source, "created": False}
-    try:
-        master = load_master_key(settings)
-    except ConfigError:
+    if key_source_configured(settings):
         # A configured source that fails (a locked password manager, a malformed
         # MEM_MASTER_KEY) is an error, never a reason to make a key somewhere else.
-        explicit = (settings.key_file is not None or default_key_path().exists()
-                    or bool(os.environ.get("MEM_KEY_COMMAND"))
-                    or bool(os.environ.get("MEM_MASTER_KEY")))
-        if explicit:
-            raise
+        if passphrase is not None:
+            raise UsageError("--passphrase protects a new default key file, but a key "
+                             "source is already configured; unset it to use --passphrase")
+        master = load_master_key(settings)
+    else:
         master = create_default_key(passphrase)
-    except Refused:
-        raise
     fsio.ensure_dir(root)
     meta = {"format": VAULT_FORMAT, "created_at": now_iso(), "key_check": master.check_value(),
             "kdf": "HKDF-SHA256", "cipher": "AES-256-GCM"}
@@ -160,12 +154,22 @@ class Vault:
             fresh = self._index_fresh()
             self._pending = []
             self.store.on_change = self._mark_index_stale
+            head = self.audit.head
             try:
                 yield self.store
             finally:
                 self.store.on_change = None
                 pending, self._pending = self._pending, []
+                if self.audit.head is not head:
+                    self._anchor_audit()
             self._sync_index(fresh, pending)
+
+    def _anchor_audit(self) -> None:
+        """Record the audit log's newest entry in state.json (MAC'd), so `verify` notices
+        when entries are cut from the log's end."""
+        state = self.store.load_state()
+        state["audit_head"] = self.audit.head
+        self.store.save_state(state)
 
     # --- the search index -------------------------------------------------------------
 
@@ -256,9 +260,11 @@ class Vault:
         if not self.store.exists():
             raise NotFound(f"user {self.settings.org}/{self.settings.user} has no memory yet")
 
-    def _audit_read(self, op: str, ids: list[str] | None = None, **detail: Any) -> None:
+    def audit_read(self, op: str, ids: list[str] | None = None, **detail: Any) -> None:
+        """Audit a read. Best effort: a read-only or full disk must not stop reading."""
         if self.store.exists():
-            self.audit.append(op, ids=ids, durable=False, **detail)
+            with contextlib.suppress(StorageError, Busy):
+                self.audit.append(op, ids=ids, durable=False, **detail)
 
     # --- records --------------------------------------------------------------------------
 
@@ -416,7 +422,7 @@ class Vault:
     def get(self, memory_id: str) -> Record:
         for record in self._records(include_archive=True):
             if record.memory_id == memory_id:
-                self._audit_read("show", [memory_id])
+                self.audit_read("show", [memory_id])
                 return record
         raise NotFound(f"no memory with id {memory_id}")
 
@@ -424,7 +430,7 @@ class Vault:
         records = [r for r in self._records(filters.include_archive) if filters.matches(r)]
         records.sort(key=lambda r: (r.created_at, r.memory_id), reverse=True)
         records = records[: filters.limit]
-        self._audit_read("list", count=len(records))
+        self.audit_read("list", count=len(records))
         return records
 
     # --- key-value preferences --------------------------------------------------------------
@@ -455,12 +461,12 @@ class Vault:
         settings = self._prefs()
         if key not in settings:
             raise NotFound(f"no preference named {key!r}")
-        self._audit_read("pref.get", hashes=[self.audit.hash_of(key)])
+        self.audit_read("pref.get", hashes=[self.audit.hash_of(key)])
         return {"key": key, **settings[key]}
 
     def pref_list(self) -> list[dict[str, Any]]:
         settings = self._prefs()
-        self._audit_read("pref.list", count=len(settings))
+        self.audit_read("pref.list", count=len(settings))
         return [{"key": k, **v} for k, v in sorted(settings.items())]
 
     def pref_unset(self, key: str) -> dict[str, Any]:
@@ -513,8 +519,10 @@ class Vault:
 
         def problem(rel: str, text: str, line: int | None = None,
                     severity: str = "error") -> None:
-            problems.append({"file": f"{self.settings.org}/{self.settings.user}/{rel}",
-                             "line": line, "problem": text, "severity": severity})
+            name = f"{self.settings.org}/{self.settings.user}/{rel}"
+            text = text.removeprefix(name).lstrip(": ")  # the file is named once, in "file"
+            problems.append({"file": name, "line": line, "problem": text,
+                             "severity": severity})
 
         if not store.exists():
             return {"ok": True, "files_checked": 0, "records_checked": 0, "problems": []}
@@ -555,15 +563,21 @@ class Vault:
                     problem(rel, f"record {record.memory_id} is stored twice "
                             f"(also in {seen[record.memory_id]})")
                 seen[record.memory_id] = rel
-        chain = self.audit.check()
+        try:
+            anchor = store.load_state().get("audit_head")
+        except DataError:
+            anchor = None
+        chain = self.audit.check(anchor)
         files += 1
         for line, text in chain.problems:
             problem(AUDIT, text, line)
+        for line, text in chain.warnings:
+            problem(AUDIT, text, line, "warning")
         for leftover in store.dir.glob(fsio.TMP_PREFIX + "*"):
             problem(leftover.name, "temporary file left by an interrupted write", None,
                     "warning")
         ok = not any(p["severity"] == "error" for p in problems)
-        self._audit_read("verify", ok=ok, problems=len(problems))
+        self.audit_read("verify", ok=ok, problems=len(problems))
         return {"ok": ok, "files_checked": files, "records_checked": records,
                 "problems": problems}
 

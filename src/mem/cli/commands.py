@@ -69,7 +69,8 @@ def add(
     """Remember one thing; print its id. Identical content is stored once."""
     if text == "-":
         try:
-            text = sys.stdin.read()
+            # Like `$(...)`: trailing newlines are the pipe's, not the memory's.
+            text = sys.stdin.read().rstrip("\r\n")
         except UnicodeDecodeError:
             raise DataError("stdin is not UTF-8 text") from None
     v = context.open_vault(vault, org, user, key_file)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import random
-import statistics
 import sys
 import tempfile
 import time

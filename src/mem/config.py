@@ -7,7 +7,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mem.redact import RedactionConfig
 
 from mem.errors import ConfigError, UsageError
 
@@ -65,6 +68,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("key_file", "MEM_KEY_FILE", Path, None, "master key file"),
     Setting("lock_timeout", "MEM_LOCK_TIMEOUT", float, 10.0,
             "seconds to wait for the user's lock before exit 75"),
+    Setting("brief_max_entries", "MEM_BRIEF_MAX_ENTRIES", int, 50,
+            "most entries in a memory brief"),
+    Setting("brief_max_chars", "MEM_BRIEF_MAX_CHARS", int, 8000,
+            "longest memory brief, in characters"),
+    Setting("redaction", "", dict, None,
+            "redaction rules: disable (rule ids), rules (extra rules), phone_region"),
+    Setting("log_dir", "MEM_LOG_DIR", Path, None, "where hooks log their failures"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -96,6 +106,32 @@ class Settings:
     def lock_timeout(self) -> float:
         return float(self.values["lock_timeout"])
 
+    @property
+    def log_dir(self) -> Path:
+        value = self.values.get("log_dir")
+        if value:
+            return Path(value)
+        import platformdirs
+
+        return Path(platformdirs.user_log_dir("mem"))
+
+    def redaction(self) -> RedactionConfig:
+        """The redaction settings from the config file (rule ids, extra rules, region)."""
+        from mem.redact import RedactionConfig, rule_from_config
+
+        doc = self.values.get("redaction") or {}
+        unknown = sorted(set(doc) - {"disable", "rules", "phone_region"})
+        if unknown:
+            raise ConfigError(f"unknown redaction setting {unknown[0]!r} in {self.config_path}")
+        disable = doc.get("disable") or []
+        rules = doc.get("rules") or []
+        if not isinstance(disable, list) or not isinstance(rules, list):
+            raise ConfigError(f"redaction.disable and redaction.rules must be lists "
+                              f"in {self.config_path}")
+        return RedactionConfig(disabled=frozenset(map(str, disable)),
+                               extra=tuple(rule_from_config(r) for r in rules),
+                               phone_region=str(doc.get("phone_region") or "US"))
+
 
 def _read_config_file(path: Path) -> dict[str, Any]:
     if not path.exists():
@@ -120,11 +156,15 @@ def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
     try:
         if setting.kind is Path:
             return Path(os.path.expanduser(str(raw)))
-        if setting.kind is float:
-            value = float(raw)
+        if setting.kind in (float, int):
+            value = setting.kind(raw)
             if value < 0:
                 raise ValueError("negative")
             return value
+        if setting.kind is dict:
+            if not isinstance(raw, dict):
+                raise ValueError("not a mapping")
+            return raw
         return str(raw)
     except (TypeError, ValueError):
         raise ConfigError(f"invalid value {raw!r} for {setting.name} ({origin})") from None
@@ -138,7 +178,7 @@ def resolve(**flags: Any) -> Settings:
     for s in SETTINGS:
         if flags.get(s.name) is not None:
             value, source = _coerce(s, flags[s.name], "flag"), f"flag --{s.name.replace('_', '-')}"
-        elif os.environ.get(s.env):
+        elif s.env and os.environ.get(s.env):
             value, source = _coerce(s, os.environ[s.env], s.env), f"env {s.env}"
         elif file_values.get(s.name) is not None:
             value, source = _coerce(s, file_values[s.name], str(path)), f"file {path}"

@@ -128,6 +128,27 @@ def _drop_torn_tail(fd: int, size: int) -> int:
     return cut
 
 
+def drop_torn_tail(path: Path) -> bool:
+    """Cut a partial last line left by an interrupted append. True when one was cut."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise _storage_error(path, exc) from exc
+    try:
+        size = os.fstat(fd).st_size
+        if not size or os.pread(fd, 1, size - 1) == b"\n":
+            return False
+        _drop_torn_tail(fd, size)
+        os.fsync(fd)
+        return True
+    except OSError as exc:
+        raise _storage_error(path, exc) from exc
+    finally:
+        os.close(fd)
+
+
 def truncate_to(path: Path, size: int) -> None:
     """Cut a file back to `size` bytes (used to drop a torn tail under the lock)."""
     try:

@@ -46,6 +46,13 @@ def parse_time(value: str) -> datetime:
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
+def normalise_time(value: str) -> str:
+    """An ISO-8601 time as mem stores it: UTC, microseconds, a trailing Z (so that times
+    sort as strings). UsageError when it is not a time."""
+    dt = parse_time(value).astimezone(UTC)
+    return dt.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 def uuid7() -> str:
     """A UUIDv7 (RFC 9562): 48-bit millisecond time, then random bits; sorts by creation."""
     ms = time.time_ns() // 1_000_000

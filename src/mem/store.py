@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mem import crypto, fsio
-from mem.errors import DataError
+from mem.errors import DataError, StorageError
 from mem.keys import MasterKey, record_key
 from mem.records import CLAUDE_MD, PREFERENCES, SESSIONS, Record
 
@@ -233,6 +233,38 @@ class UserStore:
             offsets.append(offset)
             offset += len(line)
         return offsets
+
+    def rewrite_lines(self, relpath: str, records: list[Record]) -> None:
+        """Replace a line file atomically with these records (sealed under their own key
+        versions); an empty list removes the file."""
+        self._changing()
+        if not records:
+            fsio.remove(self.path(relpath))
+            return
+        fsio.atomic_write(self.path(relpath), b"".join(self.seal_record(relpath, r)
+                                                       for r in records))
+
+    def remove_dek(self, epoch: int) -> None:
+        """Delete a wrapped data key: whatever is still encrypted under it is lost for good."""
+        fsio.remove(self.dir / KEYS / f"{epoch}.dek")
+        self._deks.pop(epoch, None)
+        self._record_keys.pop(epoch, None)
+
+    def destroy(self) -> int:
+        """Delete the user's directory, wrapped keys first (so that an interruption still
+        leaves nothing readable). Returns the number of files deleted."""
+        import shutil
+
+        files = sum(1 for p in self.dir.rglob("*") if p.is_file())
+        for epoch in self.deks_on_disk():
+            self.remove_dek(epoch)
+        try:
+            shutil.rmtree(self.dir)
+            fsio.fsync_dir(self.dir.parent)
+        except OSError as exc:
+            raise StorageError(f"cannot delete {self.dir}: {exc.strerror}; its keys are "
+                                    "already gone, run `mem destroy` again") from None
+        return files
 
     def _last_byte(self, relpath: str) -> bytes | None:
         try:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from mem import crypto, fsio
 from mem.audit import AuditLog
 from mem.config import Settings, validate_name
-from mem.errors import Busy, DataError, NotFound, StorageError, UsageError
+from mem.errors import Busy, DataError, NotFound, Refused, StorageError, UsageError
 from mem.keys import MasterKey, create_default_key, key_source_configured, load_master_key
 from mem.records import (
     CLAUDE_MD,
@@ -26,6 +26,7 @@ from mem.records import (
     Filters,
     Record,
     check_type,
+    normalise_time,
     now_iso,
     uuid7,
 )
@@ -129,6 +130,7 @@ class Vault:
                           f"the vault at {self.root}")
         self.store = UserStore(self.root, settings.org, settings.user, self.master)
         self._search_index: SearchIndex | None = None
+        self._index_rebuilt = False
         self._pending: list[tuple[str, Located | str]] = []
         self.audit = AuditLog(self.store.path(AUDIT), self.store.path(AUDIT_LOCK),
                               self.master.meta_key(settings.org, settings.user),
@@ -137,7 +139,7 @@ class Vault:
     # --- locking and first write --------------------------------------------------------
 
     @contextlib.contextmanager
-    def writing(self) -> Iterator[UserStore]:
+    def writing(self, allow_frozen: bool = False) -> Iterator[UserStore]:
         """Hold the user's lock; create the user on their first write; keep the index in step.
 
         Operations queue index changes with `_index_upsert` / `_index_delete`; they are
@@ -151,18 +153,23 @@ class Vault:
             if not self.store.exists():
                 self.store.create()
                 self.audit.append("user.create", key_version=1)
+            if not allow_frozen and self.store.load_state().get("frozen"):
+                raise Refused(f"the memory of {self.settings.org}/{self.settings.user} is "
+                              "frozen: reads work, writes are refused until `mem unfreeze`")
             fresh = self._index_fresh()
             self._pending = []
             self.store.on_change = self._mark_index_stale
             head = self.audit.head
+            self._index_rebuilt = False
             try:
                 yield self.store
             finally:
                 self.store.on_change = None
                 pending, self._pending = self._pending, []
-                if self.audit.head is not head:
+                if self.audit.head is not head and self.store.exists():
                     self._anchor_audit()
-            self._sync_index(fresh, pending)
+            if self.store.exists() and not self._index_rebuilt:  # not destroyed, not rebuilt
+                self._sync_index(fresh, pending)
 
     def _anchor_audit(self) -> None:
         """Record the audit log's newest entry in state.json (MAC'd), so `verify` notices
@@ -235,7 +242,12 @@ class Vault:
         index = self.search_index()
         count = index.build((x.record, x.loc, x.context) for x in self.located(True))
         self._write_stamp()
+        self._index_rebuilt = True
         return count
+
+    def reset_index(self) -> None:
+        """Forget the open index (its key changes with the data key epoch)."""
+        self._search_index = None
 
     def _write_stamp(self) -> None:
         fsio.atomic_write(self._stamp_path(), now_iso().encode())
@@ -312,6 +324,7 @@ class Vault:
             role = role or "user"
         if session is not None:
             validate_name("session", session)
+        text = self._redacted(text)
         home, category = TYPE_HOME[kind]
         digest = crypto.content_hash(text)
         with self.writing() as store:
@@ -389,7 +402,11 @@ class Vault:
                     skipped += 1
                     continue
                 digest = crypto.content_hash(m.content)
-                stamp = m.created_at or now_iso()
+                try:
+                    stamp = normalise_time(m.created_at) if m.created_at else now_iso()
+                except UsageError:
+                    raise DataError(f"message {m.message_id or len(new) + skipped + 1} has an "
+                                    f"invalid time {m.created_at!r}; nothing was stored") from None
                 key = _message_key(m.message_id, m.role, digest, stamp)
                 if key in seen:
                     skipped += 1
@@ -419,6 +436,32 @@ class Vault:
         return {"session_id": session, "messages_added": len(new),
                 "messages_skipped": skipped, "memory_ids": [r.memory_id for r in new]}
 
+    def _redacted(self, text: str) -> str:
+        """Refuse a critical secret (exit 77, nothing stored); mask personal data."""
+        try:  # TEMPORARY-REDACT-GUARD until mem.redact lands
+            from mem.redact import scan
+        except ImportError:
+            return text
+
+        result = scan(text, self.settings.redaction())
+        if not result.clean:
+            rules = ", ".join(sorted(set(result.refused)))
+            raise Refused(f"refused: the text holds a secret ({rules}); nothing was stored")
+        return result.text
+
+    def scan_marks(self) -> dict[str, list[int]]:
+        """Size and mtime of each transcript `ingest --scan` has seen, by keyed path hash."""
+        if not self.store.exists():
+            return {}
+        marks = self.store.load_state().get("scan_marks", {})
+        return marks if isinstance(marks, dict) else {}
+
+    def set_scan_mark(self, key: str, mark: list[int]) -> None:
+        with self.writing() as store:
+            state = store.load_state()
+            state.setdefault("scan_marks", {})[key] = mark
+            store.save_state(state)
+
     def get(self, memory_id: str) -> Record:
         for record in self._records(include_archive=True):
             if record.memory_id == memory_id:
@@ -444,6 +487,9 @@ class Vault:
 
     def pref_set(self, key: str, value: str) -> dict[str, Any]:
         _check_pref_key(key)
+        value = self._redacted(value)
+        if self._redacted(key) != key:
+            raise UsageError("a preference key must not hold personal data")
         with self.writing() as store:
             epoch = store.current_epoch()
             doc = store.read_doc(PREFERENCES) or {"format": 1, "records": []}
@@ -511,6 +557,24 @@ class Vault:
             "audit_entries": len(self.audit.check().entries) if exists else 0,
         }
 
+    def _verify_index(self, vault_ids: set[str], problem: Any) -> None:
+        """A current index must hold exactly the vault's records. A missing or stale-marked
+        index is not a problem (it is derived, and rebuilt on the next search); a record the
+        index lacks is (search would never find it); an id the index has but the vault does
+        not is healed by the next search that meets it."""
+        from mem.index import IndexUnavailable
+
+        if not self._stamp_path().exists():
+            return
+        try:
+            index_ids = self.search_index().all_ids()
+        except (IndexUnavailable, ValueError):
+            return
+        missing, extra = len(vault_ids - index_ids), len(index_ids - vault_ids)
+        if missing or extra:
+            problem(INDEX, _index_problem_text(missing, extra),
+                    severity="error" if missing else "warning")
+
     def verify(self) -> dict[str, Any]:
         """Decrypt every file and record and check the audit chain; collect every problem."""
         problems: list[dict[str, Any]] = []
@@ -573,6 +637,17 @@ class Vault:
             problem(AUDIT, text, line)
         for line, text in chain.warnings:
             problem(AUDIT, text, line, "warning")
+        if not any(p["severity"] == "error" for p in problems):  # else the ids are unknown
+            self._verify_index(set(seen), problem)
+        try:
+            from mem.lifecycle import keys_in_use
+
+            for epoch in sorted(set(store.deks_on_disk()) - keys_in_use(store)):
+                problem(f"{KEYS}/{epoch}.dek", "data key no record uses (left by an "
+                        "interrupted rotation); `mem verify --repair` deletes it",
+                        severity="warning")
+        except DataError:
+            pass  # unreadable files are already reported above
         for leftover in store.dir.glob(fsio.TMP_PREFIX + "*"):
             problem(leftover.name, "temporary file left by an interrupted write", None,
                     "warning")
@@ -580,6 +655,11 @@ class Vault:
         self.audit_read("verify", ok=ok, problems=len(problems))
         return {"ok": ok, "files_checked": files, "records_checked": records,
                 "problems": problems}
+
+
+def _index_problem_text(missing: int, extra: int) -> str:
+    return (f"the index disagrees with the vault: {missing} records missing from it, {extra} "
+            "that no longer exist; `mem verify --repair` rebuilds it")
 
 
 def _message_key(message_id: str | None, role: str | None, digest: str,

@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from mem.cli import commands, config_cmd, pref
+from mem.cli import agents, commands, config_cmd, lifecycle, pref
 from mem.errors import EX_FAILURE, MemError
 
 app = typer.Typer(
@@ -24,6 +24,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 commands.register(app)
+agents.register(app)
+lifecycle.register(app)
 app.add_typer(pref.app, name="pref")
 app.add_typer(config_cmd.app, name="config")
 

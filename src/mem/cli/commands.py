@@ -152,14 +152,27 @@ def stats(
 
 
 def verify(
+    repair: Annotated[bool, typer.Option(
+        "--repair", help="Cut torn tails, drop unused keys and temp files, rebuild the index "
+        "(under the lock), then verify.")] = False,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """Decrypt every file and record and check the audit chain (exit 65 on any problem)."""
-    doc = context.open_vault(vault, org, user, key_file).verify()
+    v = context.open_vault(vault, org, user, key_file)
+    repaired: list[str] = []
+    if repair:
+        from mem.lifecycle import repair as run_repair
+
+        repaired = run_repair(v)["repaired"]
+    doc = v.verify()
+    if repair:
+        doc["repaired"] = repaired
     out = Output(json)
 
     def human(o: Output) -> None:
+        for action in repaired:
+            o.info(f"repaired: {action}")
         for p in doc["problems"]:
             where = p["file"] + (f":{p['line']}" if p["line"] else "")
             o.line(f"{p['severity']}: {where}: {p['problem']}")

@@ -101,6 +101,7 @@ def ingest(vault: Vault, source: str, fmt: str = "auto", session: str | None = N
         validate_name("session", session)
     config = vault.settings.redaction()
     messages, withheld, counts = redact_messages(transcript.messages, config, strict)
+    messages = with_ids(messages)
     summaries, withheld_summaries, summary_counts = redact_messages(
         transcript.summaries, config, strict)
     for rule, n in summary_counts.items():
@@ -110,16 +111,44 @@ def ingest(vault: Vault, source: str, fmt: str = "auto", session: str | None = N
         return {"session_id": session_id, "format": transcript.format, "dry_run": True,
                 "messages": [_preview(m) for m in messages],
                 "summaries": [_preview(m) for m in summaries],
-                "messages_added": 0, "messages_skipped": transcript.skipped,
+                "messages_added": 0, "messages_skipped": 0, "lines_ignored": transcript.skipped,
                 "withheld": withheld + withheld_summaries, "redactions": report}
     result = vault.add_messages(session_id, messages)
     for summary in summaries:
-        vault.add(summary.content, "summary", session=session_id,
+        vault.add(_fit(summary.content), "summary", session=session_id,
                   message_id=summary.message_id)
     return {"session_id": session_id, "format": transcript.format,
             "messages_added": result["messages_added"],
-            "messages_skipped": result["messages_skipped"] + transcript.skipped,
+            "messages_skipped": result["messages_skipped"],
+            "lines_ignored": transcript.skipped,
             "withheld": withheld + withheld_summaries, "redactions": report}
+
+
+def _fit(text: str) -> str:
+    """An agent's compaction summary can be long; keep what fits in one record."""
+    from mem.vault import MAX_CONTENT
+
+    raw = text.encode()
+    if len(raw) <= MAX_CONTENT:
+        return text
+    return raw[: MAX_CONTENT - 3].decode(errors="ignore") + "…"
+
+
+def with_ids(messages: list[NewMessage]) -> list[NewMessage]:
+    """Give each message without an id a stable one, so that ingesting the transcript again
+    (or a longer version of it) stores nothing twice: a digest of what was said, by
+    whom and when, and how many times it was said before (kept inside the envelope)."""
+    seen: dict[str, int] = {}
+    out = []
+    for m in messages:
+        if m.message_id:
+            out.append(m)
+            continue
+        digest = hashlib.sha256("\0".join((m.role, m.content, m.created_at or "")).encode())
+        base = digest.hexdigest()[:16]
+        seen[base] = seen.get(base, 0) + 1
+        out.append(replace(m, message_id=f"h{base}-{seen[base]}"))
+    return out
 
 
 def _preview(message: NewMessage) -> dict[str, Any]:

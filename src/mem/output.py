@@ -12,6 +12,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+NO_WRAP = frozenset({"id", "type", "created", "score", "seq", "time"})
+
+
 class Output:
     def __init__(self, json_mode: bool = False) -> None:
         self.json_mode = json_mode
@@ -57,7 +60,8 @@ class Output:
 
         table = Table(title=title, show_lines=False, header_style="bold")
         for column in columns:
-            table.add_column(column, overflow="fold")
+            # Ids are copied into other commands: never wrap them (nor short fields).
+            table.add_column(column, overflow="fold", no_wrap=column in NO_WRAP)
         for row in rows:
             table.add_row(*("" if v is None else str(v) for v in row))
         self.out.print(table)

@@ -143,7 +143,12 @@ def _load(path: Path) -> dict[str, Any]:
 def _save(path: Path, doc: dict[str, Any], before: bytes | None) -> str | None:
     backup = None
     if before is not None:
-        backup_path = path.with_name(f"{path.name}.mem-backup-{time.strftime('%Y%m%d%H%M%S')}")
+        stem = f"{path.name}.mem-backup-{time.strftime('%Y%m%d%H%M%S')}"
+        backup_path = path.with_name(stem)
+        n = 1
+        while backup_path.exists():  # two changes in one second: keep the earlier backup
+            n += 1
+            backup_path = path.with_name(f"{stem}-{n}")
         fsio.atomic_write(backup_path, before)
         backup = str(backup_path)
     fsio.ensure_dir(path.parent)

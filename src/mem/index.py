@@ -16,7 +16,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
@@ -88,6 +88,7 @@ class Analyzer:
         )
         self._mac = hmac.new(key, digestmod=hashlib.sha256)
         self._cache: dict[str, str] = {}
+        self._texts: dict[str, str] = {}
 
     def tokens(self, text: str) -> list[str]:
         tokens: list[str] = self._analyzer.analyze(text)
@@ -120,7 +121,16 @@ class Analyzer:
         return cached
 
     def hashed(self, text: str) -> str:
-        return " ".join(self.hash(t) for t in self.tokens(text))
+        """The text's tokens, hashed, space-separated. Memoised: in a session every turn is
+        also context for its neighbours, so the same text is hashed several times."""
+        cached = self._texts.get(text)
+        if cached is None:
+            cache, hash_ = self._cache, self.hash
+            cached = " ".join([cache.get(t) or hash_(t) for t in self.tokens(text)])
+            if len(self._texts) >= 4096:
+                self._texts.clear()
+            self._texts[text] = cached
+        return cached
 
     def opaque(self, kind: str, value: str) -> str:
         """A keyed hash for a tag or session id (exact match, not analysed)."""
@@ -204,20 +214,21 @@ class SearchIndex:
 
     # --- documents --------------------------------------------------------------------
 
-    def document(self, record: Record, loc: str, context: str = "") -> Any:
+    def document(self, record: Record, loc: str, context: Sequence[str] = ()) -> Any:
         import tantivy
 
         a = self.analyzer
-        body = record.content
+        body = a.hashed(record.content)
         if record.type == "message":
             # Speakers and dates are searchable too ("what did Ana say in May?").
-            body = f"{record.role or ''} {body} {date_words(record.created_at)}"
+            body = " ".join(filter(None, (a.hashed(record.role or ""), body,
+                                          a.hashed(date_words(record.created_at)))))
         doc = tantivy.Document(
-            id=record.memory_id, body=a.hashed(body), type=record.type,
+            id=record.memory_id, body=body, type=record.type,
             category=record.category, loc=loc, created=_micros(record.created_at),
         )
         if context:
-            doc.add_text("ctx", a.hashed(context))
+            doc.add_text("ctx", " ".join(a.hashed(text) for text in context))
         if record.tags:
             doc.add_text("tag", " ".join(a.opaque("tag", t) for t in record.tags))
         if record.session_id:
@@ -244,7 +255,7 @@ class SearchIndex:
         finally:
             w.close()
 
-    def build(self, items: Iterable[tuple[Record, str, str]]) -> int:
+    def build(self, items: Iterable[tuple[Record, str, Sequence[str]]]) -> int:
         """Build a fresh index beside the old one, then swap it in. Returns the doc count."""
         tmp = self.path.with_name(f"{self.path.name}.new-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -375,7 +386,7 @@ class IndexWriter:
         self.raw = raw
         self.changed = False
 
-    def upsert(self, record: Record, loc: str, context: str = "") -> None:
+    def upsert(self, record: Record, loc: str, context: Sequence[str] = ()) -> None:
         self.raw.delete_documents_by_term("id", record.memory_id)
         self.raw.add_document(self.index.document(record, loc, context))
         self.changed = True

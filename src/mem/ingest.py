@@ -86,12 +86,16 @@ def redact_messages(messages: list[NewMessage], config: RedactionConfig,
 
 
 def ingest(vault: Vault, source: str, fmt: str = "auto", session: str | None = None,
-           dry_run: bool = False, strict: bool = False) -> dict[str, Any]:
+           dry_run: bool = False, strict: bool = False,
+           fallback_name: str | None = None) -> dict[str, Any]:
+    """Ingest one transcript. Its session is --session, else the transcript's own id,
+    else `fallback_name` (a scan passes the path under the scanned folder), else the
+    file's name."""
     from mem.transcripts import parse
 
     text, name = read_source(source)
     transcript = parse(text, fmt)
-    chosen = session or transcript.session_id or name
+    chosen = session or transcript.session_id or fallback_name or name
     if not chosen:
         raise UsageError("a transcript from stdin without a session id needs --session")
     session_id = session if session else session_name(chosen)
@@ -100,28 +104,39 @@ def ingest(vault: Vault, source: str, fmt: str = "auto", session: str | None = N
 
         validate_name("session", session)
     config = vault.settings.redaction()
-    messages, withheld, counts = redact_messages(transcript.messages, config, strict)
-    messages = with_ids(messages)
-    summaries, withheld_summaries, summary_counts = redact_messages(
-        transcript.summaries, config, strict)
-    for rule, n in summary_counts.items():
-        counts[rule] = counts.get(rule, 0) + n
-    report = [{"rule": rule, "count": n} for rule, n in sorted(counts.items())]
+    # Ids first (from what the transcript said), so that messages already stored are
+    # skipped before the costly redaction scan; only new messages are scanned.
+    messages = with_ids(transcript.messages)
+    report: dict[str, int] = {}
+    withheld = 0
+
+    def prepare(batch: list[NewMessage]) -> list[NewMessage]:
+        nonlocal withheld
+        kept, dropped, counts = redact_messages(batch, config, strict)
+        withheld += dropped
+        for rule, n in counts.items():
+            report[rule] = report.get(rule, 0) + n
+        return kept
+
+    if strict:  # refuse before anything is touched, not halfway through the write
+        redact_messages([*transcript.messages, *transcript.summaries], config, strict=True)
+    result = vault.add_messages(session_id, messages, prepare=prepare, dry_run=dry_run)
+    summaries = prepare(transcript.summaries)
+    doc: dict[str, Any] = {
+        "session_id": session_id, "format": transcript.format,
+        "messages_added": result["messages_added"],
+        "messages_skipped": result["messages_skipped"], "lines_ignored": transcript.skipped,
+        "withheld": withheld,
+        "redactions": [{"rule": rule, "count": n} for rule, n in sorted(report.items())],
+    }
     if dry_run:
-        return {"session_id": session_id, "format": transcript.format, "dry_run": True,
-                "messages": [_preview(m) for m in messages],
-                "summaries": [_preview(m) for m in summaries],
-                "messages_added": 0, "messages_skipped": 0, "lines_ignored": transcript.skipped,
-                "withheld": withheld + withheld_summaries, "redactions": report}
-    result = vault.add_messages(session_id, messages)
+        doc.update(dry_run=True, messages=[_preview(m) for m in result["would_add"]],
+                   summaries=[_preview(m) for m in summaries])
+        return doc
     for summary in summaries:
         vault.add(_fit(summary.content), "summary", session=session_id,
                   message_id=summary.message_id)
-    return {"session_id": session_id, "format": transcript.format,
-            "messages_added": result["messages_added"],
-            "messages_skipped": result["messages_skipped"],
-            "lines_ignored": transcript.skipped,
-            "withheld": withheld + withheld_summaries, "redactions": report}
+    return doc
 
 
 def _fit(text: str) -> str:
@@ -178,7 +193,9 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
         if seen.get(key) == mark:
             continue
         try:
-            result = ingest(vault, str(path), fmt, strict=strict)
+            # Two notes.jsonl in different folders are different sessions.
+            relative = str(path.relative_to(directory).with_suffix(""))
+            result = ingest(vault, str(path), fmt, strict=strict, fallback_name=relative)
         except MemError as exc:
             summary["errors"].append({"file": str(path), "error": exc.message,
                                       "exit_code": exc.exit_code})

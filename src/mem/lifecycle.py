@@ -60,13 +60,22 @@ def select(vault: Vault, ids: list[str], session: str | None, before: datetime |
     if query is not None:
         from mem.search import search
 
-        found = search(vault, query, Filters(limit=10_000, include_archive=True,
+        if records and not vault.ready_index().build_query(query, Filters())[1]:
+            # A search for no words lists the most recent items: never "forget everything".
+            raise UsageError(f"--query {query!r} has no words to search for; "
+                             "nothing was forgotten")
+        found = search(vault, query, Filters(limit=max(1, len(records)), include_archive=True,
                                              include_superseded=True))
         hit_ids = {r["memory_id"] for r in found["results"]}
         chosen = [r for r in chosen if r.memory_id in hit_ids]
-    # Summaries compacted from a forgotten record hold its content too.
+    # Summaries compacted from a forgotten record hold its content too, and so do
+    # summaries compacted from those.
     gone = {r.memory_id for r in chosen}
-    derived = [r for r in records if r.memory_id not in gone and set(r.compacted_from) & gone]
+    derived: list[Record] = []
+    while more := [r for r in records if r.memory_id not in gone and
+                   set(r.compacted_from) & gone]:
+        derived += more
+        gone.update(r.memory_id for r in more)
     return chosen + derived
 
 
@@ -124,6 +133,9 @@ def _reencrypt(vault: Vault, store: UserStore, new_epoch: bool,
     epoch = old + 1 if new_epoch else old
     if new_epoch:
         store.new_epoch(epoch)
+        # The index key derives from the current data key: from here the index must be
+        # rebuilt, even if this rotation is interrupted before it rewrites anything.
+        vault._mark_index_stale()
         state = store.load_state()
         state["key_version"] = epoch
         store.save_state(state)
@@ -231,6 +243,8 @@ def write_export(text: str, output: str) -> None:
 
 def _parse_import(raw: str) -> tuple[list[tuple[Record, bool]], dict[str, str]]:
     """Validate a whole export before anything is written (DataError on any flaw)."""
+    from mem.config import validate_name
+
     try:
         doc = json.loads(raw)
     except ValueError:
@@ -270,6 +284,11 @@ def _parse_import(raw: str) -> tuple[list[tuple[Record, bool]], dict[str, str]]:
                 raise DataError(f"{where}: bad created_at") from None
             if record.type == "message" and not record.session_id:
                 raise DataError(f"{where}: a message without a session_id")
+            if record.session_id is not None:
+                try:
+                    validate_name("session", record.session_id)
+                except (UsageError, TypeError):
+                    raise DataError(f"{where}: invalid session_id") from None
             seen.add(record.memory_id)
             out.append((record, bool(item.get("archived"))))
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in prefs.items()):
@@ -282,15 +301,13 @@ def _parse_import(raw: str) -> tuple[list[tuple[Record, bool]], dict[str, str]]:
 
 def import_file(vault: Vault, raw: str) -> dict[str, Any]:
     """Restore an export: every record keeps its id; what is already there is skipped."""
-    from mem.config import validate_name
     from mem.redact import scan
 
     items, prefs = _parse_import(raw)
     config = vault.settings.redaction()
-    for record, _ in items:
-        if record.session_id:
-            validate_name("session", record.session_id)
-        if not scan(record.content, config).clean:
+    texts = [record.content for record, _ in items] + [t for kv in prefs.items() for t in kv]
+    for text in texts:
+        if not scan(text, config).clean:
             raise Refused("the import file holds a secret; nothing was imported")
     imported = skipped = 0
     with vault.writing() as store:

@@ -28,7 +28,7 @@ def search(vault: Vault, text: str, filters: Filters) -> dict[str, Any]:
     except IndexUnavailable:  # damage that only a query reveals
         records = None
     if records is None:  # a hit pointed at a moved line: the index was stale
-        with vault.writing():
+        with vault.writing(allow_frozen=True):  # derived data: no write to the memory
             vault.rebuild_index()
         hits, total = index.search(query, filters.limit, recent=not stems)
         records = _fetch(vault, hits) or []

@@ -752,7 +752,8 @@ def _text_of(content: Any) -> str:
 
 
 def _squash(text: str, limit: int) -> str:
-    """Whitespace collapsed, cut to `limit` characters (an ellipsis marks the cut)."""
+    """Whitespace collapsed, cut to `limit` characters at a word's end (an ellipsis marks
+    the cut)."""
     words: list[str] = []
     size = -1
     for match in _WORD.finditer(text):  # lazily: a tool's output may be megabytes
@@ -761,7 +762,12 @@ def _squash(text: str, limit: int) -> str:
         if size > limit:
             break
     out = " ".join(words)
-    return out if len(out) <= limit else out[: limit - 1].rstrip() + "…"
+    if len(out) <= limit:
+        return out
+    cut = out[: limit - 1]
+    if out[limit - 1] != " ":  # never keep part of a word: a token cut short (a secret's
+        cut = cut[: cut.rfind(" ") + 1]  # prefix) no longer matches its redaction rule
+    return cut.rstrip() + "…"
 
 
 def _time(value: Any) -> str | None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +50,7 @@ class Located:
 
     record: Record
     loc: str
-    context: str = ""  # neighbouring turns, for messages
+    context: tuple[str, ...] = ()  # neighbouring turns' texts, for messages
 
 
 @dataclass
@@ -153,6 +153,8 @@ class Vault:
             if not self.store.exists():
                 self.store.create()
                 self.audit.append("user.create", key_version=1)
+                self.search_index().create_empty()  # so the first write indexes incrementally
+                self._write_stamp()
             if not allow_frozen and self.store.load_state().get("frozen"):
                 raise Refused(f"the memory of {self.settings.org}/{self.settings.user} is "
                               "frozen: reads work, writes are refused until `mem unfreeze`")
@@ -380,45 +382,38 @@ class Vault:
                               type=kind, deduplicated=False)
         return AddResult(record, deduplicated=False)
 
-    def add_messages(self, session: str, messages: list[NewMessage]) -> dict[str, Any]:
+    def add_messages(self, session: str, messages: list[NewMessage],
+                     prepare: Callable[[list[NewMessage]], list[NewMessage]] | None = None,
+                     dry_run: bool = False) -> dict[str, Any]:
         """Append a transcript's messages to a session: only those not stored yet.
 
         A message is already stored when its message_id is (or, without an id, when the
-        same role said the same thing at the same time). One write, one fsync, one index
-        commit for the whole batch.
+        same role said the same thing at the same time). `prepare` (redaction) sees only
+        the new messages and may drop some. One write, one fsync, one index commit for the
+        whole batch. With `dry_run`, nothing is written: the result lists what would be.
         """
         validate_name("session", session)
         relpath = self.store.session_relpath(session)
+        if dry_run:
+            existing = self.store.read_lines(relpath) if self.store.exists() else []
+            fresh, skipped = _unseen(existing, messages)
+            fresh = prepare(fresh) if prepare else fresh
+            return {"session_id": session, "messages_added": 0, "messages_skipped": skipped,
+                    "would_add": fresh}
         with self.writing() as store:
             epoch = store.current_epoch()
             scan = store.read_scan(relpath)
             existing = scan.records
-            seen = {_message_key(r.message_id, r.role, r.content_hash, r.created_at)
-                    for r in existing}
-            new: list[Record] = []
-            skipped = 0
-            for m in messages:
-                if not m.content.strip():
-                    skipped += 1
-                    continue
-                digest = crypto.content_hash(m.content)
-                try:
-                    stamp = normalise_time(m.created_at) if m.created_at else now_iso()
-                except UsageError:
-                    raise DataError(f"message {m.message_id or len(new) + skipped + 1} has an "
-                                    f"invalid time {m.created_at!r}; nothing was stored") from None
-                key = _message_key(m.message_id, m.role, digest, stamp)
-                if key in seen:
-                    skipped += 1
-                    continue
-                seen.add(key)
-                new.append(Record(
-                    memory_id=uuid7(), org_id=self.settings.org, user_id=self.settings.user,
-                    type="message", content=m.content, content_hash=digest,
-                    category="conversation", tags=_clean_tags(m.tags), session_id=session,
-                    message_id=m.message_id, channel=m.channel, role=m.role,
-                    created_at=stamp, updated_at=stamp, key_version=epoch,
-                ))
+            fresh, skipped = _unseen(existing, messages)
+            fresh = prepare(fresh) if prepare else fresh
+            new = [Record(
+                memory_id=uuid7(), org_id=self.settings.org, user_id=self.settings.user,
+                type="message", content=m.content, content_hash=crypto.content_hash(m.content),
+                category="conversation", tags=_clean_tags(m.tags), session_id=session,
+                message_id=m.message_id, channel=m.channel, role=m.role,
+                created_at=m.created_at or "", updated_at=m.created_at or "",
+                key_version=epoch,
+            ) for m in fresh]
             offsets = store.append_records(relpath, new)
             turns = [*existing, *new]
             first_new = len(existing)
@@ -429,7 +424,6 @@ class Vault:
                 for j in range(max(0, first_new - CONTEXT_TURNS), first_new):
                     self._index_upsert(Located(existing[j], f"{relpath}@{scan.offsets[j]}",
                                                neighbours(turns, j)))
-            if new:
                 self.audit.append("ingest", [r.memory_id for r in new],
                                   [self.audit.hash_of(r.content_hash) for r in new],
                                   session_file=relpath, skipped=skipped)
@@ -438,10 +432,7 @@ class Vault:
 
     def _redacted(self, text: str) -> str:
         """Refuse a critical secret (exit 77, nothing stored); mask personal data."""
-        try:  # TEMPORARY-REDACT-GUARD until mem.redact lands
-            from mem.redact import scan
-        except ImportError:
-            return text
+        from mem.redact import scan
 
         result = scan(text, self.settings.redaction())
         if not result.clean:
@@ -662,6 +653,31 @@ def _index_problem_text(missing: int, extra: int) -> str:
             "that no longer exist; `mem verify --repair` rebuilds it")
 
 
+def _unseen(existing: list[Record],
+            messages: list[NewMessage]) -> tuple[list[NewMessage], int]:
+    """The messages not stored yet (with their times normalised), and how many were."""
+    seen = {_message_key(r.message_id, r.role, r.content_hash, r.created_at)
+            for r in existing}
+    fresh: list[NewMessage] = []
+    skipped = 0
+    for n, m in enumerate(messages, start=1):
+        if not m.content.strip():
+            skipped += 1
+            continue
+        try:
+            stamp = normalise_time(m.created_at) if m.created_at else now_iso()
+        except UsageError:
+            raise DataError(f"message {m.message_id or n} has an invalid time "
+                            f"{m.created_at!r}; nothing was stored") from None
+        key = _message_key(m.message_id, m.role, crypto.content_hash(m.content), stamp)
+        if key in seen:
+            skipped += 1
+            continue
+        seen.add(key)
+        fresh.append(replace(m, created_at=stamp))
+    return fresh, skipped
+
+
 def _message_key(message_id: str | None, role: str | None, digest: str,
                  created_at: str) -> tuple[str, ...]:
     if message_id:
@@ -672,13 +688,13 @@ def _message_key(message_id: str | None, role: str | None, digest: str,
 CONTEXT_TURNS = 2  # turns on each side whose words help find a message
 
 
-def neighbours(records: list[Record], i: int) -> str:
-    """The text of the turns around record `i` of a session (it is indexed as context:
-    an answer's words are often in the question just before it)."""
+def neighbours(records: list[Record], i: int) -> tuple[str, ...]:
+    """The texts of the turns around record `i` of a session (indexed as context: an
+    answer's words are often in the question just before it)."""
     n = len(records)
     i = i % n
-    return " ".join(records[j].content for j in range(i - CONTEXT_TURNS, i + CONTEXT_TURNS + 1)
-                    if j != i and 0 <= j < n)
+    return tuple(records[j].content for j in range(i - CONTEXT_TURNS, i + CONTEXT_TURNS + 1)
+                 if j != i and 0 <= j < n)
 
 
 def _clean_tags(tags: list[str]) -> list[str]:

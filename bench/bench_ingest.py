@@ -1,0 +1,162 @@
+"""Ingest speed: `mem ingest` of a 20,000-message (about 5 MB) transcript against a floor
+process that only parses each line, encrypts it, writes them with one fsync, and indexes
+HMAC tokens with one Tantivy commit (target ≤ 3× the floor); and how fast a SessionEnd
+hook returns to Claude Code (which cancels it after 1.5 s by default)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import BIN, report, run_timed, throwaway_env
+from locomo import load
+
+MESSAGES = 20_000
+HOOK_MESSAGES = 2_000  # the transcript each SessionEnd hands to its background ingest
+TARGET_RATIO = 3.0
+HOOK_BUDGET_MS = 1500.0
+
+FLOOR = r"""
+import base64, hashlib, hmac, json, os, sys, tantivy
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+src, out_dir = sys.argv[1], sys.argv[2]
+key = os.urandom(32); aead = AESGCM(key); mac = hmac.new(os.urandom(32), digestmod=hashlib.sha256)
+analyzer = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+            .filter(tantivy.Filter.lowercase()).filter(tantivy.Filter.stemmer("english")).build())
+sb = tantivy.SchemaBuilder()
+sb.add_text_field("id", stored=True, tokenizer_name="raw")
+sb.add_text_field("body", tokenizer_name="whitespace")
+os.makedirs(os.path.join(out_dir, "index"))
+index = tantivy.Index(sb.build(), path=os.path.join(out_dir, "index"))
+writer = index.writer(heap_size=32_000_000, num_threads=1)
+cache = {}
+def h(t):
+    v = cache.get(t)
+    if v is None:
+        m = mac.copy(); m.update(t.encode()); v = cache[t] = m.digest()[:16].hex()
+    return v
+lines = []
+with open(src, "rb") as fh:
+    for i, raw in enumerate(fh):
+        msg = json.loads(raw)
+        nonce = os.urandom(12)
+        ct = aead.encrypt(nonce, raw, str(i).encode())
+        lines.append(json.dumps({"n": base64.b64encode(nonce).decode(),
+                                 "ct": base64.b64encode(ct).decode()}).encode() + b"\n")
+        writer.add_document(tantivy.Document(id=str(i), body=" ".join(
+            h(t) for t in analyzer.analyze(msg["content"]))))
+fd = os.open(os.path.join(out_dir, "s.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+os.write(fd, b"".join(lines)); os.fsync(fd); os.close(fd)
+writer.commit()
+"""
+
+
+def make_transcript(path: Path) -> int:
+    turns = [t.text for c in load() for t in c.turns]
+    with path.open("w") as fh:
+        for i in range(MESSAGES):
+            text = f"{turns[i % len(turns)]} {turns[(i * 7 + 3) % len(turns)]}"
+            fh.write(json.dumps({"id": f"m{i}", "role": "user" if i % 2 else "assistant",
+                                 "content": text,
+                                 "timestamp": f"2026-01-{1 + i % 28:02d}T10:00:00Z"}) + "\n")
+    return path.stat().st_size
+
+
+def make_claude_transcript(path: Path, session: str) -> None:
+    """A Claude Code session file (what SessionEnd's transcript_path names)."""
+    turns = [t.text for c in load() for t in c.turns]
+    parent = None
+    with path.open("w") as fh:
+        for i in range(HOOK_MESSAGES):
+            kind = "user" if i % 2 == 0 else "assistant"
+            message: dict[str, object] = {"role": kind, "content": turns[i % len(turns)]}
+            if kind == "assistant":
+                message = {"id": f"msg_{i}", "role": kind, "model": "claude-sonnet-4",
+                           "content": [{"type": "text", "text": turns[i % len(turns)]}]}
+            fh.write(json.dumps({"parentUuid": parent, "isSidechain": False,
+                                 "sessionId": session, "type": kind, "uuid": f"u{i}",
+                                 "timestamp": f"2026-01-01T10:{i // 60 % 60:02d}:{i % 60:02d}Z",
+                                 "message": message}) + "\n")
+            parent = f"u{i}"
+
+
+def main(rounds: int = 3) -> dict[str, object]:
+    env = throwaway_env()
+    work = Path(tempfile.mkdtemp(prefix="mem-bench-ingest-"))
+    env["MEM_LOG_DIR"] = str(work / "logs")  # the hooks' log: not the user's real one
+    mem = str(BIN / "mem")
+    run_timed([mem, "init"], env)
+    transcript = work / "big.jsonl"
+    size = make_transcript(transcript)
+    floor_s, mem_s = [], []
+    for i in range(rounds):
+        out = work / f"floor{i}"
+        out.mkdir()
+        floor_s.append(run_timed([sys.executable, "-c", FLOOR, str(transcript), str(out)], env))
+        mem_s.append(run_timed([mem, "ingest", str(transcript), "--format", "jsonl",
+                                "--session", "big", "--user", f"ingest{i}", "--quiet"], env))
+    floor, ours = statistics.median(floor_s), statistics.median(mem_s)
+    print(f"transcript: {MESSAGES} messages, {size / 1e6:.1f} MB")
+    print(f"floor (parse, encrypt, one fsync, HMAC tokens, one commit): {floor:.2f} s")
+    print(f"mem ingest:                                              {ours:.2f} s  "
+          f"({ours / floor:.2f}× floor, target ≤ {TARGET_RATIO}×)")
+    again = run_timed([mem, "ingest", str(transcript), "--format", "jsonl", "--session", "big",
+                       "--user", "ingest0", "--quiet"], env)
+    print(f"mem ingest of the same transcript again (adds nothing):   {again:.2f} s")
+
+    # SessionEnd: the hook hands the transcript to a background ingest and returns.
+    hook_ms = []
+    for i in range(9):
+        session = f"hook{i}"
+        claude = work / f"{session}.jsonl"
+        make_claude_transcript(claude, session)
+        payload = json.dumps({"hook_event_name": "SessionEnd", "session_id": session,
+                              "transcript_path": str(claude), "reason": "exit"})
+        started = time.perf_counter()
+        proc = subprocess.run([mem, "hook", "claude-code"], input=payload.encode(), env=env,
+                              capture_output=True, check=False)
+        hook_ms.append((time.perf_counter() - started) * 1000)
+        assert proc.returncode == 0 and proc.stdout == b""
+        wait_quiet(env)
+    stored = subprocess.run([mem, "list", "--session", "hook8", "--type", "message", "--limit",
+                             str(HOOK_MESSAGES * 2), "--json"], env=env, capture_output=True,
+                            check=True)
+    in_background = len(json.loads(stored.stdout)["records"])
+    if in_background != HOOK_MESSAGES:
+        log = (work / "logs" / "hooks.log").read_text()[-400:]
+        raise RuntimeError(f"the hook's background ingest stored {in_background} of "
+                           f"{HOOK_MESSAGES} messages; hooks.log ends: {log}")
+    hook = statistics.median(hook_ms)
+    print(f"SessionEnd hook returns in {hook:.0f} ms (median of 9, max {max(hook_ms):.0f}; "
+          f"budget {HOOK_BUDGET_MS:.0f}); its background ingest stored all "
+          f"{HOOK_MESSAGES} messages")
+    doc = {"messages": MESSAGES, "bytes": size, "floor_s": floor, "mem_ingest_s": ours,
+           "ratio": ours / floor, "reingest_s": again, "session_end_hook_ms": hook,
+           "hook_ms_all": hook_ms, "rounds": rounds}
+    report("ingest", doc)
+    return doc
+
+
+def wait_quiet(env: dict[str, str]) -> None:
+    """Let the background ingest a hook started finish before the next measurement (only
+    this run's: the ingest's argv names this run's vault)."""
+    pattern = f"ingest .*--vault {re.escape(env['MEM_VAULT'])}( |$)"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        busy = subprocess.run(["pgrep", "-f", pattern], capture_output=True, check=False)
+        if busy.returncode != 0:
+            return
+        time.sleep(0.1)
+    raise RuntimeError("the hook's background ingest did not finish within 120 s")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("NO_COLOR", "1")
+    main()

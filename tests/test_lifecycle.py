@@ -685,6 +685,14 @@ def _bad_prefs(doc: dict[str, Any]) -> None:
     doc["preferences"] = {"editor": ["vim"]}
 
 
+def _bad_tags(doc: dict[str, Any]) -> None:
+    _records(doc, "learned_context")[0]["tags"] = "not-a-list"
+
+
+def _bad_importance(doc: dict[str, Any]) -> None:
+    _records(doc, "learned_context")[0]["importance"] = 7
+
+
 MALFORMED = {
     "not json": lambda raw: raw[: len(raw) // 2],
     "not an object": lambda raw: "[1, 2, 3]",
@@ -693,7 +701,7 @@ MALFORMED = {
 }
 MUTATIONS = [_edit_content, _count, _record_count, _drop_record_and_fix_count, _no_session,
              _bad_session, _wrong_category, _wrong_type, _duplicate, _unknown_category,
-             _bad_time, _no_id, _bad_prefs]
+             _bad_time, _no_id, _bad_prefs, _bad_tags, _bad_importance]
 
 
 @pytest.mark.parametrize("case", list(MALFORMED) + [m.__name__ for m in MUTATIONS])
@@ -1222,3 +1230,23 @@ def test_verify_warns_of_an_unused_data_key_and_repair_deletes_it(
     assert repaired["problems"] == []
     assert sorted(p.name for p in (user_dir(vault_dir) / "keys").iterdir()) == ["1.dek"]
     assert len(snapshot()[0]) == 13
+
+
+def test_import_masks_personal_data_like_every_other_way_in(vault: Vault) -> None:
+    source = open_as("eve")
+    source.add("Her doctor is at the Elm Street clinic", "fact")
+    doc = lifecycle.export(source)
+    record = _records(doc, "learned_context")[0]
+    record["content"] = "Write to dr.who@example.org about the clinic"
+    record["content_hash"] = crypto.content_hash(record["content"])
+    lifecycle.import_file(vault, json.dumps(doc))
+    (stored,) = vault.list_records(Filters())
+    assert stored.content == "Write to <REDACTED:EMAIL> about the clinic"
+    assert stored.content_hash == crypto.content_hash(stored.content)
+
+
+def test_reindex_works_on_a_frozen_user(vault: Vault) -> None:
+    vault.add("Plays the cello on Sundays", "fact")
+    lifecycle.set_frozen(vault, True)
+    assert vault.reindex()["documents"] == 1
+    assert found(vault, "cello")

@@ -289,6 +289,7 @@ def _parse_import(raw: str) -> tuple[list[tuple[Record, bool]], dict[str, str]]:
                     validate_name("session", record.session_id)
                 except (UsageError, TypeError):
                     raise DataError(f"{where}: invalid session_id") from None
+            _check_types(record, where)
             seen.add(record.memory_id)
             out.append((record, bool(item.get("archived"))))
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in prefs.items()):
@@ -297,6 +298,20 @@ def _parse_import(raw: str) -> tuple[list[tuple[Record, bool]], dict[str, str]]:
     if total != len(out):
         raise DataError(f"record_count says {total} but the file holds {len(out)} records")
     return out, prefs
+
+
+def _check_types(record: Record, where: str) -> None:
+    """Every field of an imported record has the type mem writes (or it is refused)."""
+    optional_str = ("session_id", "message_id", "channel", "role", "supersedes")
+    ok = (all(isinstance(getattr(record, f), str | None) for f in optional_str)
+          and isinstance(record.tags, list) and all(isinstance(t, str) for t in record.tags)
+          and isinstance(record.compacted_from, list)
+          and all(isinstance(t, str) for t in record.compacted_from)
+          and isinstance(record.importance, int | float)
+          and not isinstance(record.importance, bool) and 0 <= record.importance <= 1
+          and isinstance(record.key_version, int) and isinstance(record.updated_at, str))
+    if not ok:
+        raise DataError(f"{where}: a field has the wrong type or is out of range")
 
 
 def import_file(vault: Vault, raw: str) -> dict[str, Any]:
@@ -309,6 +324,11 @@ def import_file(vault: Vault, raw: str) -> dict[str, Any]:
     for text in texts:
         if not scan(text, config).clean:
             raise Refused("the import file holds a secret; nothing was imported")
+    for record, _ in items:  # personal data gets placeholders, as on every other way in
+        masked = scan(record.content, config).text
+        if masked != record.content:
+            record.content, record.content_hash = masked, crypto.content_hash(masked)
+    prefs = {k: scan(v, config).text for k, v in prefs.items()}
     imported = skipped = 0
     with vault.writing() as store:
         epoch = store.current_epoch()

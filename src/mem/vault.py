@@ -265,7 +265,7 @@ class Vault:
 
     def reindex(self) -> dict[str, Any]:
         self._require_user()
-        with self.writing():
+        with self.writing(allow_frozen=True):  # derived data: no memory changes
             count = self.rebuild_index()
             self.audit.append("reindex", documents=count)
         return {"documents": count}

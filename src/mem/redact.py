@@ -1083,11 +1083,19 @@ def _find(text: str, active: tuple[Rule, ...], region: str,
           refuse_only: bool = False) -> list[tuple[int, int, Rule]]:
     lower = None
     found = []
+    short = len(text) < 8192
     for rule in active:
         if refuse_only and rule.action != "refuse":
             continue
         if rule.anchors_ignore_case and lower is None:
             lower = _lower(text)
+        if short and rule.anchors and rule.prefilter is None and \
+                isinstance(rule.detector, re.Pattern):
+            # spans() would find no anchor either: skip its regex machinery (most messages
+            # hold no anchor of most rules). Long texts go straight to the anchor regex.
+            hay = lower if rule.anchors_ignore_case and lower is not None else text
+            if not any(anchor in hay for anchor in rule.anchors):
+                continue
         for start, end in rule.spans(text, region, lower):
             found.append((start, end, rule))
     return found

@@ -119,9 +119,9 @@ def main() -> dict[str, object]:
     print(f"{len(conversations)} conversations, {turns} turns, {questions} questions "
           f"(categories 1-4); mem ingest {ingest_total:.1f} s")
     cols = [f"R@{k}" for k in KS] + [f"cat{c} R@10" for c in CATEGORIES] + ["median query ms"]
-    print(f"{'':<22}" + "".join(f"{c:>14}" for c in cols))
+    print(f"{'':<22}" + "".join(f"{c:>17}" for c in cols))
     for name, row in results.items():
-        print(f"{name:<22}" + "".join(f"{row[c]:>14.1f}" for c in cols))
+        print(f"{name:<22}" + "".join(f"{row[c]:>17.1f}" for c in cols))
     delta = results["mem"]["R@10"] - results["bm25 (fts5 porter)"]["R@10"]
     print(f"mem R@10 - baseline R@10 = {delta:+.1f} points "
           f"(categories: {', '.join(f'{k}={v}' for k, v in CATEGORIES.items())})")

@@ -636,3 +636,21 @@ def test_rule_patterns_compile_without_detect_secrets_flags_drift() -> None:
     # The generated flags are plain re flags; a pattern that needs another flag would fail.
     for name, _, pattern, flags in PATTERNS:
         assert re.compile(pattern, flags), name
+
+
+_ANCHORS = sorted({a for r in redact.rules() for a in r.anchors})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_ANCHORS), st.text(min_size=0, max_size=12),
+                          st.sampled_from([" ", "=", ":", "\n", "_", "-", "A", "0"])),
+                max_size=12))
+def test_the_anchor_gate_never_hides_a_match(parts: list[str]) -> None:
+    """The one-pass anchor gate is only a shortcut: every rule finds exactly what it
+    finds when asked directly."""
+    text = "".join(parts)
+    active = redact._active(redact.RedactionConfig())
+    lower = redact._lower(text)
+    direct = sorted((s, e, r.id) for r in active for s, e in r.spans(text, "US", lower))
+    gated = sorted((s, e, r.id) for s, e, r in redact._find(text, active, "US"))
+    assert gated == direct

@@ -1079,23 +1079,68 @@ def _odd_backslashes_before(text: str, pos: int) -> bool:
 # Scanning
 
 
+@dataclass(frozen=True)
+class _Gate:
+    """Which rules' anchors occur in a text, found with two regex passes.
+
+    Each pattern is a zero-width lookahead over a trie of every anchor, so it is tried at
+    every position and reports the longest anchor starting there; `rules_of` maps that
+    literal to every rule with an anchor inside it (a shorter anchor at the same spot)."""
+
+    sensitive: re.Pattern[str] | None
+    insensitive: re.Pattern[str] | None
+    rules_of: dict[tuple[bool, str], frozenset[str]]
+    gated: frozenset[str]
+
+    def triggered(self, text: str, lower: str | None) -> set[str]:
+        ids: set[str] = set()
+        for ignore_case, pattern, hay in ((False, self.sensitive, text),
+                                          (True, self.insensitive, lower)):
+            if pattern is None or hay is None:
+                continue
+            for m in pattern.finditer(hay):
+                ids |= self.rules_of[(ignore_case, m.group(1))]
+        return ids
+
+
+_GATES: dict[int, tuple[tuple[Rule, ...], _Gate]] = {}
+
+
+def _gate(active: tuple[Rule, ...]) -> _Gate:
+    cached = _GATES.get(id(active))
+    if cached is not None and cached[0] is active:
+        return cached[1]
+    gated = [r for r in active if r.anchors and r.prefilter is None
+             and isinstance(r.detector, re.Pattern)]
+    patterns: dict[bool, re.Pattern[str] | None] = {}
+    rules_of: dict[tuple[bool, str], frozenset[str]] = {}
+    for ignore_case in (False, True):
+        group = [r for r in gated if r.anchors_ignore_case == ignore_case]
+        literals = {a for r in group for a in r.anchors}
+        patterns[ignore_case] = re.compile(f"(?=({_literal_union(literals)}))") \
+            if literals else None
+        for literal in literals:
+            rules_of[(ignore_case, literal)] = frozenset(
+                r.id for r in group if any(a in literal for a in r.anchors))
+    gate = _Gate(patterns[False], patterns[True], rules_of, frozenset(r.id for r in gated))
+    _GATES[id(active)] = (active, gate)
+    return gate
+
+
 def _find(text: str, active: tuple[Rule, ...], region: str,
           refuse_only: bool = False) -> list[tuple[int, int, Rule]]:
-    lower = None
+    lower = _lower(text) if any(r.anchors_ignore_case for r in active) else None
     found = []
-    short = len(text) < 8192
+    # Short texts (one message each, on the ingest path) first learn in one pass which
+    # rules' anchors occur at all: most messages hold none, and spans() per rule costs
+    # far more than the regexes themselves. Long texts go straight to each rule.
+    gate = _gate(active)
+    triggered = gate.triggered(text, lower) if len(text) < 8192 else None
     for rule in active:
         if refuse_only and rule.action != "refuse":
             continue
-        if rule.anchors_ignore_case and lower is None:
-            lower = _lower(text)
-        if short and rule.anchors and rule.prefilter is None and \
-                isinstance(rule.detector, re.Pattern):
-            # spans() would find no anchor either: skip its regex machinery (most messages
-            # hold no anchor of most rules). Long texts go straight to the anchor regex.
-            hay = lower if rule.anchors_ignore_case and lower is not None else text
-            if not any(anchor in hay for anchor in rule.anchors):
-                continue
+        if triggered is not None and rule.id in gate.gated and rule.id not in triggered:
+            continue
         for start, end in rule.spans(text, region, lower):
             found.append((start, end, rule))
     return found

@@ -588,7 +588,8 @@ def test_brief_bounds(script_runner: ScriptRunner, vault: Vault) -> None:
     assert limited["entry_count"] == total
     assert len(entry_lines(mem(script_runner, "brief", "--max-entries", "5").stdout)) == 5
     types = [e["type"] for e in limited["entries"]]
-    assert types[:4] == ["preference", "instruction", "correction", "setting"]
+    # Behavioral first; among equal importance the newest first (the setting came last).
+    assert types[:4] == ["setting", "correction", "instruction", "preference"]
     assert types[4] in FACTS
     small = mem(script_runner, "brief", "--max-chars", "700")
     assert 0 < len(small.stdout) <= 700

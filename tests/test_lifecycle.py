@@ -331,17 +331,22 @@ def test_forget_query_asks_first_and_deletes_only_with_yes(
     strings = {r.memory_id for r in vault._records() if "strings" in r.content}
     assert len(strings) == 2
 
+    # Erasure takes the records holding every word, not all that search would rank.
+    both = mem(script_runner, "forget", "--query", "violin strings", "--dry-run", "--json")
+    assert [r.content for r in vault._records() if r.memory_id in
+            json.loads(both.stdout)["memory_ids"]] == ["Which violin strings did we order"]
+
     # No --yes and no terminal to ask on: show the matches, refuse, delete nothing.
-    asked = mem(script_runner, "forget", "--query", "violin strings", "--json")
+    asked = mem(script_runner, "forget", "--query", "strings", "--json")
     assert asked.returncode == 77, asked.stderr
     preview = json.loads(asked.stdout)
     assert preview["dry_run"] is True and set(preview["memory_ids"]) == strings
-    table = mem(script_runner, "forget", "--query", "violin strings")
+    table = mem(script_runner, "forget", "--query", "strings")
     assert table.returncode == 77 and "Vienna" in table.stdout
     assert files_of(user_dir(vault_dir), skip_audit=True) == files
 
     # --dry-run lists the ids and deletes nothing, even with --yes.
-    dry = mem(script_runner, "forget", "--query", "violin strings", "--dry-run", "--yes",
+    dry = mem(script_runner, "forget", "--query", "strings", "--dry-run", "--yes",
               "--json")
     assert dry.returncode == 0
     assert set(json.loads(dry.stdout)["memory_ids"]) == strings
@@ -349,7 +354,7 @@ def test_forget_query_asks_first_and_deletes_only_with_yes(
     assert dry_tag["would_delete"] == 1
     assert files_of(user_dir(vault_dir), skip_audit=True) == files
 
-    receipt = mem_json(script_runner, "forget", "--query", "violin strings", "--yes")
+    receipt = mem_json(script_runner, "forget", "--query", "strings", "--yes")
     assert set(receipt["memory_ids"]) == strings
     assert not strings & {r.memory_id for r in fresh()._records(include_archive=True)}
 
@@ -1250,3 +1255,21 @@ def test_reindex_works_on_a_frozen_user(vault: Vault) -> None:
     lifecycle.set_frozen(vault, True)
     assert vault.reindex()["documents"] == 1
     assert found(vault, "cello")
+
+
+def test_forgotten_messages_stay_forgotten_when_the_transcript_comes_again(
+        vault: Vault) -> None:
+    from mem.vault import NewMessage
+
+    transcript = [NewMessage("we moved the standup", "user", "t1"),
+                  NewMessage("my sister's diagnosis came back", "user", "t2"),
+                  NewMessage("noted", "assistant", "t3")]
+    vault.add_messages("s1", transcript)
+    target = [r for r in vault.list_records(Filters()) if r.message_id == "t2"]
+    lifecycle.forget(vault, target)
+    again = vault.add_messages("s1", transcript)  # a hook or a scan ingests it again
+    assert again["messages_added"] == 0
+    longer = vault.add_messages("s1", [*transcript, NewMessage("and lunch?", "user", "t4")])
+    assert longer["messages_added"] == 1
+    assert sorted(r.message_id for r in vault.list_records(Filters())) == ["t1", "t3", "t4"]
+    assert not found(vault, "diagnosis")

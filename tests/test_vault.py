@@ -225,6 +225,20 @@ def test_cutting_the_audit_log_tail_is_detected(vault: Vault, vault_dir: Path) -
     assert not open_as("alice").verify()["ok"]
 
 
+def test_a_cut_audit_log_stays_detected_after_later_writes(vault: Vault,
+                                                          vault_dir: Path) -> None:
+    vault.add("first", "fact")
+    vault.add("second", "fact")
+    audit = vault_dir / "default/alice/audit.jsonl"
+    lines = audit.read_bytes().splitlines(keepends=True)
+    audit.write_bytes(b"".join(lines[:-1]))
+    open_as("alice").add("third", "fact")  # a write anchors the log again...
+    open_as("alice").add("fourth", "fact")
+    report = open_as("alice").verify()  # ...but the cut it found is kept as evidence
+    assert not report["ok"]
+    assert any("were cut" in p["problem"] for p in report["problems"])
+
+
 def test_a_document_from_a_newer_format_is_refused(vault: Vault) -> None:
     from mem.errors import DataError
 

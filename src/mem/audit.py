@@ -83,6 +83,35 @@ class AuditLog:
         except ValueError:
             return None  # a torn or edited tail; `verify` reports it
 
+    def find(self, seq: int) -> dict[str, Any] | None:
+        """The entry with this sequence number, read backwards from the end (an anchor is
+        near the end: only reads come after the last write's entry)."""
+        try:
+            with self.path.open("rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                block = 16384
+                while True:
+                    start = max(0, size - block)
+                    fh.seek(start)
+                    lines = fh.read(size - start).split(b"\n")
+                    complete = lines[1:] if start else lines  # the first may be cut
+                    entries = []
+                    for raw in complete:
+                        try:
+                            entries.append(json.loads(raw))
+                        except ValueError:
+                            continue
+                    for entry in entries:
+                        if isinstance(entry, dict) and entry.get("seq") == seq:
+                            return entry
+                    earliest = next((e.get("seq") for e in entries if isinstance(e, dict)),
+                                    None)
+                    if start == 0 or (isinstance(earliest, int) and earliest < seq):
+                        return None
+                    block *= 4
+        except FileNotFoundError:
+            return None
+
     def append(self, op: str, ids: list[str] | None = None, hashes: list[str] | None = None,
                durable: bool = True, **detail: Any) -> str:
         """Append one entry and return its audit id. `detail` must hold no content."""

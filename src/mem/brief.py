@@ -78,8 +78,9 @@ def build(vault: Vault, max_entries: int, max_chars: int) -> dict[str, Any]:
     for name, entries in candidates.items():
         if name == "summaries":
             entries.sort(key=lambda e: e["created_at"], reverse=True)  # most recent first
-        else:
-            entries.sort(key=lambda e: (-e["importance"], e["created_at"]), reverse=False)
+        else:  # most important first; among equals the newest, so a cut drops the oldest
+            entries.sort(key=lambda e: e["created_at"], reverse=True)
+            entries.sort(key=lambda e: -e["importance"])
     eligible = sum(len(v) for v in candidates.values())
 
     lines = ["# What you know about this user", ""]

@@ -31,7 +31,12 @@ MAX_STDIN = 1 << 20
 def log(settings: Settings | None, event: str, outcome: str) -> None:
     """One line per hook run: time, event, outcome. Outcomes never hold memory content."""
     try:
-        directory = settings.log_dir if settings else Path(os.environ.get("MEM_LOG_DIR", "."))
+        if settings is not None:
+            directory = settings.log_dir
+        else:  # the settings themselves failed: still never the agent's working directory
+            import platformdirs
+
+            directory = Path(os.environ.get("MEM_LOG_DIR") or platformdirs.user_log_dir("mem"))
         fsio.ensure_dir(directory)
         line = f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} claude-code {event}: {outcome}\n"
         fsio.append_line(directory / LOG_FILE, line.encode(), sync=False)
@@ -58,6 +63,7 @@ def handle_claude_code(settings_factory: Any, stdin: str) -> str | None:
             log(settings, event, "ignored: stdin is not a hook JSON object")
             return None
         event = str(payload.get("hook_event_name", "unknown"))[:40]
+        os.environ.setdefault("MEM_ACTOR", f"hook:claude-code:{event}")  # names us in audit
         if event == "SessionStart":
             return _session_start(settings)
         if event in ("SessionEnd", "PreCompact"):

@@ -151,18 +151,16 @@ def _fit(text: str) -> str:
 
 def with_ids(messages: list[NewMessage]) -> list[NewMessage]:
     """Give each message without an id a stable one, so that ingesting the transcript again
-    (or a longer version of it) stores nothing twice: a digest of what was said, by
-    whom and when, and how many times it was said before (kept inside the envelope)."""
-    seen: dict[str, int] = {}
+    (or a longer version of it) stores nothing twice: its position in the transcript and
+    a digest of who spoke when. Never of what was said: the id would let anyone test a
+    guess at text that redaction removed."""
     out = []
-    for m in messages:
+    for n, m in enumerate(messages, start=1):
         if m.message_id:
             out.append(m)
             continue
-        digest = hashlib.sha256("\0".join((m.role, m.content, m.created_at or "")).encode())
-        base = digest.hexdigest()[:16]
-        seen[base] = seen.get(base, 0) + 1
-        out.append(replace(m, message_id=f"h{base}-{seen[base]}"))
+        digest = hashlib.sha256(f"{m.role}\0{m.created_at or ''}".encode()).hexdigest()[:8]
+        out.append(replace(m, message_id=f"n{n}-{digest}"))
     return out
 
 

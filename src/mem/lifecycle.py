@@ -22,6 +22,7 @@ from mem.records import (
     TYPES,
     Filters,
     Record,
+    normalise_time,
     now_iso,
     parse_time,
 )
@@ -60,14 +61,20 @@ def select(vault: Vault, ids: list[str], session: str | None, before: datetime |
     if query is not None:
         from mem.search import search
 
-        if records and not vault.ready_index().build_query(query, Filters())[1]:
+        index = vault.ready_index()
+        stems = set(index.build_query(query, Filters())[1]) if records else set()
+        if records and not stems:
             # A search for no words lists the most recent items: never "forget everything".
             raise UsageError(f"--query {query!r} has no words to search for; "
                              "nothing was forgotten")
         found = search(vault, query, Filters(limit=max(1, len(records)), include_archive=True,
                                              include_superseded=True))
         hit_ids = {r["memory_id"] for r in found["results"]}
-        chosen = [r for r in chosen if r.memory_id in hit_ids]
+        # Search ranks anything sharing a word (or a neighbour's word); erasure takes only
+        # the records that themselves hold every word of the query.
+        tokens = index.analyzer.tokens
+        chosen = [r for r in chosen if r.memory_id in hit_ids
+                  and stems <= set(tokens(r.content))]
     # Summaries compacted from a forgotten record hold its content too, and so do
     # summaries compacted from those.
     gone = {r.memory_id for r in chosen}
@@ -103,6 +110,14 @@ def forget(vault: Vault, targets: list[Record], now: bool = False) -> dict[str, 
                 if len(kept_lines) != len(records):
                     store.rewrite_lines(rel, kept_lines)
                     rewritten.append(rel)
+        # A transcript ingested again (a hook, a scan) must not bring forgotten messages
+        # back: remember them by keyed hash of session and message id.
+        marks = [vault.message_mark(r.session_id, r.message_id) for r in targets
+                 if r.type == "message" and r.session_id and r.message_id]
+        if marks:
+            state = store.load_state()
+            state["forgotten"] = sorted(set(state.get("forgotten", [])) | set(marks))
+            store.save_state(state)
         audit_id = vault.audit.append("forget", sorted(gone),
                                       [vault.audit.hash_of(r.content_hash) for r in targets],
                                       files=len(rewritten))
@@ -278,10 +293,11 @@ def _parse_import(raw: str) -> tuple[list[tuple[Record, bool]], dict[str, str]]:
                                 "(the file was altered)")
             if not isinstance(record.memory_id, str) or record.memory_id in seen:
                 raise DataError(f"{where}: missing or repeated memory_id")
-            try:
-                parse_time(record.created_at)
-            except UsageError:
-                raise DataError(f"{where}: bad created_at") from None
+            try:  # stored times are UTC with microseconds, so they sort as strings
+                record.created_at = normalise_time(record.created_at)
+                record.updated_at = normalise_time(record.updated_at or record.created_at)
+            except (UsageError, TypeError, AttributeError):
+                raise DataError(f"{where}: bad created_at or updated_at") from None
             if record.type == "message" and not record.session_id:
                 raise DataError(f"{where}: a message without a session_id")
             if record.session_id is not None:
@@ -433,13 +449,20 @@ def repair(vault: Vault) -> dict[str, Any]:
     with vault.writing(allow_frozen=True) as store:
         for archived in (False, True):
             for rel in store.line_files(archived=archived):
-                if store.repair_tail(rel):
-                    actions.append(f"cut a torn last line from {rel}")
+                try:
+                    if store.repair_tail(rel):
+                        actions.append(f"cut a torn last line from {rel}")
+                except DataError as exc:
+                    actions.append(f"left {rel} alone: {exc.message}")
         if fsio.drop_torn_tail(vault.audit.path):
             actions.append("cut a torn last audit entry")
-        retired = retire_unused_keys(vault, store)
-        actions += [f"deleted unused data key {e}" for e in retired]
-        vault.reset_index()
-        count = vault.rebuild_index()
-        actions.append(f"rebuilt the index ({count} records)")
+        # What follows reads every record: a damaged file stops it, and verify names it.
+        try:
+            retired = retire_unused_keys(vault, store)
+            actions += [f"deleted unused data key {e}" for e in retired]
+            vault.reset_index()
+            count = vault.rebuild_index()
+            actions.append(f"rebuilt the index ({count} records)")
+        except DataError as exc:
+            actions.append(f"could not rebuild the index or retire keys: {exc.message}")
     return {"repaired": actions}

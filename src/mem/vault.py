@@ -177,6 +177,13 @@ class Vault:
         """Record the audit log's newest entry in state.json (MAC'd), so `verify` notices
         when entries are cut from the log's end."""
         state = self.store.load_state()
+        old = state.get("audit_head")
+        if isinstance(old, dict) and not state.get("audit_broken"):
+            # The previous anchor must still be in the log, or entries were cut (or the log
+            # deleted) since: keep that evidence, or this write would anchor a cut log.
+            entry = self.audit.find(int(old.get("seq", 0)))
+            if entry is None or entry.get("mac") != old.get("mac"):
+                state["audit_broken"] = {"detected_at": now_iso(), "missing_seq": old["seq"]}
         state["audit_head"] = self.audit.head
         self.store.save_state(state)
 
@@ -277,7 +284,7 @@ class Vault:
     def audit_read(self, op: str, ids: list[str] | None = None, **detail: Any) -> None:
         """Audit a read. Best effort: a read-only or full disk must not stop reading."""
         if self.store.exists():
-            with contextlib.suppress(StorageError, Busy):
+            with contextlib.suppress(StorageError, Busy, OSError):
                 self.audit.append(op, ids=ids, durable=False, **detail)
 
     # --- records --------------------------------------------------------------------------
@@ -394,9 +401,10 @@ class Vault:
         """
         validate_name("session", session)
         relpath = self.store.session_relpath(session)
+        forgotten = self._forgotten()
         if dry_run:
             existing = self.store.read_lines(relpath) if self.store.exists() else []
-            fresh, skipped = _unseen(existing, messages)
+            fresh, skipped = self._unseen(session, existing, messages, forgotten)
             fresh = prepare(fresh) if prepare else fresh
             return {"session_id": session, "messages_added": 0, "messages_skipped": skipped,
                     "would_add": fresh}
@@ -404,7 +412,8 @@ class Vault:
             epoch = store.current_epoch()
             scan = store.read_scan(relpath)
             existing = scan.records
-            fresh, skipped = _unseen(existing, messages)
+            forgotten = self._forgotten()  # again, under the lock
+            fresh, skipped = self._unseen(session, existing, messages, forgotten)
             fresh = prepare(fresh) if prepare else fresh
             new = [Record(
                 memory_id=uuid7(), org_id=self.settings.org, user_id=self.settings.user,
@@ -430,6 +439,18 @@ class Vault:
         return {"session_id": session, "messages_added": len(new),
                 "messages_skipped": skipped, "memory_ids": [r.memory_id for r in new]}
 
+    def _forgotten(self) -> set[str]:
+        if not self.store.exists():
+            return set()
+        marks = self.store.load_state().get("forgotten", [])
+        return set(marks) if isinstance(marks, list) else set()
+
+    def _unseen(self, session: str, existing: list[Record], messages: list[NewMessage],
+                forgotten: set[str]) -> tuple[list[NewMessage], int]:
+        return _unseen(existing, messages,
+                       lambda mid: bool(forgotten) and self.message_mark(session, mid)
+                       in forgotten)
+
     def _redacted(self, text: str) -> str:
         """Refuse a critical secret (exit 77, nothing stored); mask personal data."""
         from mem.redact import scan
@@ -439,6 +460,10 @@ class Vault:
             rules = ", ".join(sorted(set(result.refused)))
             raise Refused(f"refused: the text holds a secret ({rules}); nothing was stored")
         return result.text
+
+    def message_mark(self, session: str, message_id: str) -> str:
+        """A keyed hash naming one transcript message (for forgotten-message marks)."""
+        return crypto.keyed_hash(self.audit.key, f"{session}\0{message_id}".encode())
 
     def scan_marks(self) -> dict[str, list[int]]:
         """Size and mtime of each transcript `ingest --scan` has seen, by keyed path hash."""
@@ -619,9 +644,15 @@ class Vault:
                             f"(also in {seen[record.memory_id]})")
                 seen[record.memory_id] = rel
         try:
-            anchor = store.load_state().get("audit_head")
+            state = store.load_state()
         except DataError:
-            anchor = None
+            state = {}
+        anchor = state.get("audit_head")
+        broken = state.get("audit_broken")
+        if isinstance(broken, dict):
+            problem(AUDIT, f"entry {broken.get('missing_seq')} and others were cut from the "
+                    f"audit log or it was replaced (noticed {broken.get('detected_at')}); "
+                    "the record of this stays")
         chain = self.audit.check(anchor)
         files += 1
         for line, text in chain.problems:
@@ -653,15 +684,15 @@ def _index_problem_text(missing: int, extra: int) -> str:
             "that no longer exist; `mem verify --repair` rebuilds it")
 
 
-def _unseen(existing: list[Record],
-            messages: list[NewMessage]) -> tuple[list[NewMessage], int]:
+def _unseen(existing: list[Record], messages: list[NewMessage],
+            forgotten: Callable[[str], bool]) -> tuple[list[NewMessage], int]:
     """The messages not stored yet (with their times normalised), and how many were."""
     seen = {_message_key(r.message_id, r.role, r.content_hash, r.created_at)
             for r in existing}
     fresh: list[NewMessage] = []
     skipped = 0
     for n, m in enumerate(messages, start=1):
-        if not m.content.strip():
+        if not m.content.strip() or (m.message_id and forgotten(m.message_id)):
             skipped += 1
             continue
         try:

@@ -78,9 +78,9 @@ def ingest(
 
 def brief(
     max_entries: Annotated[Optional[int], typer.Option(  # noqa: UP045
-        help="At most this many entries [default: 50].", show_default=False)] = None,
+        help="At most this many entries \\[default: 50].", show_default=False)] = None,
     max_chars: Annotated[Optional[int], typer.Option(  # noqa: UP045
-        help="At most this many characters [default: 8000].", show_default=False)] = None,
+        help="At most this many characters \\[default: 8000].", show_default=False)] = None,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:

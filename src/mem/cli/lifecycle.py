@@ -144,7 +144,9 @@ def unfreeze(
 
 
 def audit(
-    limit: Annotated[int, typer.Option("--limit", "-n", help="Newest entries to show.")] = 50,
+    limit: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        "--limit", "-n", help="Only the newest N entries \\[default: 50 in the table, all "
+        "with --json].", show_default=False)] = None,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
@@ -152,11 +154,13 @@ def audit(
     from mem import lifecycle as core
 
     doc = core.audit_log(context.open_vault(vault, org, user, key_file))
+    if limit is not None:
+        doc["entries"] = doc["entries"][-limit:] if limit > 0 else []
 
     def human(o: Output) -> None:
         o.table(["seq", "time", "operation", "actor", "ids"],
                 [[e["seq"], e["ts"][:19].replace("T", " "), e["op"], e["actor"], len(e["ids"])]
-                 for e in doc["entries"][-limit:]])
+                 for e in doc["entries"][-(limit or 50):]])
         o.info("chain ok" if doc["chain_ok"] else "CHAIN BROKEN: run `mem verify`")
 
     Output(json).data(doc, human)

@@ -24,13 +24,30 @@ step list;                                           mem list
 step 'pref set editor vim';                          mem pref set editor vim
 step 'pref list';                                    mem pref list
 step 'list --type preference --json';                mem list --type preference --json
+
+# A transcript as an agent hook would hand it over: one line holds an AWS key (withheld),
+# another an email address (masked).
+cat > "$DEMO/session.jsonl" <<'JSONL'
+{"id": "m1", "role": "user", "content": "The invoice test fails every Monday; can you look?"}
+{"id": "m2", "role": "assistant", "content": "It reads the clock directly. Mock the clock in conftest and it passes."}
+{"id": "m3", "role": "user", "content": "Use AKIAIOSFODNN7EXAMPLE for the staging bucket"}
+{"id": "m4", "role": "user", "content": "Great. Send the summary to ana@example.com"}
+JSONL
+step 'ingest session.jsonl --session s2';           mem ingest "$DEMO/session.jsonl" --session s2
+step 'ingest session.jsonl --session s2  (again: nothing new)'
+mem ingest "$DEMO/session.jsonl" --session s2
+step 'search "why does the invoice test fail on mondays?"'
+mem search "why does the invoice test fail on mondays?"
+step 'search --session s2 email'; mem search --session s2 email
+step brief;                                          mem brief
+step 'forget --tag schedule';                        mem forget --tag schedule
 step verify;                                         mem verify
 step stats;                                          mem stats
 
 printf '\n\033[1mWhat is on disk\033[0m (every file 0600, every directory 0700):\n'
 (cd "$DEMO/vault" && find . -type f | sort)
 printf '\nLooking for the words we stored in the vault files: '
-if grep -rqa -e "billing" -e "Berlin" -e "flaky" "$DEMO/vault"; then
+if grep -rqa -e "billing" -e "Berlin" -e "flaky" -e "invoice" -e "AKIA" -e "ana@" "$DEMO/vault"; then
   echo "FOUND (this is a bug)"; exit 1
 else
   echo "none found: everything is encrypted."

@@ -44,7 +44,12 @@ def record_detail(out: Output, record: dict[str, Any]) -> None:
 
 
 def mapping(out: Output, doc: dict[str, Any], title: str | None = None) -> None:
-    out.table(["", ""], [[k, v] for k, v in doc.items()], title=title)
+    def show(value: Any) -> Any:
+        if isinstance(value, dict):
+            return ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
+        return value
+
+    out.table(["", ""], [[k, show(v)] for k, v in doc.items()], title=title)
 
 
 def search_results(out: Output, results: list[dict[str, Any]]) -> None:

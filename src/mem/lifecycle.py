@@ -103,8 +103,13 @@ def forget(vault: Vault, targets: list[Record], now: bool = False) -> dict[str, 
                 doc["records"] = kept
                 store.write_doc(home, doc, epoch)
                 rewritten.append(home)
+        # A message lives in the line file of its session (live or archived): only those
+        # files are read and rewritten, not every session of the user.
+        sessions = {r.session_id for r in targets if r.type == "message" and r.session_id}
         for archived in (False, True):
             for rel in store.line_files(archived=archived):
+                if rel.split("/", 1)[1].removesuffix(".jsonl") not in sessions:
+                    continue
                 records = store.read_lines(rel)
                 kept_lines = [r for r in records if r.memory_id not in gone]
                 if len(kept_lines) != len(records):

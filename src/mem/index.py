@@ -9,6 +9,7 @@ time and where a record lives; tags and session ids are hashed. It is derived da
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import hmac
@@ -22,10 +23,10 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from mem import fsio
+from mem import crypto, fsio
 from mem.records import Filters, Record, parse_time
 
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2  # 2: `loc` sealed (it names the session)
 META_FILE = "mem-index.json"
 WRITER_HEAP = 32_000_000
 MAX_TOKEN_CHARS = 40
@@ -154,6 +155,7 @@ class SearchIndex:
     def __init__(self, path: Path, key: bytes) -> None:
         self.path = path
         self.analyzer = Analyzer(key)
+        self._loc_key = crypto.hkdf(key, "mem/v1/index-loc")
         self._index: Any = None
         self._writer: Any = None
 
@@ -174,12 +176,35 @@ class SearchIndex:
         sb.add_integer_field("created", stored=True, indexed=True, fast=True)
         sb.add_unsigned_field("archived", indexed=True, fast=True)
         sb.add_unsigned_field("superseded", indexed=True, fast=True)
+        # Stored only (sealed); never searched, so its terms need no index.
         sb.add_text_field("loc", stored=True, tokenizer_name="raw", index_option="basic")
         return sb.build()
 
     def _meta(self) -> dict[str, Any]:
         return {"format": INDEX_FORMAT, "analyzer": "simple+lowercase+asciifold+stem-en",
-                "token": "hmac-sha256-128-hex"}
+                "token": "hmac-sha256-128-hex", "loc": "aes-256-gcm"}
+
+    def seal_loc(self, memory_id: str, loc: str) -> str:
+        """Where a record lives, sealed: the session id in a file name is not the index's
+        to show. The record id is the AAD, so a location cannot be moved to another doc."""
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        nonce = os.urandom(crypto.NONCE_LEN)
+        ct = AESGCM(self._loc_key).encrypt(nonce, loc.encode(), memory_id.encode())
+        return base64.urlsafe_b64encode(nonce + ct).decode()
+
+    def open_loc(self, memory_id: str, sealed: str) -> str:
+        """The location of a hit; "" when it does not open (the caller rebuilds)."""
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        try:
+            raw = base64.urlsafe_b64decode(sealed)
+            plain: bytes = AESGCM(self._loc_key).decrypt(
+                raw[:crypto.NONCE_LEN], raw[crypto.NONCE_LEN:], memory_id.encode())
+            return plain.decode()
+        except (InvalidTag, ValueError, TypeError):
+            return ""
 
     def open(self) -> Any:
         """Open the existing index; IndexUnavailable when missing, stale-format or corrupt."""
@@ -225,7 +250,8 @@ class SearchIndex:
                                           a.hashed(date_words(record.created_at)))))
         doc = tantivy.Document(
             id=record.memory_id, body=body, type=record.type,
-            category=record.category, loc=loc, created=_micros(record.created_at),
+            category=record.category, loc=self.seal_loc(record.memory_id, loc),
+            created=_micros(record.created_at),
         )
         if context:
             doc.add_text("ctx", " ".join(a.hashed(text) for text in context))
@@ -301,8 +327,9 @@ class SearchIndex:
             hits = []
             for score, address in result.hits:
                 doc = searcher.doc(address)
-                hits.append(Hit(doc.get_first("id"), float(score) if not recent else 0.0,
-                                doc.get_first("loc")))
+                memory_id = doc.get_first("id")
+                hits.append(Hit(memory_id, float(score) if not recent else 0.0,
+                                self.open_loc(memory_id, doc.get_first("loc"))))
         except BaseException as exc:
             if not _damaged(exc):
                 raise

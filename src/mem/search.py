@@ -58,6 +58,8 @@ def _fetch(vault: Vault, hits: list[Hit]) -> list[Record] | None:
             record = docs[hit.loc].get(hit.memory_id)
         else:
             relpath, _, offset = hit.loc.rpartition("@")
+            if not offset.isdigit() or not relpath.startswith(("sessions/", "archive/")):
+                return None  # a location that does not open: the index is rebuilt
             record = vault.store.read_line_at(relpath, int(offset))
             if record is not None:
                 record.archived = relpath.startswith("archive/")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,10 @@ class AuditLog:
         """A keyed hash of a record's content hash: links audit entries without leaking."""
         return crypto.keyed_hash(self.key, content_hash.encode())
 
-    def _last(self) -> dict[str, Any] | None:
+    def _tail(self) -> Iterator[tuple[int, list[bytes]]]:
+        """The log's end as lines, in growing blocks: (start offset, lines). The first
+        line of a block that does not start the file may be cut, so it is left out; the
+        last item is what follows the final newline (b"" unless an append was torn)."""
         try:
             with self.path.open("rb") as fh:
                 size = fh.seek(0, os.SEEK_END)
@@ -66,51 +70,47 @@ class AuditLog:
                 while True:
                     start = max(0, size - block)
                     fh.seek(start)
-                    tail = fh.read(size - start)
-                    # Complete lines only: bytes after the last newline are a torn append
-                    # (cut by the next append_line), never the entry to chain from.
-                    lines = [ln for ln in tail.split(b"\n")[:-1] if ln.strip()]
-                    if len(lines) >= 2 or start == 0:
-                        break
+                    lines = fh.read(size - start).split(b"\n")
+                    yield start, lines[1:] if start else lines
+                    if start == 0:
+                        return
                     block *= 4
         except FileNotFoundError:
-            return None
-        if not lines:
-            return None
-        try:
-            last: dict[str, Any] = json.loads(lines[-1])
-            return last
-        except ValueError:
-            return None  # a torn or edited tail; `verify` reports it
+            return
+
+    def _last(self) -> dict[str, Any] | None:
+        """The newest complete entry: the one a new entry chains from."""
+        for _, lines in self._tail():
+            # Complete lines only: bytes after the last newline are a torn append (cut by
+            # the next append_line), never the entry to chain from.
+            complete = [ln for ln in lines[:-1] if ln.strip()]
+            if complete:
+                try:
+                    last: dict[str, Any] = json.loads(complete[-1])
+                    return last
+                except ValueError:
+                    return None  # an edited tail; `verify` reports it
+        return None
 
     def find(self, seq: int) -> dict[str, Any] | None:
         """The entry with this sequence number, read backwards from the end (an anchor is
         near the end: only reads come after the last write's entry)."""
-        try:
-            with self.path.open("rb") as fh:
-                size = fh.seek(0, os.SEEK_END)
-                block = 16384
-                while True:
-                    start = max(0, size - block)
-                    fh.seek(start)
-                    lines = fh.read(size - start).split(b"\n")
-                    complete = lines[1:] if start else lines  # the first may be cut
-                    entries = []
-                    for raw in complete:
-                        try:
-                            entries.append(json.loads(raw))
-                        except ValueError:
-                            continue
-                    for entry in entries:
-                        if isinstance(entry, dict) and entry.get("seq") == seq:
-                            return entry
-                    earliest = next((e.get("seq") for e in entries if isinstance(e, dict)),
-                                    None)
-                    if start == 0 or (isinstance(earliest, int) and earliest < seq):
-                        return None
-                    block *= 4
-        except FileNotFoundError:
-            return None
+        for _, lines in self._tail():
+            entries = []
+            for raw in lines:
+                try:
+                    entry = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict):
+                    entries.append(entry)
+            for entry in entries:
+                if entry.get("seq") == seq:
+                    return entry
+            earliest = entries[0].get("seq") if entries else None
+            if isinstance(earliest, int) and earliest < seq:
+                return None
+        return None
 
     def append(self, op: str, ids: list[str] | None = None, hashes: list[str] | None = None,
                durable: bool = True, **detail: Any) -> str:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pytest_console_scripts import ScriptRunner
 
 from mem.config import resolve
 from mem.vault import Vault, init
@@ -54,3 +57,23 @@ def vault(vault_dir: Path) -> Vault:
 
 def open_as(user: str, org: str = "default") -> Vault:
     return Vault(resolve(user=user, org=org))
+
+
+def mem(script_runner: ScriptRunner, *args: str, stdin: str | None = None,
+        cwd: Path | None = None) -> Any:
+    """Run the installed `mem` script (pytest-console-scripts)."""
+    kwargs: dict[str, Any] = {}
+    if stdin is not None:
+        kwargs["stdin"] = io.StringIO(stdin)
+    if cwd is not None:
+        kwargs["cwd"] = str(cwd)
+    return script_runner.run(["mem", *args], **kwargs)
+
+
+def one_error_line(stderr: str) -> str:
+    """A known error: exactly one stderr line, mem's prefix, no traceback."""
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    assert lines[0].startswith("mem: error: ")
+    return lines[0]

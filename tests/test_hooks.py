@@ -5,7 +5,6 @@ and the brief itself (SPEC §8)."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from mem import hooks
 from mem.brief import build
 from mem.config import resolve
 from mem.vault import Vault
+from tests.conftest import mem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
 MEM = Path(sys.executable).parent / "mem"
@@ -72,16 +72,6 @@ def log_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     finally:
         for pid in background_ingests(tmp_path):
             os.kill(pid, signal.SIGKILL)
-
-
-def mem(script_runner: ScriptRunner, *args: str, stdin: str | None = None,
-        cwd: Path | None = None) -> Any:
-    kwargs: dict[str, Any] = {}
-    if stdin is not None:
-        kwargs["stdin"] = io.StringIO(stdin)
-    if cwd is not None:
-        kwargs["cwd"] = str(cwd)
-    return script_runner.run(["mem", *args], **kwargs)
 
 
 def mem_json(script_runner: ScriptRunner, *args: str) -> Any:

@@ -4,7 +4,6 @@ and the proof that no secret ever reaches disk, the index, the log or the termin
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
@@ -21,6 +20,7 @@ from mem.config import resolve
 from mem.ingest import session_name
 from mem.transcripts import parse
 from mem.vault import Vault
+from tests.conftest import mem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
 REPORT_FIELDS = {"session_id", "messages_added", "messages_skipped", "withheld", "redactions"}
@@ -34,16 +34,6 @@ def log_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "logs"
     monkeypatch.setenv("MEM_LOG_DIR", str(path))
     return path
-
-
-def mem(script_runner: ScriptRunner, *args: str, stdin: str | None = None,
-        cwd: Path | None = None) -> Any:
-    kwargs: dict[str, Any] = {}
-    if stdin is not None:
-        kwargs["stdin"] = io.StringIO(stdin)
-    if cwd is not None:
-        kwargs["cwd"] = str(cwd)
-    return script_runner.run(["mem", *args], **kwargs)
 
 
 def mem_json(script_runner: ScriptRunner, *args: str, stdin: str | None = None) -> Any:

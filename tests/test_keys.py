@@ -18,6 +18,7 @@ from mem.config import resolve
 from mem.errors import EX_CONFIG, EX_NOPERM, ConfigError, Refused
 from mem.keys import MasterKey, load_master_key, seal_with_passphrase
 from mem.vault import Vault, init
+from tests.conftest import one_error_line
 
 MEM = str(Path(sys.executable).parent / "mem")
 # Cheap KDF parameters: the file format carries them, so tests need not pay for the defaults.
@@ -55,14 +56,6 @@ def env_with(**extra: str) -> dict[str, str]:
 
 def tree(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")} if root.exists() else set()
-
-
-def one_error_line(stderr: str) -> str:
-    lines = stderr.splitlines()
-    assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr
-    assert lines[0].startswith("mem: error: ")
-    return lines[0]
 
 
 # --- wrong key, no key ---------------------------------------------------------------------

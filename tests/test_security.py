@@ -24,6 +24,7 @@ from mem.errors import EX_DATAERR, EX_USAGE, DataError, UsageError
 from mem.records import Filters
 from mem.store import UserStore
 from mem.vault import Vault, init
+from tests.conftest import one_error_line
 
 MEM = str(Path(sys.executable).parent / "mem")
 USER_DIR = Path("default") / "alice"
@@ -33,14 +34,6 @@ def env_with(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
     return env
-
-
-def one_error_line(stderr: str) -> str:
-    lines = stderr.splitlines()
-    assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr
-    assert lines[0].startswith("mem: error: ")
-    return lines[0]
 
 
 def flipped(path: Path) -> Iterator[int]:

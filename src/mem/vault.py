@@ -119,8 +119,6 @@ class Vault:
     """One user's view of an initialised vault, opened with a checked master key."""
 
     def __init__(self, settings: Settings, master: MasterKey | None = None) -> None:
-        from mem.errors import Refused
-
         self.settings = settings
         self.root = settings.vault
         self.meta = read_vault_meta(self.root)
@@ -401,10 +399,9 @@ class Vault:
         """
         validate_name("session", session)
         relpath = self.store.session_relpath(session)
-        forgotten = self._forgotten()
         if dry_run:
             existing = self.store.read_lines(relpath) if self.store.exists() else []
-            fresh, skipped = self._unseen(session, existing, messages, forgotten)
+            fresh, skipped = self._unseen(session, existing, messages, self._forgotten())
             fresh = prepare(fresh) if prepare else fresh
             return {"session_id": session, "messages_added": 0, "messages_skipped": skipped,
                     "would_add": fresh}
@@ -412,8 +409,7 @@ class Vault:
             epoch = store.current_epoch()
             scan = store.read_scan(relpath)
             existing = scan.records
-            forgotten = self._forgotten()  # again, under the lock
-            fresh, skipped = self._unseen(session, existing, messages, forgotten)
+            fresh, skipped = self._unseen(session, existing, messages, self._forgotten())
             fresh = prepare(fresh) if prepare else fresh
             new = [Record(
                 memory_id=uuid7(), org_id=self.settings.org, user_id=self.settings.user,

@@ -1,3 +1,0 @@
-"""mem: an encrypted, searchable, user-owned memory vault for AI assistants."""
-
-__version__ = "0.1.0"

@@ -1,3 +1,0 @@
-from mem.cli import main
-
-main()

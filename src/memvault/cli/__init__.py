@@ -1,0 +1,55 @@
+"""The `mem` command line: commands parse and print; the operations layer decides.
+
+main() is the one error boundary: a known error becomes one stderr line and its exit
+code; MEM_DEBUG=1 shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from memvault.cli import agents, commands, config_cmd, lifecycle, pref
+from memvault.errors import EX_FAILURE, MemError
+
+app = typer.Typer(
+    name="mem",
+    help="An encrypted, searchable memory vault for AI assistants, owned by its user.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+commands.register(app)
+agents.register(app)
+lifecycle.register(app)
+app.add_typer(pref.app, name="pref")
+app.add_typer(config_cmd.app, name="config")
+
+
+def main() -> None:
+    from memvault.cli.errors import word
+    from memvault.cli.output import error_line
+
+    debug = bool(os.environ.get("MEM_DEBUG"))
+    os.umask(0o077)  # whatever mem or a library creates is private to the user
+    try:
+        app(prog_name="mem")
+    except MemError as exc:
+        if debug:
+            raise
+        error_line(word(exc))
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        # The reader went away (`mem list | head`): not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(EX_FAILURE)
+    except Exception as exc:  # the boundary: nothing unexpected escapes as a traceback
+        if debug:
+            raise
+        error_line(f"unexpected {type(exc).__name__}; run again with MEM_DEBUG=1 "
+                   "for the traceback")
+        sys.exit(EX_FAILURE)

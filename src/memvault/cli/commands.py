@@ -1,0 +1,202 @@
+"""Top-level commands: init, add, show, list, search, reindex, stats, verify."""
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from memvault.cli import context, render
+from memvault.cli.options import (
+    AfterOpt,
+    ArchiveOpt,
+    BeforeOpt,
+    CategoryOpt,
+    JsonOpt,
+    KeyFileOpt,
+    OrgOpt,
+    SessionOpt,
+    SupersededOpt,
+    TagOpt,
+    TypeOpt,
+    UserOpt,
+    VaultOpt,
+)
+from memvault.cli.output import Output
+from memvault.errors import DataError, UsageError
+
+
+def init(
+    passphrase: Annotated[bool, typer.Option(
+        "--passphrase", help="Protect the new key file with a passphrase (asked on the "
+        "terminal; for interactive use, never for cron).")] = False,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Create the vault and its master key (the only command that ever creates a key)."""
+    from memvault.ops import admin
+
+    secret = None
+    if passphrase:
+        if not sys.stdin.isatty():
+            raise UsageError("--passphrase needs a terminal to ask for the passphrase")
+        import getpass
+
+        secret = getpass.getpass("New passphrase: ")
+        if secret != getpass.getpass("Repeat passphrase: "):
+            raise UsageError("the passphrases differ; nothing was created")
+    result = admin.init(context.settings(vault, org, user, key_file), passphrase=secret)
+    out = Output(json)
+    if not result.created:
+        out.info(f"vault already initialised at {result.vault}")
+    doc = result.to_dict()
+    out.data(doc, lambda o: render.mapping(o, doc, "mem vault"))
+
+
+def add(
+    text: Annotated[str, typer.Argument(help="What to remember, or - to read stdin.")],
+    type_: Annotated[str, typer.Option(
+        "--type", "-t", help="fact, preference, instruction, correction, context, pattern, "
+        "summary or message.")] = "fact",
+    tag: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--tag", help="A tag (repeatable).", show_default=False)] = None,
+    importance: Annotated[float, typer.Option(help="0 to 1.")] = 0.5,
+    session: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Session id (required for messages).", show_default=False)] = None,
+    supersedes: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Id of the entry this one replaces.", show_default=False)] = None,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Remember one thing; print its id. Identical content is stored once."""
+    from memvault.ops import remember
+
+    if text == "-":
+        try:
+            # Like `$(...)`: trailing newlines are the pipe's, not the memory's.
+            text = sys.stdin.read().rstrip("\r\n")
+        except UnicodeDecodeError:
+            raise DataError("stdin is not UTF-8 text") from None
+    result = remember.add(context.open_vault(vault, org, user, key_file), text, type_,
+                          tags=tag, importance=importance, session=session,
+                          supersedes=supersedes)
+
+    def human(o: Output) -> None:
+        if result.deduplicated:
+            o.info("already stored; nothing added")
+        o.line(result.record.memory_id)
+
+    Output(json).data(result, human)
+
+
+def show(
+    memory_id: Annotated[str, typer.Argument(help="The record's id.")],
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Show one record in full."""
+    from memvault.ops import recall
+
+    doc = recall.show(context.open_vault(vault, org, user, key_file), memory_id).to_dict()
+    Output(json).data(doc, lambda o: render.record_detail(o, doc))
+
+
+def list_(
+    type_: TypeOpt = None, category: CategoryOpt = None, tag: TagOpt = None,
+    session: SessionOpt = None, after: AfterOpt = None, before: BeforeOpt = None,
+    include_archive: ArchiveOpt = False, include_superseded: SupersededOpt = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many.")] = 50,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """List records, newest first."""
+    from memvault.ops import recall
+
+    filters = context.filters(type_, category, tag, session, after, before,
+                              include_archive, include_superseded, limit)
+    doc = recall.list_records(context.open_vault(vault, org, user, key_file),
+                              filters).to_dict()
+    Output(json).data(doc, lambda o: render.records_table(o, doc["records"]))
+
+
+def search(
+    query: Annotated[Optional[str], typer.Argument(  # noqa: UP045
+        help="Words, a question, or \"quoted phrases\". Empty: the most recent items.",
+        show_default=False)] = None,
+    type_: TypeOpt = None, category: CategoryOpt = None, tag: TagOpt = None,
+    session: SessionOpt = None, after: AfterOpt = None, before: BeforeOpt = None,
+    include_archive: ArchiveOpt = False, include_superseded: SupersededOpt = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many.")] = 10,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Search the user's memory, best matches first."""
+    from memvault.ops import recall
+
+    filters = context.filters(type_, category, tag, session, after, before,
+                              include_archive, include_superseded, limit)
+    doc = recall.search(context.open_vault(vault, org, user, key_file), query or "",
+                        filters).to_dict()
+    Output(json).data(doc, lambda o: render.search_results(o, doc["results"]))
+
+
+def reindex(
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Rebuild the user's search index from the vault."""
+    from memvault.ops import admin
+
+    result = admin.reindex(context.open_vault(vault, org, user, key_file))
+    Output(json).data(result, lambda o: o.info(f"index rebuilt: {result.documents} records"))
+
+
+def stats(
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Counts and sizes for the user's memory."""
+    from memvault.ops import admin
+
+    doc = admin.stats(context.open_vault(vault, org, user, key_file)).to_dict()
+    Output(json).data(doc, lambda o: render.mapping(o, doc, f"{doc['org']}/{doc['user']}"))
+
+
+def verify(
+    repair: Annotated[bool, typer.Option(
+        "--repair", help="Cut torn tails, drop unused keys and temp files, recount, rebuild "
+        "the index (under the lock), then verify.")] = False,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Decrypt every file and record and check the audit chain (exit 65 on any problem)."""
+    from memvault.cli.errors import HINTS
+    from memvault.ops import verify as core
+
+    v = context.open_vault(vault, org, user, key_file)
+    repaired = core.repair(v).repaired if repair else None
+    result = core.verify(v, repaired)
+
+    def human(o: Output) -> None:
+        for action in repaired or ():
+            o.info(f"repaired: {action}")
+        for p in result.problems:
+            where = p.file + (f":{p.line}" if p.line else "")
+            fix = f"; {HINTS['repair']}" if p.repairable else ""
+            o.line(f"{p.severity}: {where}: {p.problem}{fix}")
+        o.info(f"{'ok' if result.ok else 'PROBLEMS FOUND'}: {result.files_checked} files, "
+               f"{result.records_checked} records checked")
+
+    Output(json).data(result, human)
+    if not result.ok:
+        raise typer.Exit(65)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(init)
+    app.command()(add)
+    app.command()(show)
+    app.command("list")(list_)
+    app.command()(search)
+    app.command()(reindex)
+    app.command()(stats)
+    app.command()(verify)

@@ -1,0 +1,186 @@
+"""The user's rights: forget, export, import, destroy, freeze, unfreeze, audit, rotate-key."""
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from memvault.cli import context, render
+from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt
+from memvault.cli.output import Output
+from memvault.errors import DataError, NotFound, Refused
+
+
+def forget(
+    ids: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045
+        help="Ids of the records to forget.", show_default=False)] = None,
+    session: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Everything from this session.", show_default=False)] = None,
+    before: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Everything created before this ISO-8601 date.", show_default=False)] = None,
+    tag: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Everything with this tag.", show_default=False)] = None,
+    query: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Everything a search finds (shown first; asks before deleting).",
+        show_default=False)] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would go.")] = False,
+    now: Annotated[bool, typer.Option(
+        "--now", help="Also re-encrypt under a new key epoch at once, so that no old copy "
+        "(backup, snapshot, SSD block) can be decrypted.")] = False,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Erase records from every file and from the index; print a receipt."""
+    from memvault.model.records import parse_time
+    from memvault.ops import forget as core
+
+    v = context.open_vault(vault, org, user, key_file)
+    plan = core.select(v, ids or [], session, parse_time(before) if before else None,
+                       tag, query)
+    out = Output(json)
+    if not plan.targets:
+        raise NotFound("nothing matches: no record was forgotten")
+    if dry_run or (query is not None and not yes):
+        preview = [r.to_dict() for r in plan.targets]
+        if dry_run or not sys.stdin.isatty():
+            out.data(plan, lambda o: render.records_table(o, preview))
+            if not dry_run:
+                raise Refused("--query deletes only with --yes or an interactive confirmation")
+            return
+        render.records_table(out, preview)
+        if not typer.confirm(f"Forget these {len(preview)} records for good?", err=True):
+            raise Refused("nothing was forgotten")
+    result = core.forget(v, plan, now=now)
+    out.data(result, lambda o: o.info(
+        f"forgot {result.deleted_count} records; rewrote {len(result.files_rewritten)} "
+        f"files; audit {result.audit_id}"))
+
+
+def export(
+    format_: Annotated[str, typer.Option("--format", help="json or markdown.")] = "json",
+    output: Annotated[str, typer.Option(
+        "--output", "-o", help="File to write (created 0600), or - for stdout.")] = "-",
+    category: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--category", "-c", help="Only this category (repeatable).", show_default=False)]
+    = None,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None,
+) -> None:
+    """Export all of the user's memory in plaintext (JSON or Markdown)."""
+    from memvault.ops import portability as core
+
+    v = context.open_vault(vault, org, user, key_file)
+    if output == "-":
+        core.export(v, sys.stdout, format_, category)
+        return
+    result = core.export_to_file(v, Path(output), format_, category)
+    Output().info(f"exported {result.record_count} records to {output}")
+
+
+def import_(
+    file: Annotated[Path, typer.Argument(help="A mem JSON export.")],
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Restore an export: records keep their ids; importing twice adds nothing."""
+    from memvault.ops import portability as core
+
+    try:
+        raw = file.read_text()
+    except FileNotFoundError:
+        raise NotFound(f"no file at {file}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read {file}: {exc}") from None
+    result = core.import_text(context.open_vault(vault, org, user, key_file), raw)
+    Output(json).data(result, lambda o: o.info(
+        f"imported {result.imported} records, skipped {result.skipped} already present"))
+
+
+def destroy(
+    confirm: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="The user's name, to confirm.", show_default=False)] = None,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Delete all of a user's memory, index and keys for good (needs --confirm USER)."""
+    from memvault.ops import admin
+
+    result = admin.destroy(context.open_vault(vault, org, user, key_file), confirm)
+    Output(json).data(result, lambda o: o.info(
+        f"destroyed {result.destroyed}: {result.records_deleted} records, "
+        f"{result.files_deleted} files; audit {result.audit_id}"))
+
+
+def freeze(
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Refuse every write to the user's memory until `mem unfreeze`; reads still work."""
+    from memvault.ops import admin
+
+    result = admin.set_frozen(context.open_vault(vault, org, user, key_file), True)
+    Output(json).data(result, lambda o: o.info("frozen: writes are refused"))
+
+
+def unfreeze(
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Allow writes again."""
+    from memvault.ops import admin
+
+    result = admin.set_frozen(context.open_vault(vault, org, user, key_file), False)
+    Output(json).data(result, lambda o: o.info("unfrozen: writes are allowed"))
+
+
+def audit(
+    limit: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        "--limit", "-n", help="Only the newest N entries \\[default: 50 in the table, all "
+        "with --json].", show_default=False)] = None,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """List the audit log (operations, times, actors, ids; never content)."""
+    from memvault.ops import admin
+
+    doc = admin.audit_log(context.open_vault(vault, org, user, key_file)).to_dict()
+    if limit is not None:
+        doc["entries"] = doc["entries"][-limit:] if limit > 0 else []
+
+    def human(o: Output) -> None:
+        o.table(["seq", "time", "operation", "actor", "ids"],
+                [[e["seq"], e["ts"][:19].replace("T", " "), e["op"], e["actor"], len(e["ids"])]
+                 for e in doc["entries"][-(limit or 50):]])
+        o.info("chain ok" if doc["chain_ok"] else "CHAIN BROKEN: run `mem verify`")
+
+    Output(json).data(doc, human)
+    if not doc["chain_ok"]:
+        raise typer.Exit(65)
+
+
+def rotate_key(
+    now: Annotated[bool, typer.Option(
+        "--now", help="Re-encrypt everything at once and delete the old key.")] = False,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Start a new data-key epoch for the user."""
+    from memvault.ops import keys
+
+    result = keys.rotate_key(context.open_vault(vault, org, user, key_file), now)
+    Output(json).data(result, lambda o: o.info(
+        f"key version {result.key_version}; re-encrypted {result.files_reencrypted} files; "
+        f"deleted keys {list(result.keys_deleted) or 'none'}"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(forget)
+    app.command()(export)
+    app.command("import")(import_)
+    app.command()(destroy)
+    app.command()(freeze)
+    app.command()(unfreeze)
+    app.command()(audit)
+    app.command("rotate-key")(rotate_key)

@@ -1,0 +1,63 @@
+"""Shared options, declared once. Environment variables are read by memvault.config.resolve,
+so that `mem config show` can say where each value came from."""
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+VaultOpt = Annotated[
+    Optional[Path],  # noqa: UP045 - typer reads the annotation at runtime
+    typer.Option("--vault", help=r"Vault root directory \[env: MEM_VAULT].", show_default=False),
+]
+OrgOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--org", help=r"Organisation name \[env: MEM_ORG; default: default].",
+                 show_default=False),
+]
+UserOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--user", help=r"User name \[env: MEM_USER; default: login name].",
+                 show_default=False),
+]
+KeyFileOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--key-file", help=r"Master key file \[env: MEM_KEY_FILE].", show_default=False),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+# Filters shared by `list` and `search` (SPEC §5).
+TypeOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--type", "-t", help="Only this type (repeatable).", show_default=False),
+]
+CategoryOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--category", "-c", help="Only this category (repeatable).",
+                 show_default=False),
+]
+TagOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--tag", help="Only records with this tag (repeatable: all must match).",
+                 show_default=False),
+]
+SessionOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--session", help="Only this session.", show_default=False),
+]
+AfterOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--after", help="Created at or after this ISO-8601 date or time.",
+                 show_default=False),
+]
+BeforeOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--before", help="Created before this ISO-8601 date or time.",
+                 show_default=False),
+]
+ArchiveOpt = Annotated[
+    bool, typer.Option("--include-archive", help="Include compacted-away originals.")
+]
+SupersededOpt = Annotated[
+    bool, typer.Option("--include-superseded", help="Include superseded entries.")
+]

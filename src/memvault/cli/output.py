@@ -1,0 +1,77 @@
+"""The one output object: data to stdout (JSON or Rich for people), everything else to stderr."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+NO_WRAP = frozenset({"id", "type", "created", "score", "seq", "time"})
+
+
+class Output:
+    def __init__(self, json_mode: bool = False) -> None:
+        self.json_mode = json_mode
+        self._out: Console | None = None
+        self._err: Console | None = None
+
+    @property
+    def out(self) -> Console:
+        if self._out is None:
+            from rich.console import Console
+
+            self._out = Console(highlight=False, soft_wrap=False)
+        return self._out
+
+    @property
+    def err(self) -> Console:
+        if self._err is None:
+            from rich.console import Console
+
+            self._err = Console(stderr=True, highlight=False)
+        return self._err
+
+    def data(self, doc: Any, human: Callable[[Output], None] | None = None) -> None:
+        """Print a command's result (a typed result or a mapping): one JSON document, or
+        the human rendering."""
+        if hasattr(doc, "to_dict"):
+            doc = doc.to_dict()
+        if self.json_mode or human is None:
+            sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n")
+        else:
+            human(self)
+
+    def line(self, text: str) -> None:
+        """A plain data line on stdout (ids, values): no markup, no wrapping."""
+        sys.stdout.write(text + "\n")
+
+    def info(self, text: str) -> None:
+        self.err.print(text, markup=False)
+
+    def warn(self, text: str) -> None:
+        self.err.print(f"warning: {text}", style="yellow", markup=False)
+
+    def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+              title: str | None = None) -> None:
+        from rich.table import Table
+
+        table = Table(title=title, show_lines=False, header_style="bold")
+        for column in columns:
+            # Ids are copied into other commands: never wrap them (nor short fields).
+            table.add_column(column, overflow="fold", no_wrap=column in NO_WRAP)
+        for row in rows:
+            table.add_row(*("" if v is None else str(v) for v in row))
+        self.out.print(table)
+
+
+def error_line(message: str) -> None:
+    """The error boundary's single stderr line (no Rich: it must work when all else failed)."""
+    colour = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
+    prefix = "\033[31mmem: error:\033[0m " if colour else "mem: error: "
+    sys.stderr.write(prefix + message.replace("\n", " ") + "\n")

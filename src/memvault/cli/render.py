@@ -1,0 +1,63 @@
+"""How records and results look to people (the JSON shapes come from the core)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memvault.cli.output import Output
+
+
+def _one_line(text: str, width: int = 80) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _card(out: Output, head: list[str], body: str) -> None:
+    """One record as a header line (id first, whole, for copying) and its indented text:
+    readable at any terminal width, unlike a table with a 36-character id column."""
+    from rich.text import Text
+
+    line = Text()
+    line.append(head[0], style="bold cyan")
+    for part in head[1:]:
+        if part:
+            line.append("  " + part, style="dim" if part.startswith("[") else "")
+    out.out.print(line, soft_wrap=True)
+    out.out.print(Text("    " + body), soft_wrap=False, overflow="fold")
+
+
+def records_table(out: Output, records: list[dict[str, Any]]) -> None:
+    if not records:
+        out.info("no records match")
+        return
+    for r in records:
+        tags = f"[{', '.join(r['tags'])}]" if r["tags"] else ""
+        _card(out, [r["memory_id"], r["type"], r["created_at"][:16].replace("T", " "), tags],
+              _one_line(r["content"], 400))
+
+
+def record_detail(out: Output, record: dict[str, Any]) -> None:
+    rows = [[k, v if not isinstance(v, list) else ", ".join(map(str, v))]
+            for k, v in record.items() if k != "content" and v not in (None, [], "")]
+    out.table(["field", "value"], rows)
+    out.out.print(record["content"], markup=False, highlight=False)
+
+
+def mapping(out: Output, doc: dict[str, Any], title: str | None = None) -> None:
+    def show(value: Any) -> Any:
+        if isinstance(value, dict):
+            return ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
+        return value
+
+    out.table(["", ""], [[k, show(v)] for k, v in doc.items()], title=title)
+
+
+def search_results(out: Output, results: list[dict[str, Any]]) -> None:
+    if not results:
+        out.info("no matches")
+        return
+    for r in results:
+        score = f"score {r['score']:.2f}" if r["score"] else ""
+        where = f"session {r['session_id']}" if r.get("session_id") else ""
+        _card(out, [r["memory_id"], r["type"], r["created_at"][:10], where, score],
+              r["snippet"])

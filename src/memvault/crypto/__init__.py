@@ -1,0 +1,1 @@
+"""All AEAD and key derivations: byte formats (envelope) and the key hierarchy (keys)."""

@@ -1,0 +1,221 @@
+"""Byte formats and key derivations: the AEAD envelopes of docs/vault-format.md (format 1).
+
+Pure functions over bytes. Reading and writing files is storage's job; what each key
+is derived from is `keys.py`'s. Nothing outside this package touches AES-GCM. Heavy
+imports (cryptography) stay inside the functions.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import struct
+
+from memvault.errors import DataError
+
+FORMAT_VERSION = 1
+NONCE_LEN = 12
+KEY_LEN = 32
+FILE_MAGIC = b"MEMF"
+DEK_MAGIC = b"MEMK"
+_HEADER = struct.Struct(">4sBI")  # magic, format version, key version / epoch
+
+TAG_FILE = "mem/file/v1"
+TAG_LINE = "mem/line/v1"
+TAG_DEK = "mem/dek/v1"
+
+
+class AuthError(Exception):
+    """An envelope failed to open: wrong key, tampered or moved. Callers name the file."""
+
+
+def lp(*fields: str | bytes) -> bytes:
+    """Length-prefixed encoding: each field as a 4-byte big-endian length, then its bytes.
+
+    Plain concatenation is ambiguous ("ab"+"c" == "a"+"bc"); this is not.
+    """
+    out = bytearray()
+    for field in fields:
+        raw = field.encode() if isinstance(field, str) else field
+        out += len(raw).to_bytes(4, "big") + raw
+    return bytes(out)
+
+
+def hkdf(ikm: bytes, *info: str) -> bytes:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_LEN, salt=None, info=lp(*info)).derive(ikm)
+
+
+def keyed_hash(key: bytes, data: bytes, size: int = 16) -> str:
+    """HMAC-SHA256 truncated to `size` bytes, hex: the only hash of content allowed in clear."""
+    return hmac.new(key, data, hashlib.sha256).digest()[:size].hex()
+
+
+def content_hash(text: str) -> str:
+    """The record field `content_hash`; it lives only inside envelopes."""
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def key_check_value(master: bytes) -> str:
+    """A value stored in vault.json that tells a wrong master key from a corrupt file."""
+    return hkdf(master, "mem/v1/check")[:16].hex()
+
+
+def _seal(key: bytes, plaintext: bytes, aad: bytes, nonce: bytes | None) -> tuple[bytes, bytes]:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    nonce = nonce if nonce is not None else os.urandom(NONCE_LEN)
+    return nonce, AESGCM(key).encrypt(nonce, plaintext, aad)
+
+
+def seal_raw(key: bytes, plaintext: bytes, aad: bytes) -> tuple[bytes, bytes]:
+    """AES-256-GCM under a fresh random nonce: (nonce, ciphertext with tag)."""
+    return _seal(key, plaintext, aad, None)
+
+
+def open_raw(key: bytes, nonce: bytes, ciphertext: bytes, aad: bytes) -> bytes:
+    return _open(key, nonce, ciphertext, aad)
+
+
+def seal_token(key: bytes, plaintext: bytes, aad: bytes) -> str:
+    """A small sealed value as text (the index's record locations): nonce and ciphertext,
+    URL-safe base64. `aad` binds it to what it belongs to."""
+    nonce, ct = _seal(key, plaintext, aad, None)
+    return base64.urlsafe_b64encode(nonce + ct).decode()
+
+
+def open_token(key: bytes, token: str, aad: bytes) -> bytes:
+    """AuthError when the token does not open under this key and `aad`."""
+    try:
+        raw = base64.urlsafe_b64decode(token)
+    except (ValueError, TypeError) as exc:
+        raise AuthError("bad base64") from exc
+    return _open(key, raw[:NONCE_LEN], raw[NONCE_LEN:], aad)
+
+
+def _open(key: bytes, nonce: bytes, ciphertext: bytes, aad: bytes) -> bytes:
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    try:
+        return AESGCM(key).decrypt(nonce, ciphertext, aad)
+    except (InvalidTag, ValueError) as exc:
+        raise AuthError("authentication failed") from exc
+
+
+# --- whole-file envelope (CLAUDE.md, preferences.json) -------------------------------
+
+
+def file_aad(org: str, user: str, relpath: str, key_version: int) -> bytes:
+    return lp(TAG_FILE, org, user, relpath, "", "", str(key_version))
+
+
+def seal_file(
+    key: bytes, key_version: int, org: str, user: str, relpath: str, plaintext: bytes,
+    nonce: bytes | None = None,
+) -> bytes:
+    header = _HEADER.pack(FILE_MAGIC, FORMAT_VERSION, key_version)
+    nonce, ct = _seal(key, plaintext, file_aad(org, user, relpath, key_version), nonce)
+    return header + nonce + ct
+
+
+def file_key_version(blob: bytes) -> int:
+    """Read the key version from a whole-file envelope header (DataError when malformed)."""
+    if len(blob) < _HEADER.size + NONCE_LEN + 16:
+        raise DataError("truncated envelope")
+    magic, version, key_version = _HEADER.unpack_from(blob)
+    if magic != FILE_MAGIC:
+        raise DataError("not a mem envelope")
+    if version != FORMAT_VERSION:
+        raise DataError(f"unsupported envelope format {version}")
+    return int(key_version)
+
+
+def open_file(key: bytes, org: str, user: str, relpath: str, blob: bytes) -> bytes:
+    key_version = file_key_version(blob)
+    start = _HEADER.size
+    nonce, ct = blob[start : start + NONCE_LEN], blob[start + NONCE_LEN :]
+    return _open(key, nonce, ct, file_aad(org, user, relpath, key_version))
+
+
+# --- line envelope (sessions/*.jsonl, archive/*.jsonl) --------------------------------
+
+
+def line_aad(org: str, user: str, relpath: str, memory_id: str, ts: str, key_version: int) -> bytes:
+    return lp(TAG_LINE, org, user, relpath, memory_id, ts, str(key_version))
+
+
+def seal_line(
+    key: bytes, key_version: int, org: str, user: str, relpath: str,
+    memory_id: str, ts: str, plaintext: bytes, nonce: bytes | None = None,
+) -> bytes:
+    aad = line_aad(org, user, relpath, memory_id, ts, key_version)
+    nonce, ct = _seal(key, plaintext, aad, nonce)
+    doc = {
+        "v": FORMAT_VERSION,
+        "kv": key_version,
+        "id": memory_id,
+        "ts": ts,
+        "n": base64.b64encode(nonce).decode(),
+        "ct": base64.b64encode(ct).decode(),
+    }
+    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+
+
+def parse_line(raw: bytes) -> dict[str, object]:
+    """The clear fields of a line envelope; DataError when the line is not one."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError("not a JSON line") from exc
+    if not isinstance(doc, dict) or doc.get("v") != FORMAT_VERSION:
+        raise DataError("not a format-1 line envelope")
+    for field, kind in (("kv", int), ("id", str), ("ts", str), ("n", str), ("ct", str)):
+        if not isinstance(doc.get(field), kind):
+            raise DataError(f"line envelope field {field!r} missing or malformed")
+    return doc
+
+
+def open_line(key: bytes, org: str, user: str, relpath: str, doc: dict[str, object]) -> bytes:
+    try:
+        nonce = base64.b64decode(str(doc["n"]), validate=True)
+        ct = base64.b64decode(str(doc["ct"]), validate=True)
+    except ValueError as exc:
+        raise AuthError("bad base64") from exc
+    # b64decode ignores the unused bits of the last character, so "QUJ=" opens like "QUI=":
+    # only the canonical encoding is accepted, or a flipped byte there would go unnoticed.
+    canonical = base64.b64encode(nonce).decode(), base64.b64encode(ct).decode()
+    if canonical != (doc["n"], doc["ct"]):
+        raise AuthError("non-canonical base64")
+    if len(nonce) != NONCE_LEN:
+        raise AuthError("bad nonce length")
+    kv = doc["kv"]
+    assert isinstance(kv, int)
+    aad = line_aad(org, user, relpath, str(doc["id"]), str(doc["ts"]), kv)
+    return _open(key, nonce, ct, aad)
+
+
+# --- wrapped data keys (keys/<epoch>.dek) ---------------------------------------------
+
+
+def wrap_dek(kek: bytes, epoch: int, org: str, user: str, dek: bytes,
+             nonce: bytes | None = None) -> bytes:
+    header = _HEADER.pack(DEK_MAGIC, FORMAT_VERSION, epoch)
+    nonce, ct = _seal(kek, dek, lp(TAG_DEK, org, user, str(epoch)), nonce)
+    return header + nonce + ct
+
+
+def unwrap_dek(kek: bytes, epoch: int, org: str, user: str, blob: bytes) -> bytes:
+    if len(blob) != _HEADER.size + NONCE_LEN + KEY_LEN + 16:
+        raise DataError("wrapped key has the wrong size")
+    magic, version, stored_epoch = _HEADER.unpack_from(blob)
+    if magic != DEK_MAGIC or version != FORMAT_VERSION or stored_epoch != epoch:
+        raise DataError("wrapped key header does not match its file name")
+    start = _HEADER.size
+    return _open(kek, blob[start : start + NONCE_LEN], blob[start + NONCE_LEN :],
+                 lp(TAG_DEK, org, user, str(epoch)))

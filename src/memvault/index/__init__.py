@@ -1,0 +1,1 @@
+"""Derived indexes: the protocol (base) and the keyed-term Tantivy index (keyed)."""

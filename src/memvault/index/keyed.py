@@ -1,0 +1,513 @@
+"""The keyed-term index: a per-user Tantivy index that holds no plaintext.
+
+Text is analysed (English stemming), then each token is replaced by an HMAC-SHA256 of
+it under the user's index key (128 bits, hex) and the hashed tokens are indexed in
+whitespace-tokenised fields. The index stores record ids, type, category, creation
+time and where a record lives (sealed); tags and session ids are hashed. It is derived
+data (index/base.py): `rebuild` recreates it from the vault at any time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from array import array
+import hmac
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+from memvault.crypto import envelope
+from memvault.crypto.keys import location_key
+from memvault.index.base import Entry, IndexUnavailable, Stamp
+from memvault.model.location import Location
+from memvault.model.records import Filters, parse_time
+from memvault.storage import fsio
+
+INDEX_FORMAT = 2  # 2: `loc` sealed (it names the session)
+META_FILE = "mem-index.json"
+WRITER_HEAP = 32_000_000
+MAX_TOKEN_CHARS = 40
+CTX_BOOST = 0.7  # neighbouring turns help, but a turn's own words count most
+PHRASE_BOOST = 2.0
+
+_MONTHS = ("january february march april may june july august september october "
+           "november december").split()
+_WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
+
+# Query-side stopwords: whole questions ("what did she say about ...") would otherwise be
+# dominated by function words. The index keeps every token, so phrases still match.
+STOPWORDS = frozenset("""
+a about above after again against all am an and any are aren't as at be because been
+before being below between both but by can can't cannot could couldn't did didn't do does
+doesn't doing don't down during each few for from further had hadn't has hasn't have
+haven't having he he'd he'll he's her here here's hers herself him himself his how how's
+i i'd i'll i'm i've if in into is isn't it it's its itself let's me more most mustn't my
+myself no nor not of off on once only or other ought our ours ourselves out over own same
+shan't she she'd she'll she's should shouldn't so some such than that that's the their
+theirs them themselves then there there's these they they'd they'll they're they've this
+those through to too under until up very was wasn't we we'd we'll we're we've were weren't
+what what's when when's where where's which while who who's whom why why's with won't would
+wouldn't you you'd you'll you're you've your yours yourself yourselves s t d ll m re ve
+aren couldn didn doesn don hadn hasn haven isn mustn shan shouldn wasn weren won wouldn
+""".split())
+
+
+@dataclass
+class Hit:
+    memory_id: str
+    score: float
+    location: Location | None  # None: the sealed location did not open (stale index)
+
+
+class Analyzer:
+    """Stemmed tokens and their keyed hashes (one instance per index key)."""
+
+    def __init__(self, key: bytes) -> None:
+        import tantivy
+
+        self._analyzer = (
+            tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+            .filter(tantivy.Filter.remove_long(MAX_TOKEN_CHARS))
+            .filter(tantivy.Filter.lowercase())
+            .filter(tantivy.Filter.ascii_fold())
+            .filter(tantivy.Filter.stemmer("english"))
+            .build()
+        )
+        self._plain = (
+            tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+            .filter(tantivy.Filter.remove_long(MAX_TOKEN_CHARS))
+            .filter(tantivy.Filter.lowercase())
+            .filter(tantivy.Filter.ascii_fold())
+            .build()
+        )
+        self._mac = hmac.new(key, digestmod=hashlib.sha256)
+        self._cache: dict[str, str] = {}
+        self._texts: dict[str, str] = {}
+
+    def tokens(self, text: str) -> list[str]:
+        tokens: list[str] = self._analyzer.analyze(text)
+        return tokens
+
+    def spans(self, text: str) -> list[tuple[str, int, int]]:
+        """Stemmed tokens with their character offsets (for snippets)."""
+        return [(t.text, t.char_offset_from, t.char_offset_to)
+                for t in self._analyzer.pre_tokenize(text).tokens]
+
+    def query_terms(self, text: str) -> list[str]:
+        """The stems a query searches for: stopwords dropped unless nothing else is left."""
+        words = self._plain.analyze(text)
+        kept = [w for w in words if w not in STOPWORDS] or words
+        stems: list[str] = []
+        for word in kept:
+            for stem in self._analyzer.analyze(word):
+                if stem not in stems:
+                    stems.append(stem)
+        return stems
+
+    def hash(self, token: str) -> str:
+        cached = self._cache.get(token)
+        if cached is None:
+            mac = self._mac.copy()
+            mac.update(token.encode())
+            cached = mac.digest()[:16].hex()
+            if len(self._cache) < 500_000:
+                self._cache[token] = cached
+        return cached
+
+    def hashed(self, text: str) -> str:
+        """The text's tokens, hashed, space-separated. Memoised: in a session every turn is
+        also context for its neighbours, so the same text is hashed several times."""
+        cached = self._texts.get(text)
+        if cached is None:
+            cache, hash_ = self._cache, self.hash
+            cached = " ".join([cache.get(t) or hash_(t) for t in self.tokens(text)])
+            if len(self._texts) >= 4096:
+                self._texts.clear()
+            self._texts[text] = cached
+        return cached
+
+    def opaque(self, kind: str, value: str) -> str:
+        """A keyed hash for a tag or session id (exact match, not analysed)."""
+        return self.hash(f"\x00{kind}\x00{value}")
+
+
+def date_words(created_at: str) -> str:
+    """Words that let a question about a date find records of that day."""
+    try:
+        dt = parse_time(created_at).astimezone(UTC)
+    except Exception:
+        return ""
+    return f"{dt.day} {_MONTHS[dt.month - 1]} {dt.year} {_WEEKDAYS[dt.weekday()]}"
+
+
+def _micros(created_at: str) -> int:
+    return int(parse_time(created_at).timestamp() * 1_000_000)
+
+
+class SearchIndex:
+    """The keyed-term index (a DerivedIndex)."""
+
+    name = "search"
+
+    def __init__(self, path: Path, key: bytes) -> None:
+        self.path = path
+        self.analyzer = Analyzer(key)
+        self._loc_key = location_key(key)
+        self._index: Any = None
+        self.stamp = Stamp(path)
+
+    # --- the derived-index protocol --------------------------------------------------
+
+    def is_current(self) -> bool:
+        """Current when its stamp is there and it opens."""
+        if not self.stamp.present():
+            return False
+        try:
+            self.open()
+        except IndexUnavailable:
+            return False
+        return True
+
+    def mark_stale(self) -> None:
+        self.stamp.remove()
+
+    def mark_current(self) -> None:
+        self.stamp.write()
+
+    def apply(self, upserts: Sequence[Entry], deletes: Sequence[str]) -> None:
+        if not upserts and not deletes:
+            return
+        with self.writer() as w:
+            for memory_id in deletes:
+                w.delete(memory_id)
+            for entry in upserts:
+                w.upsert(entry)
+
+    def rebuild(self, entries: Iterable[Entry]) -> int:
+        count = self.build(entries)
+        self.mark_current()
+        return count
+
+    def locate(self, memory_ids: Sequence[str]) -> dict[str, Location]:
+        """Where each of these records lives, from the index (ids it lacks are left out)."""
+        import tantivy
+
+        searcher = self.searcher()
+        schema = self.open().schema
+        out: dict[str, Location] = {}
+        for memory_id in dict.fromkeys(memory_ids):
+            query = tantivy.Query.term_query(schema, "id", memory_id)
+            for _, address in searcher.search(query, 1).hits:
+                location = self.open_loc(memory_id, searcher.doc(address).get_first("loc"))
+                if location is not None:
+                    out[memory_id] = location
+        return out
+
+    # --- schema and opening -----------------------------------------------------------
+
+    @staticmethod
+    def _schema() -> Any:
+        import tantivy
+
+        sb = tantivy.SchemaBuilder()
+        sb.add_text_field("id", stored=True, tokenizer_name="raw", index_option="basic")
+        sb.add_text_field("body", tokenizer_name="whitespace", index_option="position")
+        sb.add_text_field("ctx", tokenizer_name="whitespace", index_option="freq")
+        sb.add_text_field("type", stored=True, tokenizer_name="raw", index_option="basic")
+        sb.add_text_field("category", stored=True, tokenizer_name="raw", index_option="basic")
+        sb.add_text_field("tag", tokenizer_name="whitespace", index_option="basic")
+        sb.add_text_field("session", tokenizer_name="raw", index_option="basic")
+        sb.add_integer_field("created", stored=True, indexed=True, fast=True)
+        sb.add_unsigned_field("archived", indexed=True, fast=True)
+        sb.add_unsigned_field("superseded", indexed=True, fast=True)
+        # Stored only (sealed); never searched, so its terms need no index.
+        sb.add_text_field("loc", stored=True, tokenizer_name="raw", index_option="basic")
+        return sb.build()
+
+    def _meta(self) -> dict[str, Any]:
+        return {"format": INDEX_FORMAT, "analyzer": "simple+lowercase+asciifold+stem-en",
+                "token": "hmac-sha256-128-hex", "loc": "aes-256-gcm"}
+
+    def seal_loc(self, memory_id: str, location: Location) -> str:
+        """Where a record lives, sealed: the session id in a file name is not the index's
+        to show. The record id is the AAD, so a location cannot be moved to another doc."""
+        return envelope.seal_token(self._loc_key, str(location).encode(), memory_id.encode())
+
+    def open_loc(self, memory_id: str, sealed: Any) -> Location | None:
+        """The location of a hit; None when it does not open (the caller rebuilds)."""
+        if not isinstance(sealed, str):
+            return None
+        try:
+            plain = envelope.open_token(self._loc_key, sealed, memory_id.encode())
+            return Location.parse(plain.decode())
+        except (envelope.AuthError, UnicodeDecodeError):
+            return None
+
+    def open(self) -> Any:
+        """Open the existing index; IndexUnavailable when missing, stale-format or corrupt."""
+        if self._index is not None:
+            return self._index
+        import tantivy
+
+        try:
+            meta = json.loads((self.path / META_FILE).read_text())
+        except (OSError, ValueError) as exc:
+            raise IndexUnavailable("index missing or without its description") from exc
+        if meta != self._meta():
+            raise IndexUnavailable("index built by another format")
+        try:
+            self._index = tantivy.Index.open(str(self.path))
+            self._index.searcher()
+        except BaseException as exc:
+            self._index = None
+            if not _damaged(exc):
+                raise
+            raise IndexUnavailable(f"index unreadable: {exc}") from exc
+        return self._index
+
+    def create_empty(self, path: Path | None = None) -> Any:
+        import tantivy
+
+        target = path or self.path
+        fsio.ensure_dir(target)
+        index = tantivy.Index(self._schema(), path=str(target))
+        fsio.atomic_write(target / META_FILE, json.dumps(self._meta()).encode())
+        return index
+
+    # --- documents --------------------------------------------------------------------
+
+    def document(self, entry: Entry) -> Any:
+        import tantivy
+
+        record, context = entry.record, entry.context
+        a = self.analyzer
+        body = a.hashed(record.content)
+        if record.type == "message":
+            # Speakers and dates are searchable too ("what did Ana say in May?").
+            body = " ".join(filter(None, (a.hashed(record.role or ""), body,
+                                          a.hashed(date_words(record.created_at)))))
+        doc = tantivy.Document(
+            id=record.memory_id, body=body, type=record.type,
+            category=record.category, loc=self.seal_loc(record.memory_id, entry.location),
+            created=_micros(record.created_at),
+        )
+        if context:
+            doc.add_text("ctx", " ".join(a.hashed(text) for text in context))
+        if record.tags:
+            doc.add_text("tag", " ".join(a.opaque("tag", t) for t in record.tags))
+        if record.session_id:
+            doc.add_text("session", a.opaque("session", record.session_id))
+        doc.add_unsigned("archived", 1 if entry.location.archived else 0)
+        doc.add_unsigned("superseded", 1 if record.superseded_by else 0)
+        return doc
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[IndexWriter]:
+        """Batch index changes and commit them once (caller holds the user's lock)."""
+        try:
+            index = self.open()
+        except IndexUnavailable:
+            raise
+        w = IndexWriter(self, index.writer(heap_size=WRITER_HEAP, num_threads=1))
+        try:
+            yield w
+            w.commit()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                w.raw.rollback()
+            raise
+        finally:
+            w.close()
+
+    def build(self, entries: Iterable[Entry]) -> int:
+        """Build a fresh index beside the old one, then swap it in. Returns the doc count."""
+        # What a killed rebuild left beside the index may hold forgotten terms: gone first.
+        for leftover in self.path.parent.glob(f"{self.path.name}.[no][el][wd]-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        tmp = self.path.with_name(f"{self.path.name}.new-{os.getpid()}")
+        index = self.create_empty(tmp)
+        writer = index.writer(heap_size=WRITER_HEAP, num_threads=1)
+        count = 0
+        for entry in entries:
+            writer.add_document(self.document(entry))
+            count += 1
+        writer.commit()
+        writer.wait_merging_threads()
+        private(tmp)
+        old = self.path.with_name(f"{self.path.name}.old-{os.getpid()}")
+        self._index = None
+        if self.path.exists():
+            os.replace(self.path, old)
+        os.replace(tmp, self.path)
+        fsio.fsync_dir(self.path.parent)
+        shutil.rmtree(old, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            old.unlink()  # the old "index" was a file, not a directory
+        return count
+
+    def remove(self) -> None:
+        self._index = None
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    # --- queries ------------------------------------------------------------------------
+
+    def searcher(self) -> Any:
+        return self.open().searcher()
+
+    def search(self, query: Any, limit: int, recent: bool = False) -> tuple[list[Hit], int]:
+        """The top hits; IndexUnavailable when the index turns out damaged on use."""
+        searcher = self.searcher()
+        # Tantivy reserves room for `limit` hits up front: never ask for more than exist.
+        limit = max(1, min(limit, int(searcher.num_docs)))
+        try:
+            if recent:
+                result = searcher.search(query, limit, order_by_field="created")
+            else:
+                result = searcher.search(query, limit)
+            hits = []
+            for score, address in result.hits:
+                doc = searcher.doc(address)
+                memory_id = doc.get_first("id")
+                hits.append(Hit(memory_id, float(score) if not recent else 0.0,
+                                self.open_loc(memory_id, doc.get_first("loc"))))
+        except BaseException as exc:
+            if not _damaged(exc):
+                raise
+            self._index = None
+            raise IndexUnavailable(f"index unreadable: {exc}") from exc
+        return hits, int(searcher.num_docs)
+
+    def build_query(self, text: str, filters: Filters) -> tuple[Any, list[str]]:
+        """A Tantivy query for a natural-language `text` and the filters.
+
+        Returns the query and the stems searched (empty: list the most recent items).
+        Never parses query syntax, so no input can make it fail.
+        """
+        import tantivy
+        from tantivy import Occur, Query
+
+        schema = self.open().schema
+        a = self.analyzer
+
+        def term(field: str, value: Any) -> Any:
+            return Query.term_query(schema, field, value)
+
+        def any_of(field: str, values: list[str]) -> Any:
+            return Query.boolean_query([(Occur.Should, term(field, v)) for v in values])
+
+        clauses: list[tuple[Any, Any]] = []
+        phrases, rest = split_query(text)
+        stems = a.query_terms(rest)
+        if stems:
+            should = []
+            for stem in stems:
+                h = a.hash(stem)
+                should.append((Occur.Should, term("body", h)))
+                should.append((Occur.Should, Query.boost_query(term("ctx", h), CTX_BOOST)))
+            clauses.append((Occur.Must if not phrases else Occur.Should,
+                            Query.boolean_query(should)))
+        for phrase in phrases:
+            hashed: list[str | tuple[int, str]] = [a.hash(t) for t in a.tokens(phrase)]
+            if not hashed:
+                continue
+            stems += [t for t in a.tokens(phrase) if t not in stems]
+            q = term("body", str(hashed[0])) if len(hashed) == 1 else \
+                Query.phrase_query(schema, "body", hashed)
+            clauses.append((Occur.Must, Query.boost_query(q, PHRASE_BOOST)))
+        if not clauses:
+            clauses.append((Occur.Must, Query.all_query()))
+        if filters.types:
+            clauses.append((Occur.Must, any_of("type", filters.types)))
+        if filters.categories:
+            clauses.append((Occur.Must, any_of("category", filters.categories)))
+        for tag in filters.tags:
+            clauses.append((Occur.Must, term("tag", a.opaque("tag", tag))))
+        if filters.session is not None:
+            clauses.append((Occur.Must, term("session", a.opaque("session",
+                                                                   filters.session))))
+        if filters.after or filters.before:
+            lower = int(filters.after.timestamp() * 1e6) if filters.after else None
+            upper = int(filters.before.timestamp() * 1e6) if filters.before else None
+            clauses.append((Occur.Must, Query.range_query(
+                schema, "created", tantivy.FieldType.Integer, lower, upper,
+                include_upper=upper is None)))
+        if not filters.include_archive:
+            clauses.append((Occur.MustNot, term("archived", 1)))
+        if not filters.include_superseded:
+            clauses.append((Occur.MustNot, term("superseded", 1)))
+        return Query.boolean_query(clauses), stems
+
+    def id_digests(self, page: int = 20_000) -> array[int]:
+        """A 64-bit digest of every record id in the index, sorted (for verify's agreement
+        check: 8 bytes a record, read a page at a time)."""
+        import tantivy
+
+        searcher = self.searcher()
+        total = int(searcher.num_docs)
+        out: array[int] = array("Q")
+        query = tantivy.Query.all_query()
+        for offset in range(0, total, page):
+            result = searcher.search(query, min(page, total - offset), count=False,
+                                     offset=offset)
+            out.extend(id_digest(searcher.doc(a).get_first("id")) for _, a in result.hits)
+        return array("Q", sorted(out))
+
+
+def id_digest(memory_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(memory_id.encode(), digest_size=8).digest(), "big")
+
+
+class IndexWriter:
+    def __init__(self, index: SearchIndex, raw: Any) -> None:
+        self.index = index
+        self.raw = raw
+        self.changed = False
+
+    def upsert(self, entry: Entry) -> None:
+        self.raw.delete_documents_by_term("id", entry.record.memory_id)
+        self.raw.add_document(self.index.document(entry))
+        self.changed = True
+
+    def delete(self, memory_id: str) -> None:
+        self.raw.delete_documents_by_term("id", memory_id)
+        self.changed = True
+
+    def commit(self) -> None:
+        if self.changed:
+            self.raw.commit()
+            self.changed = False
+            private(self.index.path)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.raw.wait_merging_threads()
+        private(self.index.path)  # segments written by merges after the commit
+        self.index._index = None
+
+
+def _damaged(exc: BaseException) -> bool:
+    """Whether Tantivy failed on a damaged index: it raises ValueError or OSError, or
+    panics, which pyo3 raises as PanicException, a BaseException."""
+    return isinstance(exc, ValueError | OSError) or type(exc).__name__ == "PanicException"
+
+
+def private(directory: Path) -> None:
+    """Tantivy creates its files with the process umask; keep them 0600 like the rest."""
+    with contextlib.suppress(OSError):
+        for entry in directory.iterdir():
+            if entry.is_file() and entry.stat().st_mode & 0o077:
+                os.chmod(entry, fsio.FILE_MODE)
+
+
+def split_query(text: str) -> tuple[list[str], str]:
+    """Quoted phrases and the rest of a user's query. Never fails on any input."""
+    phrases = [p for p in re.findall(r'"([^"]*)"', text) if p.strip()]
+    rest = re.sub(r'"[^"]*"', " ", text).replace('"', " ")
+    return phrases, rest

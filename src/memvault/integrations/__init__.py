@@ -1,0 +1,1 @@
+"""Agent integrations: hook handlers and installers, one module per agent."""

@@ -1,0 +1,221 @@
+"""The record model of SPEC §3: types, categories, where each type lives, limits, ids, times."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any
+
+from memvault.errors import DataError, UsageError
+
+TYPES = ("fact", "preference", "instruction", "correction", "context", "pattern",
+         "summary", "message")
+CATEGORIES = ("conversation", "work_pattern", "preference", "learned_context")
+BEHAVIORAL_TYPES = frozenset({"preference", "instruction", "correction"})
+ROLES = ("user", "assistant", "system", "tool", "summary")
+
+# Where each type is stored, and its category.
+CLAUDE_MD = "CLAUDE.md"
+PREFERENCES = "preferences.json"
+SESSIONS = "sessions"
+ARCHIVE = "archive"
+DOC_FILES = (CLAUDE_MD, PREFERENCES)
+TYPE_HOME: dict[str, tuple[str, str]] = {
+    "fact": (CLAUDE_MD, "learned_context"),
+    "context": (CLAUDE_MD, "learned_context"),
+    "pattern": (CLAUDE_MD, "work_pattern"),
+    "summary": (CLAUDE_MD, "learned_context"),
+    "preference": (PREFERENCES, "preference"),
+    "instruction": (PREFERENCES, "preference"),
+    "correction": (PREFERENCES, "preference"),
+    "message": (SESSIONS, "conversation"),
+}
+
+# Limits on what one record may hold.
+MAX_CONTENT = 256 * 1024
+MAX_TAG = 64
+PREF_KEY_MAX = 128
+# Turns on each side of a message whose words help find it (indexed as its context).
+CONTEXT_NEIGHBOURS = 2
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def parse_time(value: str) -> datetime:
+    """Parse ISO-8601 (a bare date means midnight UTC); naive times are taken as UTC."""
+    try:
+        dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"invalid date or time {value!r}: use ISO-8601, e.g. 2026-05-01") from None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def normalise_time(value: str) -> str:
+    """An ISO-8601 time as mem stores it: UTC, microseconds, a trailing Z (so that times
+    sort as strings). UsageError when it is not a time."""
+    dt = parse_time(value).astimezone(UTC)
+    return dt.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def uuid7() -> str:
+    """A UUIDv7 (RFC 9562): 48-bit millisecond time, then random bits; sorts by creation."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76 | ((rand >> 62) & 0xFFF) << 64
+    value |= 0b10 << 62 | (rand & ((1 << 62) - 1))
+    return str(uuid.UUID(int=value))
+
+
+def check_type(kind: str) -> str:
+    if kind not in TYPES:
+        raise UsageError(f"unknown type {kind!r}: choose one of {', '.join(TYPES)}",
+                         field="type")
+    return kind
+
+
+def check_category(category: str) -> str:
+    if category not in CATEGORIES:
+        raise UsageError(
+            f"unknown category {category!r}: choose one of {', '.join(CATEGORIES)}",
+            field="category")
+    return category
+
+
+def clean_tags(tags: list[str]) -> list[str]:
+    out: list[str] = []
+    for tag in tags:
+        tag = tag.strip()
+        if not tag or len(tag) > MAX_TAG or any(c.isspace() for c in tag):
+            raise UsageError(f"invalid tag {tag!r}: 1-{MAX_TAG} characters, no spaces",
+                             field="tag")
+        if tag not in out:
+            out.append(tag)
+    return out
+
+
+def check_pref_key(key: str) -> None:
+    if not key or len(key) > PREF_KEY_MAX or any(c.isspace() for c in key):
+        raise UsageError(f"invalid preference key {key!r}: 1-{PREF_KEY_MAX} characters, "
+                         "no spaces")
+
+
+@dataclass
+class Record:
+    memory_id: str
+    org_id: str
+    user_id: str
+    type: str
+    content: str
+    content_hash: str
+    category: str = ""
+    tags: list[str] = field(default_factory=list)
+    importance: float = 0.5
+    session_id: str | None = None
+    message_id: str | None = None
+    channel: str | None = None
+    role: str | None = None
+    supersedes: str | None = None
+    compacted_from: list[str] = field(default_factory=list)
+    created_at: str = ""
+    updated_at: str = ""
+    key_version: int = 1
+    # Derived when read, never stored in the record: the user's state keeps which
+    # record supersedes which, so one write is enough to supersede an entry elsewhere.
+    superseded_by: str | None = None
+    archived: bool = False
+
+    @property
+    def behavioral(self) -> bool:
+        return self.type in BEHAVIORAL_TYPES
+
+    @property
+    def home(self) -> str:
+        return TYPE_HOME[self.type][0]
+
+    def stored(self) -> dict[str, Any]:
+        """The fields written inside the envelope (by hand: asdict's deep copy is slow)."""
+        return {name: getattr(self, name) for name in _STORED}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The public shape (show, list, export): stored fields plus derived ones."""
+        doc = asdict(self)
+        doc["behavioral"] = self.behavioral
+        return doc
+
+    @classmethod
+    def from_stored(cls, doc: Any) -> Record:
+        if not isinstance(doc, dict):
+            raise DataError("record is not an object")
+        try:
+            record = cls(**{k: v for k, v in doc.items() if k in _KNOWN})
+        except TypeError as exc:
+            raise DataError(f"record is missing fields: {exc}") from None
+        if record.type not in TYPES or not isinstance(record.content, str):
+            raise DataError("record has an unknown type or no content")
+        return record
+
+
+_STORED = tuple(f.name for f in fields(Record) if f.name not in ("superseded_by", "archived"))
+_KNOWN = frozenset(_STORED)
+
+
+@dataclass
+class NewMessage:
+    """One transcript message on its way in (ingest, benchmarks)."""
+
+    content: str
+    role: str = "user"
+    message_id: str | None = None
+    created_at: str | None = None
+    tags: list[str] = field(default_factory=list)
+    channel: str | None = None
+
+
+@dataclass
+class Filters:
+    """The filters shared by `list`, `search` and `forget` (SPEC §5)."""
+
+    types: list[str] = field(default_factory=list)
+    categories: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)  # all must match
+    session: str | None = None
+    after: datetime | None = None
+    before: datetime | None = None
+    include_archive: bool = False
+    include_superseded: bool = False
+    limit: int = 10
+
+    def __post_init__(self) -> None:
+        for kind in self.types:
+            check_type(kind)
+        for category in self.categories:
+            check_category(category)
+        if self.limit < 1:
+            raise UsageError("limit must be at least 1", field="limit")
+
+    def matches(self, record: Record) -> bool:
+        if self.types and record.type not in self.types:
+            return False
+        if self.categories and record.category not in self.categories:
+            return False
+        if self.tags and not set(self.tags) <= set(record.tags):
+            return False
+        if self.session is not None and record.session_id != self.session:
+            return False
+        if record.archived and not self.include_archive:
+            return False
+        if record.superseded_by and not self.include_superseded:
+            return False
+        if self.after or self.before:
+            created = parse_time(record.created_at)
+            if self.after and created < self.after:
+                return False
+            if self.before and created >= self.before:
+                return False
+        return True

@@ -1,0 +1,316 @@
+"""What operations return: frozen dataclasses that a surface renders or serialises.
+
+`to_dict()` is the JSON shape of SPEC §6 and docs/cli.md; the CLI prints it with
+`--json`, and any other surface (an MCP server) returns the same document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from memvault.model.records import Record
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Result | Record):
+        return value.to_dict()
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class Result:
+    # Fields that stay out of the JSON document (kept for the human rendering).
+    _internal: ClassVar[frozenset[str]] = frozenset()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)
+                if f.name not in self._internal}
+
+
+@dataclass(frozen=True)
+class InitResult(Result):
+    _internal: ClassVar[frozenset[str]] = frozenset({"created"})
+    vault: str
+    org: str
+    user: str
+    key_source: str
+    created: bool
+
+
+@dataclass(frozen=True)
+class AddResult(Result):
+    record: Record
+    deduplicated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"memory_id": self.record.memory_id, "content_hash": self.record.content_hash,
+                "created_at": self.record.created_at, "deduplicated": self.deduplicated}
+
+
+@dataclass(frozen=True)
+class RecordResult(Result):
+    record: Record
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.record.to_dict()
+
+
+@dataclass(frozen=True)
+class RecordList(Result):
+    records: tuple[Record, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"records": [r.to_dict() for r in self.records], "count": len(self.records)}
+
+
+@dataclass(frozen=True)
+class SearchHit(Result):
+    memory_id: str
+    category: str
+    type: str
+    content: str
+    snippet: str
+    score: float
+    tags: tuple[str, ...]
+    created_at: str
+    session_id: str | None
+    message_id: str | None
+
+
+@dataclass(frozen=True)
+class SearchResult(Result):
+    results: tuple[SearchHit, ...]
+    total_searched: int
+    query_time_ms: float
+
+
+@dataclass(frozen=True)
+class Pref(Result):
+    key: str
+    value: str
+    updated_at: str
+
+
+@dataclass(frozen=True)
+class PrefRemoved(Result):
+    key: str
+    removed: bool
+    value: str | None
+
+
+@dataclass(frozen=True)
+class PrefList(Result):
+    prefs: tuple[Pref, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"preferences": {p.key: p.value for p in self.prefs}}
+
+
+@dataclass(frozen=True)
+class Redactions(Result):
+    rule: str
+    count: int
+
+
+@dataclass(frozen=True)
+class Preview(Result):
+    """A message as it would be stored (ingest --dry-run)."""
+
+    role: str
+    content: str
+    message_id: str | None
+    created_at: str | None
+
+
+@dataclass(frozen=True)
+class IngestResult(Result):
+    session_id: str
+    format: str
+    messages_added: int
+    messages_skipped: int
+    lines_ignored: int
+    withheld: int
+    redactions: tuple[Redactions, ...]
+    dry_run: bool = False
+    messages: tuple[Preview, ...] = ()
+    summaries: tuple[Preview, ...] = ()
+    summaries_added: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = super().to_dict()
+        if not self.dry_run:
+            for key in ("dry_run", "messages", "summaries"):
+                doc.pop(key)
+        return doc
+
+
+@dataclass(frozen=True)
+class ScanError(Result):
+    file: str
+    error: str
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class ScanResult(Result):
+    files_scanned: int
+    files_ingested: int
+    messages_added: int
+    withheld: int
+    errors: tuple[ScanError, ...]
+
+
+@dataclass(frozen=True)
+class BriefEntry(Result):
+    memory_id: str | None
+    type: str
+    section: str
+    content: str
+    importance: float
+    created_at: str
+    age: str
+    tags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Brief(Result):
+    entries: tuple[BriefEntry, ...]
+    entry_count: int
+    brief_count: int
+    generated_at: str
+    brief: str
+
+
+@dataclass(frozen=True)
+class ForgetPlan(Result):
+    """What a forget request names, before anything is erased (also `--dry-run`)."""
+
+    targets: tuple[Record, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dry_run": True, "would_delete": len(self.targets),
+                "memory_ids": [r.memory_id for r in self.targets]}
+
+
+@dataclass(frozen=True)
+class ForgetResult(Result):
+    deleted_count: int
+    memory_ids: tuple[str, ...]
+    files_rewritten: tuple[str, ...]
+    audit_id: str
+    key_rotated: bool
+
+
+@dataclass(frozen=True)
+class ExportResult(Result):
+    record_count: int
+    path: str | None  # None: written to the stream the caller gave
+
+
+@dataclass(frozen=True)
+class ImportResult(Result):
+    imported: int
+    skipped: int
+    preferences_imported: int
+
+
+@dataclass(frozen=True)
+class DestroyResult(Result):
+    destroyed: str
+    records_deleted: int
+    files_deleted: int
+    index_docs_deleted: int
+    audit_id: str
+
+
+@dataclass(frozen=True)
+class FreezeResult(Result):
+    frozen: bool
+
+
+@dataclass(frozen=True)
+class AuditProblem(Result):
+    line: int | None
+    problem: str
+
+
+@dataclass(frozen=True)
+class AuditResult(Result):
+    entries: tuple[dict[str, Any], ...]
+    chain_ok: bool
+    problems: tuple[AuditProblem, ...]
+
+
+@dataclass(frozen=True)
+class Problem(Result):
+    """One thing `verify` found. `repairable`: `verify --repair` sets it right."""
+
+    file: str
+    line: int | None
+    problem: str
+    severity: str = "error"
+    repairable: bool = False
+
+
+@dataclass(frozen=True)
+class VerifyResult(Result):
+    ok: bool
+    files_checked: int
+    records_checked: int
+    problems: tuple[Problem, ...]
+    repaired: tuple[str, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = super().to_dict()
+        if self.repaired is None:
+            doc.pop("repaired")
+        return doc
+
+
+@dataclass(frozen=True)
+class RepairResult(Result):
+    repaired: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RotateResult(Result):
+    key_version: int
+    files_reencrypted: int
+    keys_deleted: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ReindexResult(Result):
+    documents: int
+
+
+@dataclass(frozen=True)
+class Stats(Result):
+    org: str
+    user: str
+    exists: bool
+    records: int
+    active: int
+    archived: int
+    superseded: int
+    by_type: dict[str, int]
+    by_category: dict[str, int]
+    sessions: int
+    preferences: int
+    key_version: int | None
+    frozen: bool
+    bytes_on_disk: int
+    audit_entries: int
+
+
+@dataclass(frozen=True)
+class HookInstallResult(Result):
+    settings: str
+    changed: bool
+    events: tuple[str, ...]
+    backup: str | None

@@ -1,0 +1,1 @@
+"""Operations: one module per use case. Surfaces call these and render what they return."""

@@ -1,0 +1,153 @@
+"""Forget: erase records from every file that holds them and from the index (SPEC §10).
+
+What a request names is found through the index (ids, session, date, tag, words) and
+only the files that hold it are read and rewritten. The index is then rebuilt, since
+deleted Tantivy documents keep their terms until a merge; with `now`, the live records
+move to a new key epoch at once and the old data key is deleted.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from memvault.errors import NotFound, UsageError
+from memvault.model.location import session_file
+from memvault.model.records import CLAUDE_MD, DOC_FILES, Filters, Record
+from memvault.model.results import ForgetPlan, ForgetResult
+from memvault.ops import keys
+from memvault.storage.state import UserState
+from memvault.vault.vault import Vault
+
+
+def select(vault: Vault, ids: list[str], session: str | None = None,
+           before: datetime | None = None, tag: str | None = None,
+           query: str | None = None) -> ForgetPlan:
+    """The records a forget request names (every criterion given must match), and the
+    summaries compacted from them."""
+    if not (ids or session or before or tag or query):
+        raise UsageError("name what to forget: ids, a session, a date, a tag or a query")
+    if not vault.exists():
+        if ids:
+            raise NotFound(f"no memory with id {ids[0]}")
+        return ForgetPlan(())
+    state = vault.state()
+    filters = Filters(session=session, before=before, tags=[tag] if tag else [],
+                      include_archive=True, include_superseded=True, limit=1)
+    chosen: list[Record] = []
+    if ids:
+        found = vault.fetch(ids, state)
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise NotFound(f"no memory with id {missing[0]}" +
+                           (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        chosen = [r for r in (found[i] for i in dict.fromkeys(ids)) if filters.matches(r)]
+    if query is not None:
+        chosen = _holding_words(vault, state, query, chosen if ids else None, filters)
+    elif not ids:
+        chosen = _matching(vault, state, filters)
+    return ForgetPlan(tuple(chosen + _derived(vault, {r.memory_id for r in chosen})))
+
+
+def _matching(vault: Vault, state: UserState, filters: Filters) -> list[Record]:
+    """Every record the filters select, through the index (all of them, newest first)."""
+    index = vault.ready_index(state)
+    query, _ = index.build_query("", filters)
+    total = int(index.searcher().num_docs)
+    hits, _ = index.search(query, max(total, 1), recent=True)
+    located = {h.memory_id: h.location for h in hits if h.location is not None}
+    records, stale = vault.read_located(located, state)
+    if stale or len(located) < len(hits):
+        with vault.lock():
+            vault.rebuild_indexes(vault.store.load_state())
+        return _matching(vault, state, filters)
+    return [records[h.memory_id] for h in hits]
+
+
+def _holding_words(vault: Vault, state: UserState, query: str, chosen: list[Record] | None,
+                   filters: Filters) -> list[Record]:
+    """Search ranks anything sharing a word (or a neighbour's word); erasure takes only
+    the records that themselves hold every word of the query."""
+    from memvault.ops.recall import search
+
+    index = vault.ready_index(state)
+    stems = set(index.build_query(query, Filters())[1])
+    if not stems:
+        # A search for no words lists the most recent items: never "forget everything".
+        raise UsageError(f"the query {query!r} has no words to search for; nothing was "
+                         "forgotten", field="query")
+    total = max(1, int(index.searcher().num_docs))
+    found = search(vault, query, Filters(session=filters.session, before=filters.before,
+                                         tags=filters.tags, limit=total, include_archive=True,
+                                         include_superseded=True))
+    hit_ids = [h.memory_id for h in found.results]
+    records = vault.fetch(hit_ids, state)
+    tokens = index.analyzer.tokens
+    keep = {r.memory_id for r in chosen} if chosen is not None else None
+    return [records[i] for i in hit_ids if i in records and (keep is None or i in keep)
+            and stems <= set(tokens(records[i].content))]
+
+
+def _derived(vault: Vault, gone: set[str]) -> list[Record]:
+    """Summaries compacted from a forgotten record hold its content too, and so do
+    summaries compacted from those. Summaries live in CLAUDE.md."""
+    summaries = [r for r in vault.store.doc_records(CLAUDE_MD) if r.compacted_from]
+    derived: list[Record] = []
+    while more := [r for r in summaries if r.memory_id not in gone and
+                   set(r.compacted_from) & gone]:
+        derived += more
+        gone.update(r.memory_id for r in more)
+    return derived
+
+
+def forget(vault: Vault, plan: ForgetPlan, now: bool = False) -> ForgetResult:
+    """Remove the records from every file that holds them, then rebuild the index."""
+    targets = plan.targets
+    gone = {r.memory_id for r in targets}
+    rewritten: list[str] = []
+    with vault.transaction() as tx:
+        # Marks first, durably: a crash after this can only leave content that the next
+        # forget finds again, never a message that a re-ingest would bring back.
+        marks = {vault.message_mark(r.session_id, r.message_id) for r in targets
+                 if r.type == "message" and r.session_id and r.message_id}
+        if marks - tx.state.forgotten:
+            tx.state.forgotten |= marks
+            tx.save_state()
+        removed: list[Record] = []
+        for home in DOC_FILES:
+            doc = tx.store.read_doc(home)
+            if doc is None:
+                continue
+            records = [Record.from_stored(r) for r in doc.get("records", [])]
+            kept = [r for r in records if r.memory_id not in gone]
+            if len(kept) != len(records):
+                removed += [r for r in records if r.memory_id in gone]
+                for r in kept:
+                    r.key_version = tx.epoch
+                doc["records"] = [r.stored() for r in kept]
+                tx.write_doc(home, doc)
+                rewritten.append(home)
+        # A message lives in the line file of its session (live or archived): only those
+        # files are read and rewritten, not every session of the user.
+        files = sorted({session_file(r.session_id, r.archived) for r in targets
+                        if r.type == "message" and r.session_id})
+        for relpath in files:
+            lines = tx.store.read_lines(relpath)
+            kept_lines = [r for r in lines if r.memory_id not in gone]
+            if len(kept_lines) != len(lines):
+                removed += [r for r in lines if r.memory_id in gone]
+                tx.rewrite(relpath, kept_lines)
+                rewritten.append(relpath)
+        for r in removed:
+            tx.state.count(r.type, -1, archived=r.archived)
+        for old, link in list(tx.state.superseded.items()):
+            if old in gone or link.by in gone:  # gone, or current again
+                del tx.state.superseded[old]
+        tx.touch()
+        audit_id = tx.audit("forget", sorted(gone),
+                            [tx.hash_of(r.content_hash) for r in targets],
+                            files=len(rewritten))
+        # Deleted Tantivy documents keep their terms until a merge: rebuild instead.
+        tx.rebuild_indexes()
+        if now:
+            keys.reencrypt(tx)
+    return ForgetResult(len(gone), tuple(sorted(gone)), tuple(rewritten), audit_id, now)

@@ -1,0 +1,298 @@
+"""The user's copy of their memory: export (JSON or Markdown) and import (SPEC §6).
+
+Export streams: it reads one file at a time and writes each record as it goes, so its
+memory stays flat however much is stored. Import validates the whole file before
+anything is written, then admits its text like every other way in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from memvault.config import validate_name
+from memvault.crypto.envelope import content_hash
+from memvault.errors import DataError, NotFound, UsageError
+from memvault.model.location import session_file
+from memvault.model.records import (
+    CATEGORIES,
+    DOC_FILES,
+    TYPE_HOME,
+    TYPES,
+    Record,
+    check_category,
+    normalise_time,
+    now_iso,
+)
+from memvault.model.results import ExportResult, ImportResult
+from memvault.ops import prefs as prefs_ops
+from memvault.ops.admission import AdmissionPolicy
+from memvault.storage import fsio
+from memvault.storage.state import Superseded, UserState
+from memvault.vault.vault import Vault
+
+EXPORT_VERSION = "1.0"
+FORMATS = ("json", "markdown")
+
+
+def _records(vault: Vault, state: UserState, category: str,
+             docs: dict[str, list[Record]]) -> Iterator[Record]:
+    """A category's records: documents' sorted by time, sessions' file by file."""
+    if category == "conversation":
+        for _, records, _ in vault.store.files(include_archive=True):
+            for r in records:
+                if r.category == category:
+                    yield vault.linked(r, state)
+        return
+    chosen = [r for name in DOC_FILES for r in docs[name] if r.category == category]
+    chosen.sort(key=lambda r: (r.created_at, r.memory_id))
+    for r in chosen:
+        yield vault.linked(r, state)
+
+
+def export(vault: Vault, out: IO[str], fmt: str = "json",
+           categories: list[str] | None = None) -> int:
+    """Write every record (archived ones marked) and every preference to `out`, in the
+    seed schema; return the number of records."""
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown export format {fmt!r}: choose json or markdown",
+                         field="format")
+    wanted = [check_category(c) for c in categories or []] or list(CATEGORIES)
+    state = vault.state()
+    exists = vault.exists()
+    docs = {name: vault.store.doc_records(name) if exists else [] for name in DOC_FILES}
+    settings = prefs_ops.read(vault) if "preference" in wanted else {}
+    prefs = {k: v["value"] for k, v in sorted(settings.items())}
+    head = {"export_version": EXPORT_VERSION, "org_id": vault.org, "user_id": vault.user,
+            "exported_at": now_iso()}
+    writer = _Json(out, head) if fmt == "json" else _Markdown(out, head)
+    total = 0
+    for category in wanted:
+        writer.begin(category)
+        count = 0
+        for record in (_records(vault, state, category, docs) if exists else ()):
+            writer.record(record)
+            count += 1
+        writer.end(category, count)
+        total += count
+    writer.finish(prefs, total)
+    vault.audit_read("export", count=total)
+    return total
+
+
+def export_to_file(vault: Vault, path: Path, fmt: str = "json",
+                   categories: list[str] | None = None) -> ExportResult:
+    """Export to a file, created 0600 (an export is plaintext) and in place only once
+    complete."""
+    import io
+
+    if not path.parent.is_dir():
+        raise NotFound(f"no directory {path.parent} for the export")
+    with fsio.atomic_writer(path) as fh:
+        text = io.TextIOWrapper(fh, encoding="utf-8", newline="\n", write_through=True)
+        count = export(vault, text, fmt, categories)
+        text.flush()
+        text.detach()
+    return ExportResult(count, str(path))
+
+
+class _Json:
+    def __init__(self, out: IO[str], head: dict[str, Any]) -> None:
+        self.out = out
+        self.first = True
+        out.write("{\n" + "".join(f"  {json.dumps(k)}: {json.dumps(v)},\n"
+                                  for k, v in head.items()))
+        out.write('  "categories": {')
+
+    def begin(self, category: str) -> None:
+        self.out.write(("\n" if self.first else ",\n") + f'    {json.dumps(category)}: '
+                       '{\n      "records": [')
+        self.first = False
+        self.first_record = True
+
+    def record(self, record: Record) -> None:
+        self.out.write(("\n" if self.first_record else ",\n") + "        " +
+                       json.dumps(record.to_dict(), ensure_ascii=False))
+        self.first_record = False
+
+    def end(self, category: str, count: int) -> None:
+        self.out.write(("\n      " if not self.first_record else "") +
+                       f'],\n      "count": {count}\n    }}')
+
+    def finish(self, prefs: dict[str, str], total: int) -> None:
+        self.out.write("\n  },\n  \"preferences\": " +
+                       json.dumps(prefs, ensure_ascii=False, indent=4).replace("\n", "\n  ") +
+                       f',\n  "record_count": {total}\n}}\n')
+
+
+class _Markdown:
+    def __init__(self, out: IO[str], head: dict[str, Any]) -> None:
+        self.out = out
+        out.write(f"# Memory of {head['org_id']}/{head['user_id']}\n\n"
+                  f"Exported {head['exported_at']}.\n\n")
+
+    def begin(self, category: str) -> None:
+        self.out.write(f"## {category.replace('_', ' ').capitalize()}\n\n")
+
+    def record(self, r: Record) -> None:
+        flags = [r.type, r.created_at[:10]] + (["archived"] if r.archived else [])
+        flags += ["superseded"] if r.superseded_by else []
+        where = f" (session {r.session_id})" if r.session_id else ""
+        self.out.write(f"- **{', '.join(flags)}**{where}: " + " ".join(r.content.split()) +
+                       "\n")
+
+    def end(self, category: str, count: int) -> None:
+        self.out.write(f"\n{count} records.\n\n")
+
+    def finish(self, prefs: dict[str, str], total: int) -> None:
+        if prefs:
+            self.out.write("## Preference settings\n\n" +
+                           "".join(f"- `{k}`: {v}\n" for k, v in prefs.items()) + "\n")
+        self.out.write(f"{total} records in all.\n")
+
+
+# --- import -----------------------------------------------------------------------------
+
+
+def _parse_import(raw: str) -> tuple[list[tuple[Record, bool]], dict[str, str]]:
+    """Validate a whole export before anything is written (DataError on any flaw)."""
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise DataError("the import file is not JSON") from None
+    if not isinstance(doc, dict) or doc.get("export_version") != EXPORT_VERSION:
+        raise DataError(f"the import file is not a mem export (version {EXPORT_VERSION})")
+    groups = doc.get("categories")
+    prefs = doc.get("preferences", {})
+    if not isinstance(groups, dict) or not isinstance(prefs, dict):
+        raise DataError("the import file lacks categories or preferences")
+    out: list[tuple[Record, bool]] = []
+    seen: set[str] = set()
+    for category, group in groups.items():
+        if category not in CATEGORIES or not isinstance(group, dict) or \
+                not isinstance(group.get("records"), list):
+            raise DataError(f"the import file has a malformed category {category!r}")
+        if group.get("count") != len(group["records"]):
+            raise DataError(f"category {category!r} says {group.get('count')} records but "
+                            f"holds {len(group['records'])}: the file was altered")
+        for i, item in enumerate(group["records"]):
+            where = f"{category} record {i + 1}"
+            try:
+                record = Record.from_stored(item)
+            except DataError as exc:
+                raise DataError(f"{where}: {exc.message}") from None
+            if record.type not in TYPES or TYPE_HOME[record.type][1] != category \
+                    or record.category != category:
+                raise DataError(f"{where}: type {record.type!r} does not belong in {category}")
+            if record.content_hash != content_hash(record.content):
+                raise DataError(f"{where}: content does not match its content_hash "
+                                "(the file was altered)")
+            if not isinstance(record.memory_id, str) or record.memory_id in seen:
+                raise DataError(f"{where}: missing or repeated memory_id")
+            try:  # stored times are UTC with microseconds, so they sort as strings
+                record.created_at = normalise_time(record.created_at)
+                record.updated_at = normalise_time(record.updated_at or record.created_at)
+            except (UsageError, TypeError, AttributeError):
+                raise DataError(f"{where}: bad created_at or updated_at") from None
+            if record.type == "message" and not record.session_id:
+                raise DataError(f"{where}: a message without a session_id")
+            if record.session_id is not None:
+                try:
+                    validate_name("session", record.session_id)
+                except (UsageError, TypeError):
+                    raise DataError(f"{where}: invalid session_id") from None
+            _check_types(record, where)
+            seen.add(record.memory_id)
+            out.append((record, bool(item.get("archived"))))
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in prefs.items()):
+        raise DataError("the import file has malformed preferences")
+    total = doc.get("record_count")
+    if total != len(out):
+        raise DataError(f"record_count says {total} but the file holds {len(out)} records")
+    return out, prefs
+
+
+def _check_types(record: Record, where: str) -> None:
+    """Every field of an imported record has the type mem writes (or it is refused)."""
+    optional_str = ("session_id", "message_id", "channel", "role", "supersedes")
+    ok = (all(isinstance(getattr(record, f), str | None) for f in optional_str)
+          and isinstance(record.tags, list) and all(isinstance(t, str) for t in record.tags)
+          and isinstance(record.compacted_from, list)
+          and all(isinstance(t, str) for t in record.compacted_from)
+          and isinstance(record.importance, int | float)
+          and not isinstance(record.importance, bool) and 0 <= record.importance <= 1
+          and isinstance(record.key_version, int) and isinstance(record.updated_at, str))
+    if not ok:
+        raise DataError(f"{where}: a field has the wrong type or is out of range")
+
+
+def import_text(vault: Vault, raw: str) -> ImportResult:
+    """Restore an export: every record keeps its id; what is already there is skipped."""
+    items, prefs = _parse_import(raw)
+    policy = AdmissionPolicy(vault.settings)
+    texts = [record.content for record, _ in items] + [t for kv in prefs.items() for t in kv]
+    admitted = policy.admit_all(texts, "the import file")
+    for (record, _), masked in zip(items, admitted, strict=False):
+        # Personal data gets placeholders, as on every other way in.
+        if masked != record.content:
+            record.content, record.content_hash = masked, content_hash(masked)
+    masked_prefs = admitted[len(items):]
+    prefs = {k: masked_prefs[2 * i + 1] for i, k in enumerate(prefs)}
+    imported = skipped = 0
+    with vault.transaction() as tx:
+        store = tx.store
+        existing = {r.memory_id for name in DOC_FILES for r in store.doc_records(name)}
+        for relpath in [*store.layout.line_files(), *store.layout.line_files(archived=True)]:
+            existing.update(store.line_ids(relpath))  # clear ids: nothing decrypted
+        docs: dict[str, dict[str, Any]] = {}
+        lines: dict[str, list[Record]] = {}
+        new: list[tuple[Record, bool]] = []
+        for record, archived in items:
+            if record.memory_id in existing:
+                skipped += 1
+                continue
+            record.org_id, record.user_id = vault.org, vault.user
+            record.key_version = tx.epoch
+            home = TYPE_HOME[record.type][0]
+            if home in DOC_FILES:
+                doc = docs.setdefault(home, store.read_doc(home) or {"format": 1,
+                                                                     "records": []})
+                doc["records"].append(record.stored())
+            else:
+                assert record.session_id is not None
+                lines.setdefault(session_file(record.session_id, archived), []).append(record)
+            new.append((record, archived))
+            imported += 1
+        current = prefs_ops.read(vault)
+        new_prefs = {k: v for k, v in prefs.items() if k not in current}
+        if new_prefs:
+            doc = docs.setdefault("preferences.json", store.read_doc("preferences.json") or
+                                  {"format": 1, "records": []})
+            settings = doc.setdefault("settings", {})
+            for k, v in new_prefs.items():
+                settings[k] = {"value": v, "updated_at": now_iso()}
+        for home, doc in docs.items():
+            for r in doc["records"]:
+                r["key_version"] = tx.epoch
+            tx.write_doc(home, doc)
+        for relpath, records in lines.items():
+            records.sort(key=lambda r: (r.created_at, r.memory_id))
+            tx.append(relpath, records)
+        _link(tx.state, new, existing)
+        tx.touch()
+        tx.audit("import", [r.memory_id for r, _ in new], imported=imported, skipped=skipped)
+        tx.rebuild_indexes()
+    return ImportResult(imported, skipped, len(new_prefs))
+
+
+def _link(state: UserState, new: list[tuple[Record, bool]], existing: set[str]) -> None:
+    """Count the imported records and link the ones they supersede."""
+    archived_ids = {r.memory_id for r, archived in new if archived}
+    present = existing | {r.memory_id for r, _ in new}
+    for record, archived in new:
+        state.count(record.type, +1, archived=archived)
+        if record.supersedes and record.supersedes in present:
+            state.superseded[record.supersedes] = Superseded(
+                record.memory_id, record.supersedes in archived_ids)

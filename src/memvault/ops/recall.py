@@ -1,0 +1,102 @@
+"""Reading memory back: search, show one record, list the newest.
+
+Every read is proportional to what it returns: the index names the records (and
+where each lives), and only those are decrypted, never the user's whole history.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from memvault.errors import NotFound
+from memvault.index.base import IndexUnavailable
+from memvault.model.records import Filters, Record
+from memvault.model.results import RecordList, RecordResult, SearchHit, SearchResult
+from memvault.storage.state import UserState
+from memvault.vault.vault import Vault
+
+if TYPE_CHECKING:
+    from memvault.index.keyed import Analyzer, Hit
+
+SNIPPET_CHARS = 160
+
+
+def _run(vault: Vault, text: str, filters: Filters, state: UserState
+         ) -> tuple[list[tuple[Hit, Record]], list[str], int]:
+    """The hits of a query with their decrypted records; a hit whose location no longer
+    holds its record means a stale index, which is rebuilt once."""
+    for attempt in (1, 2):
+        index = vault.ready_index(state)
+        query, stems = index.build_query(text, filters)
+        try:
+            hits, total = index.search(query, filters.limit, recent=not stems)
+            located = {h.memory_id: h.location for h in hits if h.location is not None}
+            records, stale = vault.read_located(located, state)
+            stale = stale or len(located) < len(hits)
+        except IndexUnavailable:  # damage that only a query reveals
+            stale, hits, records, total = True, [], {}, 0
+        if not stale or attempt == 2:
+            break
+        with vault.lock():  # derived data: no write to the memory
+            vault.rebuild_indexes(vault.store.load_state())
+    pairs = [(h, records[h.memory_id]) for h in hits if h.memory_id in records]
+    return pairs, stems, total
+
+
+def search(vault: Vault, text: str, filters: Filters) -> SearchResult:
+    started = time.perf_counter()
+    if not vault.exists():
+        return SearchResult((), 0, 0.0)
+    state = vault.state()
+    pairs, stems, total = _run(vault, text, filters, state)
+    analyzer = vault.search_index(state.key_version).analyzer
+    results = tuple(SearchHit(
+        memory_id=r.memory_id, category=r.category, type=r.type, content=r.content,
+        snippet=snippet(analyzer, r.content, stems), score=round(hit.score, 4),
+        tags=tuple(r.tags), created_at=r.created_at, session_id=r.session_id,
+        message_id=r.message_id,
+    ) for hit, r in pairs)
+    vault.audit_read("search", [r.memory_id for r in results], results=len(results))
+    elapsed = (time.perf_counter() - started) * 1000
+    return SearchResult(results, total, round(elapsed, 2))
+
+
+def show(vault: Vault, memory_id: str) -> RecordResult:
+    record = vault.fetch([memory_id]).get(memory_id)
+    if record is None:
+        raise NotFound(f"no memory with id {memory_id}")
+    vault.audit_read("show", [memory_id])
+    return RecordResult(record)
+
+
+def list_records(vault: Vault, filters: Filters) -> RecordList:
+    """The newest records that match, newest first: the index orders them by time and
+    only `limit` of them are decrypted."""
+    if not vault.exists():
+        return RecordList(())
+    state = vault.state()
+    pairs, _, _ = _run(vault, "", filters, state)
+    records = [r for _, r in pairs if filters.matches(r)]
+    records.sort(key=lambda r: (r.created_at, r.memory_id), reverse=True)
+    vault.audit_read("list", count=len(records))
+    return RecordList(tuple(records))
+
+
+def snippet(analyzer: Analyzer, content: str, stems: list[str],
+            width: int = SNIPPET_CHARS) -> str:
+    """The window of `content` holding the most query terms, on one line."""
+    flat = " ".join(content.split())
+    if len(flat) <= width:
+        return flat
+    wanted = set(stems)
+    starts = [start for stem, start, _ in analyzer.spans(flat) if stem in wanted]
+    best, best_count = 0, 0
+    for start in starts:
+        count = sum(1 for s in starts if start <= s < start + width)
+        if count > best_count:
+            best, best_count = start, count
+    begin = max(0, best - width // 4)
+    end = min(len(flat), begin + width)
+    cut = flat[begin:end]
+    return ("…" if begin > 0 else "") + cut + ("…" if end < len(flat) else "")

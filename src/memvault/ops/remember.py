@@ -1,0 +1,119 @@
+"""Remember one thing: `mem add` (and an agent's explicit store)."""
+
+from __future__ import annotations
+
+from memvault.config import validate_name
+from memvault.crypto.envelope import content_hash
+from memvault.errors import NotFound, UsageError
+from memvault.index.base import Entry, file_entries
+from memvault.model.location import Location, session_file
+from memvault.model.records import (
+    CONTEXT_NEIGHBOURS,
+    MAX_CONTENT,
+    SESSIONS,
+    TYPE_HOME,
+    Record,
+    check_type,
+    clean_tags,
+    now_iso,
+    uuid7,
+)
+from memvault.model.results import AddResult
+from memvault.ops.admission import AdmissionPolicy
+from memvault.storage.state import Superseded
+from memvault.vault.vault import Transaction, Vault
+
+
+def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
+        importance: float = 0.5, session: str | None = None, supersedes: str | None = None,
+        message_id: str | None = None, role: str | None = None,
+        channel: str | None = None) -> AddResult:
+    """Store one record; identical content (same user and type) is stored once."""
+    check_type(kind)
+    if not text.strip():
+        raise UsageError("nothing to add: the text is empty")
+    if len(text.encode()) > MAX_CONTENT:
+        raise UsageError(f"the text is larger than {MAX_CONTENT // 1024} KiB",
+                         hint="ingest")
+    if not 0.0 <= importance <= 1.0:
+        raise UsageError("importance must be between 0 and 1", field="importance")
+    tags = clean_tags(tags or [])
+    if kind == "message":
+        if session is None:
+            raise UsageError("a message needs a session", field="session")
+        role = role or "user"
+    if session is not None:
+        validate_name("session", session)
+    text = AdmissionPolicy(vault.settings).admit(text)
+    digest = content_hash(text)
+    home, category = TYPE_HOME[kind]
+    with vault.transaction() as tx:
+        old = None
+        if supersedes is not None:
+            old = tx.fetch([supersedes]).get(supersedes)
+            if old is None:
+                raise NotFound(f"no memory with id {supersedes} to supersede")
+        if home == SESSIONS:
+            assert session is not None
+            relpath = session_file(session)
+            scan = tx.store.read_scan(relpath)
+            existing = scan.records
+        else:
+            doc = tx.store.read_doc(home) or {"format": 1, "records": []}
+            existing = [Record.from_stored(r) for r in doc.get("records", [])]
+        for prior in existing:
+            same = (prior.message_id == message_id if message_id is not None and
+                    home == SESSIONS else prior.content_hash == digest and prior.type == kind)
+            if same:
+                tx.audit("add", [prior.memory_id], [tx.hash_of(digest)], type=kind,
+                         deduplicated=True)
+                return AddResult(prior, deduplicated=True)
+        stamp = now_iso()
+        record = Record(
+            memory_id=uuid7(), org_id=vault.org, user_id=vault.user, type=kind,
+            content=text, content_hash=digest, category=category, tags=tags,
+            importance=importance, session_id=session, message_id=message_id,
+            channel=channel, role=role, supersedes=supersedes, created_at=stamp,
+            updated_at=stamp, key_version=tx.epoch,
+        )
+        if home == SESSIONS:
+            (location,) = tx.append(relpath, [record])
+            turns = [*existing, record]
+            locations = [*scan.locations(relpath), location]
+            # The new turn, and the turns before it, which gain it as context.
+            tx.index(file_entries(turns, locations,
+                                  range(max(0, len(existing) - CONTEXT_NEIGHBOURS),
+                                        len(turns))))
+        else:
+            records = [*existing, record]
+            for r in records:
+                r.key_version = tx.epoch
+            doc["records"] = [r.stored() for r in records]
+            tx.write_doc(home, doc)
+            tx.index([Entry(record, Location.doc(home))])
+        tx.state.count(kind, +1)
+        if old is not None:
+            _supersede(tx, old, record)
+        tx.touch()
+        tx.audit("add", [record.memory_id], [tx.hash_of(digest)], type=kind,
+                 deduplicated=False)
+    return AddResult(record, deduplicated=False)
+
+
+def _supersede(tx: Transaction, old: Record, new: Record) -> None:
+    """Mark `old` as replaced by `new`: one link in the state, and the old record
+    re-indexed as superseded (so search and list leave it out)."""
+    tx.state.superseded[old.memory_id] = Superseded(new.memory_id, old.archived)
+    old.superseded_by = new.memory_id
+    location = tx.vault.search_index(tx.epoch).locate([old.memory_id]).get(old.memory_id)
+    if location is not None:
+        context: tuple[str, ...] = ()
+        if not location.is_doc:
+            context = _context_of(tx, location, old.memory_id)
+        tx.index([Entry(old, location, context)])
+
+
+def _context_of(tx: Transaction, location: Location, memory_id: str) -> tuple[str, ...]:
+    scan = tx.store.read_scan(location.file)
+    entries = file_entries(scan.records, scan.locations(location.file))
+    return next((e.context for e in entries if e.record.memory_id == memory_id), ())

@@ -1,0 +1,179 @@
+"""Verify every file a user has, and repair what an interrupted write left behind.
+
+`verify` decrypts every record and walks the audit chain, one file at a time: its
+memory holds 8 bytes per record (a digest of each id, to find a record stored twice
+and to compare with the index), never the records themselves.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from memvault.errors import DataError
+from memvault.index.base import IndexUnavailable
+from memvault.index.keyed import id_digest
+from memvault.model.location import session_of
+from memvault.model.records import ARCHIVE
+from memvault.model.results import Problem, RepairResult, VerifyResult
+from memvault.ops.keys import keys_in_use, retire_unused_keys
+from memvault.storage import fsio
+from memvault.storage.layout import AUDIT, INDEX, KEYS, STATE
+from memvault.storage.state import UserState
+from memvault.vault import migrations
+from memvault.vault.vault import Vault
+
+
+class _Problems:
+    def __init__(self, vault: Vault) -> None:
+        self.prefix = f"{vault.org}/{vault.user}/"
+        self.items: list[Problem] = []
+
+    def add(self, rel: str, text: str, line: int | None = None, severity: str = "error",
+            repairable: bool = False) -> None:
+        name = self.prefix + rel
+        text = text.removeprefix(name).lstrip(": ")  # the file is named once, in "file"
+        self.items.append(Problem(name, line, text, severity, repairable))
+
+    @property
+    def errors(self) -> bool:
+        return any(p.severity == "error" for p in self.items)
+
+
+def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResult:
+    """Decrypt every file and record and check the audit chain; collect every problem."""
+    store = vault.store
+    problems = _Problems(vault)
+    if not store.exists():
+        return VerifyResult(True, 0, 0, (), repaired)
+    files = records = 0
+    try:
+        state: UserState | None = store.load_state()
+    except DataError as exc:
+        problems.add(STATE, exc.message)
+        state = None
+    files += 1
+    for epoch in store.deks_on_disk():
+        files += 1
+        try:
+            store.dek(epoch)
+        except DataError as exc:
+            problems.add(f"{KEYS}/{epoch}.dek", exc.message)
+    digests: array[int] = array("Q")
+    live: dict[str, int] = {}
+    archived: dict[str, int] = {}
+    for relpath in store.layout.content_files():
+        files += 1
+        table = archived if relpath.startswith(ARCHIVE + "/") else live
+        if relpath.endswith(".jsonl"):
+            scan = store.scan_lines(relpath)
+            for p in scan.problems:
+                problems.add(relpath, p.problem, p.line, "warning" if p.torn_tail else "error",
+                             repairable=p.torn_tail)
+            found = scan.records
+            session = session_of(relpath)
+            for record in found:
+                if record.session_id != session:
+                    problems.add(relpath, f"record {record.memory_id} belongs to session "
+                                 f"{record.session_id}")
+        else:
+            try:
+                found = store.doc_records(relpath)
+            except DataError as exc:
+                problems.add(relpath, exc.message)
+                continue
+        for record in found:
+            records += 1
+            table[record.type] = table.get(record.type, 0) + 1
+            digests.append(id_digest(record.memory_id))
+    digests = array("Q", sorted(digests))
+    twice = sum(1 for a, b in zip(digests, digests[1:], strict=False) if a == b)
+    if twice:
+        problems.add("sessions", f"{twice} records are stored twice "
+                     "(the same id in two places)")
+    _check_audit(vault, state, problems)
+    files += 1
+    if state is not None and not problems.errors:  # else the counts are unknown
+        if state.counted and (state.live, state.archived) != (live, archived):
+            problems.add(STATE, "the record counters disagree with the files",
+                         severity="warning", repairable=True)
+        _check_index(vault, state, digests, problems)
+        try:
+            for epoch in sorted(set(store.deks_on_disk()) -
+                                keys_in_use(store, state.key_version)):
+                problems.add(f"{KEYS}/{epoch}.dek", "data key no record uses (left by an "
+                             "interrupted rotation)", severity="warning", repairable=True)
+        except DataError:
+            pass  # unreadable files are already reported above
+    for leftover in store.dir.glob(fsio.TMP_PREFIX + "*"):
+        problems.add(leftover.name, "temporary file left by an interrupted write",
+                     severity="warning", repairable=True)
+    ok = not problems.errors
+    vault.audit_read("verify", ok=ok, problems=len(problems.items))
+    return VerifyResult(ok, files, records, tuple(problems.items), repaired)
+
+
+def _check_audit(vault: Vault, state: UserState | None, problems: _Problems) -> None:
+    if state is not None and state.audit_broken is not None:
+        broken = state.audit_broken
+        problems.add(AUDIT, f"entry {broken.get('missing_seq')} and others were cut from "
+                     f"the audit log or it was replaced (noticed {broken.get('detected_at')}"
+                     "); the record of this stays")
+    chain = vault.audit.check(state.audit_head if state else None)
+    for line, text in chain.problems:
+        problems.add(AUDIT, text, line)
+    for line, text in chain.warnings:
+        problems.add(AUDIT, text, line, "warning", repairable=True)
+
+
+def _check_index(vault: Vault, state: UserState, digests: array[int],
+                 problems: _Problems) -> None:
+    """A current index must hold exactly the vault's records. A missing or stale-marked
+    index is not a problem (it is derived, and rebuilt by the next search); a record the
+    index lacks is (search would never find it); an id the index has but the vault does
+    not is healed by the next search that meets it."""
+    index = vault.search_index(state.key_version)
+    if not index.stamp.present():
+        return
+    try:
+        indexed = index.id_digests()
+    except (IndexUnavailable, ValueError):
+        return
+    missing = extra = i = j = 0
+    while i < len(digests) or j < len(indexed):
+        if j >= len(indexed) or (i < len(digests) and digests[i] < indexed[j]):
+            missing, i = missing + 1, i + 1
+        elif i >= len(digests) or indexed[j] < digests[i]:
+            extra, j = extra + 1, j + 1
+        else:
+            i, j = i + 1, j + 1
+    if missing or extra:
+        problems.add(INDEX, f"the index disagrees with the vault: {missing} records missing "
+                     f"from it, {extra} that no longer exist",
+                     severity="error" if missing else "warning", repairable=True)
+
+
+def repair(vault: Vault) -> RepairResult:
+    """Under the lock: cut torn tails, drop stale temp files and unused keys, recount,
+    rebuild the index. What an interrupted write or rotation left behind is set right."""
+    actions: list[str] = []
+    with vault.transaction(allow_frozen=True) as tx:
+        store = tx.store
+        for relpath in [*store.layout.line_files(), *store.layout.line_files(archived=True)]:
+            try:
+                if tx.truncate_tail(relpath):
+                    actions.append(f"cut a torn last line from {relpath}")
+            except DataError as exc:
+                actions.append(f"left {relpath} alone: {exc.message}")
+        if fsio.drop_torn_tail(vault.audit.path):
+            actions.append("cut a torn last audit entry")
+        # What follows reads every record: a damaged file stops it, and verify names it.
+        try:
+            retired = retire_unused_keys(tx)
+            actions += [f"deleted unused data key {e}" for e in retired]
+            tx.state.format = 1  # recount from the files
+            migrations.upgrade_user(store, tx.state)
+            count = tx.rebuild_indexes()
+            actions.append(f"recounted and rebuilt the index ({count} records)")
+        except DataError as exc:
+            actions.append(f"could not rebuild the index or retire keys: {exc.message}")
+    return RepairResult(tuple(actions))

@@ -1,0 +1,1 @@
+"""Storage: POSIX files, the vault layout, ciphertext I/O, user state, the audit log."""

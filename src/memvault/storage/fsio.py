@@ -1,0 +1,270 @@
+"""Durable, private filesystem primitives: atomic replace, single-write append, the user lock.
+
+Every vault write goes through here so that a crash or a full disk leaves either the
+old state or the new one, never a mix, and no file is ever readable by others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from memvault.errors import Busy, StorageError
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+TMP_PREFIX = ".tmp-"
+
+
+def _storage_error(path: Path, exc: OSError) -> StorageError:
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    return StorageError(f"cannot write {path}: {reason}; nothing was changed")
+
+
+def ensure_dir(path: Path) -> None:
+    """Create `path` and any missing parents as 0700 directories (existing ones untouched)."""
+    missing = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    try:
+        for directory in reversed(missing):
+            try:
+                directory.mkdir(mode=DIR_MODE)
+            except FileExistsError:
+                continue  # a concurrent writer made it first
+            os.chmod(directory, DIR_MODE)  # mkdir's mode is filtered by the umask
+            fsync_dir(directory.parent)
+    except OSError as exc:
+        raise _storage_error(path, exc) from exc
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data`: 0600 temp file beside it, fsync, rename, fsync the dir."""
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise _storage_error(path, exc) from exc
+
+
+@contextlib.contextmanager
+def atomic_writer(path: Path) -> Iterator[BinaryIO]:
+    """Stream a file into place: written to a 0600 temp file beside it, fsynced and
+    renamed only when the block ends without an error (else the temp file goes)."""
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except OSError as exc:
+        raise _storage_error(path, exc) from exc
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise _storage_error(path, exc) from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def create_new(path: Path, data: bytes) -> None:
+    """Write a file that must not exist yet, durably and atomically: the data goes to a
+    0600 temp file, which is then hard-linked into place (link never replaces a file,
+    unlike rename). StorageError when the file exists: nothing is overwritten."""
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise StorageError(f"{path.name} exists already; it is never overwritten") from None
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise _storage_error(path, exc) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def append_line(path: Path, line: bytes, sync: bool = True, keep_tail: bool = False) -> int:
+    """Append record lines with one write, fsynced (unless `sync` is off) before returning.
+
+    A short or failed write (full disk) is truncated away so the file keeps its old
+    content; only a kill in the middle can leave a torn last line, which readers skip.
+    Returns the offset the data was written at (callers hold the lock that makes it so).
+    """
+    assert line.endswith(b"\n")
+    new = not path.exists()
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    except OSError as exc:
+        raise _storage_error(path, exc) from exc
+    try:
+        size = os.fstat(fd).st_size
+        if size and not keep_tail and os.pread(fd, 1, size - 1) != b"\n":
+            size = _drop_torn_tail(fd, size)
+        try:
+            _write_all(fd, line)
+            if sync:
+                os.fsync(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+                os.fsync(fd)
+            raise _storage_error(path, exc) from exc
+    finally:
+        os.close(fd)
+    if new and sync:
+        fsync_dir(path.parent)
+    return size
+
+
+def _drop_torn_tail(fd: int, size: int) -> int:
+    """Cut an interrupted append's partial line so the next line starts clean."""
+    end = size
+    while end > 0:
+        start = max(0, end - (1 << 16))
+        block = os.pread(fd, end - start, start)
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            cut = start + newline + 1
+            break
+        end = start
+    else:
+        cut = 0  # the whole file is one torn line
+    os.ftruncate(fd, cut)
+    return cut
+
+
+def drop_torn_tail(path: Path) -> bool:
+    """Cut a partial last line left by an interrupted append. True when one was cut."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise _storage_error(path, exc) from exc
+    try:
+        size = os.fstat(fd).st_size
+        if not size or os.pread(fd, 1, size - 1) == b"\n":
+            return False
+        _drop_torn_tail(fd, size)
+        os.fsync(fd)
+        return True
+    except OSError as exc:
+        raise _storage_error(path, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def truncate_to(path: Path, size: int) -> None:
+    """Cut a file back to `size` bytes (used to drop a torn tail under the lock)."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _storage_error(path, exc) from exc
+
+
+def remove(path: Path) -> None:
+    """Delete a file, then try to make that durable (a missing file is fine).
+
+    A failing directory fsync is left for the write that follows to report: it names
+    the file the user was writing, not this one."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _storage_error(path, exc) from exc
+    with contextlib.suppress(OSError):
+        fsync_dir(path.parent)
+
+
+def remove_stale_temps(directory: Path) -> None:
+    """Remove temp files left by a writer that was killed before its rename."""
+    with contextlib.suppress(OSError):
+        for entry in directory.iterdir():
+            if entry.name.startswith(TMP_PREFIX):
+                entry.unlink()
+
+
+@contextlib.contextmanager
+def locked(lock_path: Path, timeout: float, what: str) -> Iterator[None]:
+    """Hold an exclusive flock on `lock_path`, waiting up to `timeout` seconds (then Busy)."""
+    if not lock_path.parent.is_dir():
+        ensure_dir(lock_path.parent)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    except OSError as exc:
+        raise _storage_error(lock_path, exc) from exc
+    try:
+        deadline = time.monotonic() + timeout
+        delay = 0.005
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise Busy(
+                        f"{what} is locked by another mem process; "
+                        f"gave up after {timeout:g}s, retry later"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

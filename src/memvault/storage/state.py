@@ -1,0 +1,93 @@
+"""A user's state.json, typed: small facts about the user that every write keeps current.
+
+It is authenticated (HMAC under the user's meta key), not encrypted: it holds no
+content, only ids, counters and keyed hashes. Format 2 adds what lets reads stay
+proportional to what they return: counters per type (for `stats`) and which record
+supersedes which (for `brief`, `show` and `list`, without reading every session).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+STATE_FORMAT = 2
+
+
+@dataclass
+class Superseded:
+    by: str  # the record that replaces it
+    archived: bool = False  # where the replaced record lives (for `stats`)
+
+
+@dataclass
+class UserState:
+    key_version: int = 1
+    frozen: bool = False
+    audit_head: dict[str, Any] | None = None  # seq and MAC of the last write's audit entry
+    audit_broken: dict[str, Any] | None = None  # evidence that entries were cut
+    forgotten: set[str] = field(default_factory=set)  # keyed marks of forgotten messages
+    scan_marks: dict[str, list[int]] = field(default_factory=dict)  # ingest --scan
+    superseded: dict[str, Superseded] = field(default_factory=dict)
+    live: dict[str, int] = field(default_factory=dict)  # records per type
+    archived: dict[str, int] = field(default_factory=dict)
+    format: int = STATE_FORMAT
+    extra: dict[str, Any] = field(default_factory=dict)  # keys a newer minor mem added
+
+    @property
+    def counted(self) -> bool:
+        """Whether the counters and supersede links are kept (format 2 and later)."""
+        return self.format >= 2
+
+    def count(self, kind: str, delta: int, archived: bool = False) -> None:
+        table = self.archived if archived else self.live
+        table[kind] = table.get(kind, 0) + delta
+        if table[kind] <= 0:
+            del table[kind]
+
+    def superseded_by(self, memory_id: str) -> str | None:
+        link = self.superseded.get(memory_id)
+        return link.by if link else None
+
+    @classmethod
+    def from_doc(cls, body: dict[str, Any]) -> UserState:
+        """Raises (KeyError, TypeError, ValueError) on a malformed body."""
+        known = {"format", "key_version", "frozen", "audit_head", "audit_broken",
+                 "forgotten", "scan_marks", "superseded", "counts"}
+        counts = body.get("counts") or {}
+        superseded = body.get("superseded") or {}
+        state = cls(
+            format=int(body.get("format", 1)),
+            key_version=int(body["key_version"]),
+            frozen=bool(body.get("frozen", False)),
+            audit_head=body.get("audit_head") if isinstance(body.get("audit_head"), dict)
+            else None,
+            audit_broken=body.get("audit_broken") if isinstance(body.get("audit_broken"), dict)
+            else None,
+            forgotten=set(map(str, body.get("forgotten") or [])),
+            scan_marks={str(k): list(v) for k, v in (body.get("scan_marks") or {}).items()},
+            superseded={str(k): Superseded(str(v["by"]), bool(v.get("archived")))
+                        for k, v in superseded.items()},
+            live={str(k): int(v) for k, v in (counts.get("live") or {}).items()},
+            archived={str(k): int(v) for k, v in (counts.get("archived") or {}).items()},
+            extra={k: v for k, v in body.items() if k not in known},
+        )
+        return state
+
+    def to_doc(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {**self.extra, "format": self.format,
+                               "key_version": self.key_version, "frozen": self.frozen}
+        if self.audit_head is not None:
+            doc["audit_head"] = self.audit_head
+        if self.audit_broken is not None:
+            doc["audit_broken"] = self.audit_broken
+        if self.forgotten:
+            doc["forgotten"] = sorted(self.forgotten)
+        if self.scan_marks:
+            doc["scan_marks"] = self.scan_marks
+        if self.counted:
+            doc["superseded"] = {k: {"by": v.by, **({"archived": True} if v.archived else {})}
+                                 for k, v in sorted(self.superseded.items())}
+            doc["counts"] = {"live": dict(sorted(self.live.items())),
+                             "archived": dict(sorted(self.archived.items()))}
+        return doc

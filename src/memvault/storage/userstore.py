@@ -1,0 +1,428 @@
+"""The one owner of a user's ciphertext I/O: encrypted documents and session lines, data
+keys and state.
+
+Nothing else in mem opens a file that holds memory content. `UserStore` turns records
+into envelopes and back (crypto/envelope.py) and writes them durably (fsio.py). It
+knows nothing of indexes or audit: the vault's transaction calls it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memvault.crypto import envelope
+from memvault.crypto.keys import MasterKey, record_key
+from memvault.errors import DataError, StorageError
+from memvault.model.location import Location
+from memvault.model.records import ARCHIVE, SESSIONS, Record
+from memvault.storage import fsio
+from memvault.storage.layout import UserLayout
+from memvault.storage.state import STATE_FORMAT, UserState
+
+DOC_FORMAT = 1
+
+
+@dataclass
+class LineProblem:
+    line: int
+    problem: str
+    torn_tail: bool = False
+
+
+@dataclass
+class LineScan:
+    """Records read from a line file, and what could not be read."""
+
+    records: list[Record] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)  # byte offset of each record's line
+    problems: list[LineProblem] = field(default_factory=list)
+    good_size: int = 0  # bytes up to the end of the last complete line
+    newline_missing: bool = False  # the last line is a whole record without its newline
+
+    def locations(self, relpath: str) -> list[Location]:
+        return [Location.line(relpath, o) for o in self.offsets]
+
+
+class UserStore:
+    def __init__(self, layout: UserLayout, master: MasterKey) -> None:
+        self.layout = layout
+        self.org, self.user = layout.org, layout.user
+        self.master = master
+        self.meta_key = master.meta_key(layout.org, layout.user)
+        self._deks: dict[int, bytes] = {}
+        self._record_keys: dict[int, bytes] = {}
+
+    @property
+    def dir(self) -> Path:
+        return self.layout.dir
+
+    def exists(self) -> bool:
+        return self.layout.state_path.exists()
+
+    def _name(self, relpath: str) -> str:
+        return self.layout.name(relpath)
+
+    # --- creation and state ----------------------------------------------------------------
+
+    def create(self) -> UserState:
+        """Make the user's directories, first data key and state (on the user's first write)."""
+        for folder in (self.layout.dir, self.layout.dir / SESSIONS,
+                       self.layout.dir / ARCHIVE, self.layout.keys_dir):
+            fsio.ensure_dir(folder)
+        if not self.deks_on_disk():
+            self.new_epoch(1)
+        state = UserState(key_version=max(self.deks_on_disk()))
+        self.save_state(state)
+        return state
+
+    def load_state(self) -> UserState:
+        """The user's state (FileNotFoundError when the user has none)."""
+        path = self.layout.state_path
+        try:
+            doc = json.loads(path.read_bytes())
+            body, mac = doc["state"], doc["mac"]
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError):
+            raise DataError(f"{self._name(path.name)} is corrupt") from None
+        expected = envelope.keyed_hash(self.meta_key, _canonical(body), size=32)
+        if not isinstance(body, dict) or mac != expected:
+            raise DataError(f"{self._name(path.name)} fails authentication (edited or moved)")
+        if int(body.get("format", 1)) > STATE_FORMAT:
+            raise DataError(f"{self._name(path.name)} was written by a newer mem; upgrade mem")
+        try:
+            return UserState.from_doc(body)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise DataError(f"{self._name(path.name)} holds malformed fields") from None
+
+    def save_state(self, state: UserState) -> None:
+        body = state.to_doc()
+        mac = envelope.keyed_hash(self.meta_key, _canonical(body), size=32)
+        data = json.dumps({"state": body, "mac": mac}, indent=1).encode() + b"\n"
+        fsio.atomic_write(self.layout.state_path, data)
+
+    # --- data keys ------------------------------------------------------------------------
+
+    def deks_on_disk(self) -> list[int]:
+        folder = self.layout.keys_dir
+        if not folder.is_dir():
+            return []
+        return sorted(int(p.stem) for p in folder.glob("*.dek") if p.stem.isdigit())
+
+    def new_epoch(self, epoch: int) -> None:
+        """Write a new wrapped data key. A key file is never overwritten: a second writer
+        that got here first wins, and this one fails instead of orphaning its data."""
+        dek = os.urandom(envelope.KEY_LEN)
+        blob = envelope.wrap_dek(self.master.kek(self.org, self.user, epoch), epoch,
+                                 self.org, self.user, dek)
+        fsio.create_new(self.layout.dek_path(epoch), blob)
+        self._deks[epoch] = dek
+
+    def dek(self, epoch: int) -> bytes:
+        if epoch not in self._deks:
+            rel = f"keys/{epoch}.dek"
+            try:
+                blob = self.layout.dek_path(epoch).read_bytes()
+            except FileNotFoundError:
+                raise DataError(
+                    f"{self._name(rel)} is missing: data under key version {epoch} "
+                    "cannot be decrypted"
+                ) from None
+            try:
+                self._deks[epoch] = envelope.unwrap_dek(
+                    self.master.kek(self.org, self.user, epoch), epoch, self.org, self.user, blob)
+            except (envelope.AuthError, DataError):
+                raise DataError(f"{self._name(rel)} fails authentication (tampered)") from None
+        return self._deks[epoch]
+
+    def record_key(self, epoch: int) -> bytes:
+        if epoch not in self._record_keys:
+            self._record_keys[epoch] = record_key(self.dek(epoch))
+        return self._record_keys[epoch]
+
+    def remove_dek(self, epoch: int) -> None:
+        """Delete a wrapped data key: whatever is still encrypted under it is lost for good."""
+        fsio.remove(self.layout.dek_path(epoch))
+        self._deks.pop(epoch, None)
+        self._record_keys.pop(epoch, None)
+
+    def key_versions(self, relpath: str) -> set[int]:
+        """The key versions a file's records are sealed under, read from the clear
+        headers (nothing is decrypted)."""
+        path = self.layout.path(relpath)
+        if not relpath.endswith(".jsonl"):
+            return {envelope.file_key_version(path.read_bytes())}
+        versions: set[int] = set()
+        with path.open("rb") as fh:
+            for raw in fh:
+                if raw.endswith(b"\n"):
+                    try:
+                        kv = envelope.parse_line(raw[:-1])["kv"]
+                    except DataError:
+                        continue
+                    assert isinstance(kv, int)
+                    versions.add(kv)
+        return versions
+
+    def line_ids(self, relpath: str) -> Iterator[str]:
+        """The record ids of a line file, from the clear headers (nothing is decrypted)."""
+        try:
+            fh = self.layout.path(relpath).open("rb")
+        except FileNotFoundError:
+            return
+        with fh:
+            for raw in fh:
+                if raw.endswith(b"\n"):
+                    try:
+                        yield str(envelope.parse_line(raw[:-1])["id"])
+                    except DataError:
+                        continue
+
+    # --- whole-file documents (CLAUDE.md, preferences.json) --------------------------------
+
+    def read_doc(self, relpath: str) -> dict[str, Any] | None:
+        """Decrypt a whole-file envelope; None when the file does not exist yet."""
+        try:
+            blob = self.layout.path(relpath).read_bytes()
+        except FileNotFoundError:
+            return None
+        name = self._name(relpath)
+        try:
+            epoch = envelope.file_key_version(blob)
+            plain = envelope.open_file(self.record_key(epoch), self.org, self.user, relpath,
+                                       blob)
+            doc = json.loads(plain)
+        except envelope.AuthError:
+            raise DataError(
+                f"{name} fails authentication: it was modified, truncated, or belongs "
+                "to another user or file"
+            ) from None
+        except DataError as exc:
+            raise DataError(f"{name}: {exc.message}") from None
+        except ValueError:
+            raise DataError(f"{name} decrypts to malformed JSON") from None
+        if not isinstance(doc, dict):
+            raise DataError(f"{name} decrypts to an unexpected document")
+        if doc.get("format", DOC_FORMAT) != DOC_FORMAT:
+            raise DataError(f"{name} holds document format {doc.get('format')!r}; this mem "
+                            f"reads format {DOC_FORMAT}")
+        return doc
+
+    def write_doc(self, relpath: str, doc: dict[str, Any], epoch: int) -> None:
+        plain = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+        blob = envelope.seal_file(self.record_key(epoch), epoch, self.org, self.user, relpath,
+                                  plain)
+        fsio.atomic_write(self.layout.path(relpath), blob)
+
+    def doc_records(self, relpath: str) -> list[Record]:
+        doc = self.read_doc(relpath)
+        if doc is None:
+            return []
+        try:
+            return [Record.from_stored(r) for r in doc.get("records", [])]
+        except DataError as exc:
+            raise DataError(f"{self._name(relpath)}: {exc.message}") from None
+
+    # --- line files (sessions/, archive/) -------------------------------------------------
+
+    def seal_record(self, relpath: str, record: Record) -> bytes:
+        plain = json.dumps(record.stored(), ensure_ascii=False, separators=(",", ":")).encode()
+        return envelope.seal_line(self.record_key(record.key_version), record.key_version,
+                                  self.org, self.user, relpath, record.memory_id,
+                                  record.created_at, plain)
+
+    def append_records(self, relpath: str, records: list[Record]) -> list[Location]:
+        """Append records to a line file: one write, one fsync, for the whole batch.
+
+        The caller holds the lock; fsio cuts a torn last line first, so the new lines are
+        never glued to it. Returns each record's location (for the index).
+        """
+        if not records:
+            return []
+        lines = [self.seal_record(relpath, r) for r in records]
+        path = self.layout.path(relpath)
+        if _last_byte(path) not in (None, b"\n") and self.scan_lines(relpath).newline_missing:
+            # The last record is whole and only lost its newline: give it back.
+            fsio.append_line(path, b"\n", keep_tail=True)
+        offset = fsio.append_line(path, b"".join(lines))
+        out = []
+        for line in lines:
+            out.append(Location.line(relpath, offset))
+            offset += len(line)
+        return out
+
+    def rewrite_lines(self, relpath: str, records: list[Record]) -> list[Location]:
+        """Replace a line file atomically with these records (sealed under their own key
+        versions); an empty list removes the file. Returns the new locations."""
+        path = self.layout.path(relpath)
+        if not records:
+            fsio.remove(path)
+            return []
+        lines = [self.seal_record(relpath, r) for r in records]
+        fsio.atomic_write(path, b"".join(lines))
+        out, offset = [], 0
+        for line in lines:
+            out.append(Location.line(relpath, offset))
+            offset += len(line)
+        return out
+
+    def read_at(self, location: Location, memory_id: str) -> Record | None:
+        """The record `memory_id` at `location`; None when it is not there (the index that
+        said so is stale: the caller rebuilds it)."""
+        if location.is_doc:
+            return next((r for r in self.doc_records(location.file)
+                         if r.memory_id == memory_id), None)
+        assert location.offset is not None
+        try:
+            with self.layout.path(location.file).open("rb") as fh:
+                fh.seek(location.offset)
+                raw = fh.readline()
+        except OSError:
+            return None
+        if not raw.endswith(b"\n"):
+            return None
+        try:
+            record = self._open_line(location.file, raw[:-1])
+        except DataError:
+            return None  # not a record boundary any more
+        if record.memory_id != memory_id:
+            return None
+        record.archived = location.archived
+        return record
+
+    def _open_line(self, relpath: str, raw: bytes) -> Record:
+        doc = envelope.parse_line(raw)
+        kv = doc["kv"]
+        assert isinstance(kv, int)
+        try:
+            plain = envelope.open_line(self.record_key(kv), self.org, self.user, relpath, doc)
+        except envelope.AuthError:
+            raise DataError("fails authentication (modified, or moved from another "
+                            "file or user)") from None
+        try:
+            record = Record.from_stored(json.loads(plain))
+        except ValueError:
+            raise DataError("decrypts to malformed JSON") from None
+        if record.memory_id != doc["id"]:
+            raise DataError("record id does not match its envelope")
+        return record
+
+    def scan_lines(self, relpath: str) -> LineScan:
+        """Read every record of a line file, collecting problems instead of raising."""
+        scan = LineScan()
+        try:
+            data = self.layout.path(relpath).read_bytes()
+        except FileNotFoundError:
+            return scan
+        archived = relpath.startswith(ARCHIVE + "/")
+        lines = data.split(b"\n")
+        complete, tail = lines[:-1], lines[-1]
+        offset = 0
+        for number, raw in enumerate(complete, start=1):
+            start, offset = offset, offset + len(raw) + 1
+            try:
+                record = self._open_line(relpath, raw)
+                record.archived = archived
+                scan.records.append(record)
+                scan.offsets.append(start)
+            except DataError as exc:
+                scan.problems.append(LineProblem(number, exc.message))
+            scan.good_size = offset
+        if tail:
+            # No newline: a crash in the middle of an append. Skipped, and cut by the next
+            # append. A complete record that only lost its newline is still read, and the
+            # next append restores the newline instead of cutting it.
+            try:
+                record = self._open_line(relpath, tail)
+                record.archived = archived
+                scan.records.append(record)
+                scan.offsets.append(offset)
+                scan.problems.append(LineProblem(len(complete) + 1, "last line lacks its "
+                                                 "newline; the next append restores it",
+                                                 torn_tail=True))
+                scan.good_size = len(data)
+                scan.newline_missing = True
+            except DataError:
+                scan.problems.append(LineProblem(len(complete) + 1, "torn last line (an "
+                                                 "append was interrupted); skipped",
+                                                 torn_tail=True))
+        return scan
+
+    def read_scan(self, relpath: str) -> LineScan:
+        """Like scan_lines, but any bad line other than a torn tail is an error."""
+        scan = self.scan_lines(relpath)
+        for problem in scan.problems:
+            if not problem.torn_tail:
+                raise DataError(f"{self._name(relpath)} line {problem.line}: {problem.problem}")
+        return scan
+
+    def read_lines(self, relpath: str) -> list[Record]:
+        """Records of a line file; a torn tail is skipped, any other bad line is an error."""
+        return self.read_scan(relpath).records
+
+    def repair_tail(self, relpath: str) -> bool:
+        """Drop a torn last line (caller holds the lock). True when something was cut."""
+        path = self.layout.path(relpath)
+        scan = self.scan_lines(relpath)
+        if path.exists() and any(p.torn_tail for p in scan.problems):
+            fsio.truncate_to(path, scan.good_size)
+            return True
+        return False
+
+    # --- every record, one file at a time --------------------------------------------------
+
+    def files(self, include_archive: bool = True) -> Iterator[tuple[str, list[Record],
+                                                                    list[Location]]]:
+        """Each content file with its records and their locations, one file at a time:
+        memory stays bounded by the largest file, whatever the user's history."""
+        for relpath in self.layout.content_files(include_archive):
+            if relpath.endswith(".jsonl"):
+                scan = self.read_scan(relpath)
+                yield relpath, scan.records, scan.locations(relpath)
+            else:
+                records = self.doc_records(relpath)
+                yield relpath, records, [Location.doc(relpath)] * len(records)
+
+    def records(self, include_archive: bool = True) -> Iterator[Record]:
+        for _, records, _ in self.files(include_archive):
+            yield from records
+
+    def destroy(self) -> int:
+        """Delete the user's directory, wrapped keys first (so that an interruption still
+        leaves nothing readable). Returns the number of files deleted."""
+        import shutil
+
+        files = sum(1 for p in self.layout.dir.rglob("*") if p.is_file())
+        for epoch in self.deks_on_disk():
+            self.remove_dek(epoch)
+        try:
+            shutil.rmtree(self.layout.dir)
+            fsio.fsync_dir(self.layout.dir.parent)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StorageError(f"cannot delete {self.layout.dir}: {exc.strerror}; its keys "
+                               "are already gone", hint="destroy-again") from None
+        return files
+
+
+def _last_byte(path: Path) -> bytes | None:
+    try:
+        with path.open("rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            if size == 0:
+                return None
+            fh.seek(size - 1)
+            last: bytes = fh.read(1)
+            return last
+    except FileNotFoundError:
+        return None
+
+
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()

@@ -1,0 +1,1 @@
+"""Text in: transcript parsers and redaction. Depends only on the model."""

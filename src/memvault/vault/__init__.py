@@ -1,0 +1,1 @@
+"""The vault: opening it with a checked key, the transaction, migrations, key sources."""

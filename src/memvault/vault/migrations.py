@@ -1,0 +1,117 @@
+"""Named, recorded migrations, and the per-user state upgrade.
+
+A vault records in vault.json the names of the migrations applied to it (`migrations`).
+Opening a vault applies the missing ones in order, under a vault-wide lock, and records
+each name once it has run over every user; a user it could not upgrade (a damaged file)
+is upgraded on the next write or read that needs it, by the same function.
+
+- `user-state-2` (0.2.0): each user's state.json gains counters per type and the links
+  of which record supersedes which, so that `stats`, `brief`, `show` and `list` never
+  read every session (state format 1 → 2).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memvault.crypto.keys import MasterKey
+from memvault.errors import DataError
+from memvault.model.records import ARCHIVE
+from memvault.storage import fsio
+from memvault.storage.layout import VAULT_FILE, UserLayout, users
+from memvault.storage.state import Superseded, UserState
+from memvault.storage.userstore import UserStore
+
+MIGRATE_LOCK = ".migrate.lock"
+
+
+@dataclass(frozen=True)
+class Tally:
+    live: dict[str, int]
+    archived: dict[str, int]
+    superseded: dict[str, Superseded]
+
+
+def tally(store: UserStore) -> Tally:
+    """Count a user's records per type and find the supersede links, one file at a time
+    (memory holds only the links, never the records)."""
+    live: dict[str, int] = {}
+    archived: dict[str, int] = {}
+    links: dict[str, str] = {}
+    doc_ids: set[str] = set()
+    for relpath, records, _ in store.files(include_archive=True):
+        table = archived if relpath.startswith(ARCHIVE + "/") else live
+        for r in records:
+            table[r.type] = table.get(r.type, 0) + 1
+            if r.supersedes:
+                links[r.supersedes] = r.memory_id
+            if not relpath.endswith(".jsonl"):
+                doc_ids.add(r.memory_id)
+    superseded: dict[str, Superseded] = {}
+    if links:  # a link counts only when the record it supersedes exists
+        for old in doc_ids & links.keys():
+            superseded[old] = Superseded(links[old])
+        for archived_file in (False, True):
+            for relpath in store.layout.line_files(archived=archived_file):
+                for memory_id in store.line_ids(relpath):
+                    if memory_id in links:
+                        superseded[memory_id] = Superseded(links[memory_id], archived_file)
+    return Tally(live, archived, superseded)
+
+
+def upgrade_user(store: UserStore, state: UserState) -> bool:
+    """Bring a user's state to the current format (caller holds the user's lock).
+    True when it changed."""
+    if state.counted:
+        return False
+    counts = tally(store)
+    state.live, state.archived, state.superseded = counts.live, counts.archived, \
+        counts.superseded
+    state.format = 2
+    store.save_state(state)
+    return True
+
+
+def _user_state_2(root: Path, master: MasterKey, lock_timeout: float) -> None:
+    for org, user in list(users(root)):
+        layout = UserLayout(root, org, user)
+        store = UserStore(layout, master)
+        with fsio.locked(layout.lock_path, lock_timeout, f"user {org}/{user}"):
+            try:
+                upgrade_user(store, store.load_state())
+            except (DataError, FileNotFoundError):
+                continue  # damaged or gone: upgraded lazily, or reported by verify
+
+
+@dataclass(frozen=True)
+class Migration:
+    name: str
+    run: Callable[[Path, MasterKey, float], None]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration("user-state-2", _user_state_2),
+)
+
+
+def pending(meta: dict[str, Any]) -> list[Migration]:
+    done = set(meta.get("migrations") or [])
+    return [m for m in MIGRATIONS if m.name not in done]
+
+
+def apply(root: Path, master: MasterKey, lock_timeout: float) -> list[str]:
+    """Apply the migrations vault.json does not list yet; return their names."""
+    applied: list[str] = []
+    with fsio.locked(root / MIGRATE_LOCK, lock_timeout, "the vault (upgrading)"):
+        path = root / VAULT_FILE
+        meta = json.loads(path.read_text())
+        for migration in pending(meta):
+            migration.run(root, master, lock_timeout)
+            meta["migrations"] = [*meta.get("migrations", []), migration.name]
+            fsio.atomic_write(path, (json.dumps(meta, indent=1) + "\n").encode())
+            applied.append(migration.name)
+    return applied

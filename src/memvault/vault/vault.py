@@ -1,0 +1,423 @@
+"""The vault opened for one user with a checked master key, and the one transaction
+every write goes through.
+
+`Vault` knows where things are and how to read them; `Transaction` is how anything
+changes: the user's lock, the state read once, index changes queued and applied after
+the files, the audit entry and its anchor. The ordering invariants are listed in
+docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memvault.config import Settings
+from memvault.crypto import envelope
+from memvault.crypto.keys import MasterKey, index_key
+from memvault.errors import DataError, NotFound, Refused
+from memvault.index.base import DerivedIndex, Entry, IndexUnavailable, file_entries
+from memvault.model.location import Location
+from memvault.model.records import Record, now_iso
+from memvault.storage import fsio
+from memvault.storage.audit import AuditLog
+from memvault.storage.layout import VAULT_FILE, UserLayout
+from memvault.storage.state import UserState
+from memvault.storage.userstore import UserStore
+from memvault.vault import migrations
+from memvault.vault.keysource import load_master_key
+
+if TYPE_CHECKING:
+    from memvault.index.keyed import SearchIndex
+
+VAULT_FORMAT = 1
+
+
+def read_meta(root: Path) -> dict[str, Any]:
+    path = root / VAULT_FILE
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise NotFound(f"no vault at {root}", hint="init") from None
+    except (OSError, ValueError, UnicodeDecodeError):
+        raise DataError(f"{path} is corrupt") from None
+    if not isinstance(meta, dict) or "key_check" not in meta:
+        raise DataError(f"{path} is not a mem vault description")
+    if meta.get("format") != VAULT_FORMAT:
+        raise DataError(f"{path}: vault format {meta.get('format')!r} is not supported "
+                        f"by this mem (format {VAULT_FORMAT})")
+    return meta
+
+
+def create_meta(root: Path, master: MasterKey) -> None:
+    """Write vault.json for a new vault: it needs none of the migrations."""
+    fsio.ensure_dir(root)
+    meta = {"format": VAULT_FORMAT, "created_at": now_iso(), "key_check": master.check_value(),
+            "kdf": "HKDF-SHA256", "cipher": "AES-256-GCM",
+            "migrations": [m.name for m in migrations.MIGRATIONS]}
+    fsio.atomic_write(root / VAULT_FILE, (json.dumps(meta, indent=1) + "\n").encode())
+
+
+class Vault:
+    """One user's view of an initialised vault, opened with a checked master key."""
+
+    def __init__(self, settings: Settings, *, master: MasterKey | None = None,
+                 passphrase: str | None = None, actor: str | None = None) -> None:
+        self.settings = settings
+        self.root = settings.vault
+        self.meta = read_meta(self.root)
+        self.master = master or load_master_key(settings, passphrase)
+        if self.master.check_value() != self.meta["key_check"]:
+            raise Refused(f"wrong key: the master key from {self.master.source} does not open "
+                          f"the vault at {self.root}")
+        self.layout = UserLayout(self.root, settings.org, settings.user)
+        self.store = UserStore(self.layout, self.master)
+        self.actor = actor or settings.actor
+        self.audit = AuditLog(self.layout.audit_path, self.layout.audit_lock_path,
+                              self.store.meta_key, settings.lock_timeout, self.actor)
+        self._search: tuple[int, SearchIndex] | None = None
+        if migrations.pending(self.meta):
+            migrations.apply(self.root, self.master, settings.lock_timeout)
+            self.meta = read_meta(self.root)
+
+    @property
+    def org(self) -> str:
+        return self.layout.org
+
+    @property
+    def user(self) -> str:
+        return self.layout.user
+
+    @property
+    def who(self) -> str:
+        return f"{self.org}/{self.user}"
+
+    def exists(self) -> bool:
+        return self.store.exists()
+
+    def require_user(self) -> None:
+        if not self.exists():
+            raise NotFound(f"user {self.who} has no memory yet")
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        with fsio.locked(self.layout.lock_path, self.settings.lock_timeout,
+                         f"user {self.who}"):
+            yield
+
+    def state(self) -> UserState:
+        """The user's state (a fresh default for a user with no memory yet). A state from
+        an older mem is upgraded first, under the lock."""
+        try:
+            state = self.store.load_state()
+        except FileNotFoundError:
+            return UserState()
+        if not state.counted:
+            with self.lock():
+                state = self.store.load_state()
+                migrations.upgrade_user(self.store, state)
+        return state
+
+    # --- derived indexes --------------------------------------------------------------
+
+    def search_index(self, epoch: int) -> SearchIndex:
+        """The keyed-term index (its key derives from the data key of `epoch`)."""
+        if self._search is None or self._search[0] != epoch:
+            from memvault.index.keyed import SearchIndex
+
+            self._search = (epoch, SearchIndex(self.layout.index_dir,
+                                               index_key(self.store.dek(epoch))))
+        return self._search[1]
+
+    def indexes(self, epoch: int) -> tuple[DerivedIndex, ...]:
+        return (self.search_index(epoch),)
+
+    def entries(self, state: UserState, include_archive: bool = True) -> Iterator[Entry]:
+        """What every index is built from: each record (with its supersede link), where
+        it lives and its context, one file at a time."""
+        for _, records, locations in self.store.files(include_archive):
+            for record in records:
+                self.linked(record, state)
+            yield from file_entries(records, locations)
+
+    def rebuild_indexes(self, state: UserState) -> int:
+        """Rebuild every derived index from the vault (caller holds the lock)."""
+        count = 0
+        for index in self.indexes(state.key_version):
+            count = index.rebuild(self.entries(state))
+        return count
+
+    def ready_index(self, state: UserState | None = None) -> SearchIndex:
+        """The search index, rebuilt first (under the lock) when missing, corrupt or stale."""
+        epoch = (state or self.state()).key_version
+        index = self.search_index(epoch)
+        if not index.is_current():
+            with self.lock():
+                state = self.store.load_state()
+                index = self.search_index(state.key_version)
+                if not index.is_current():
+                    self.rebuild_indexes(state)
+        return index
+
+    # --- reading records by id --------------------------------------------------------
+
+    def fetch(self, memory_ids: Sequence[str], state: UserState | None = None
+              ) -> dict[str, Record]:
+        """The records with these ids, found through the index (id → sealed location) and
+        decrypted one line each. A location that no longer holds its record means a
+        stale index: it is rebuilt once and the lookup repeated."""
+        if not self.exists() or not memory_ids:
+            return {}
+        state = state or self.state()
+        found: dict[str, Record] = {}
+        for attempt in (1, 2):
+            index = self.ready_index(state)
+            try:
+                located = index.locate(memory_ids)
+            except IndexUnavailable:
+                located, stale = {}, True
+            else:
+                found, stale = self.read_located(located, state)
+                if not stale:
+                    return found
+            if attempt == 1 and stale:
+                with self.lock():
+                    self.rebuild_indexes(self.store.load_state())
+        return found
+
+    def read_located(self, located: dict[str, Location], state: UserState
+                     ) -> tuple[dict[str, Record], bool]:
+        """Decrypt records at their locations (each document once). The flag says a
+        location did not hold its record (the index is stale)."""
+        docs: dict[str, dict[str, Record]] = {}
+        out: dict[str, Record] = {}
+        for memory_id, location in located.items():
+            if location.is_doc:
+                if location.file not in docs:
+                    docs[location.file] = {r.memory_id: r
+                                           for r in self.store.doc_records(location.file)}
+                record = docs[location.file].get(memory_id)
+            else:
+                record = self.store.read_at(location, memory_id)
+            if record is None:
+                return out, True
+            out[memory_id] = self.linked(record, state)
+        return out, False
+
+    @staticmethod
+    def linked(record: Record, state: UserState) -> Record:
+        """The record with its derived `superseded_by` from the user's state."""
+        record.superseded_by = state.superseded_by(record.memory_id)
+        return record
+
+    # --- audit and marks --------------------------------------------------------------
+
+    def audit_read(self, op: str, ids: list[str] | None = None, **detail: Any) -> None:
+        """Audit a read. Best effort: a read-only or full disk must not stop reading."""
+        if self.exists():
+            from memvault.errors import Busy, StorageError
+
+            with contextlib.suppress(StorageError, Busy, OSError):
+                self.audit.append(op, ids=ids, durable=False, **detail)
+
+    def message_mark(self, session: str, message_id: str) -> str:
+        """A keyed hash naming one transcript message (forgotten-message marks)."""
+        return envelope.keyed_hash(self.audit.key, f"{session}\0{message_id}".encode())
+
+    def path_mark(self, path: bytes) -> str:
+        """A keyed hash naming a transcript file (ingest --scan marks)."""
+        return envelope.keyed_hash(self.audit.key, path)
+
+    # --- writing --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self, allow_frozen: bool = False) -> Iterator[Transaction]:
+        """Hold the user's lock for one write; create the user on their first write."""
+        with self.lock():
+            fsio.remove_stale_temps(self.layout.dir)
+            created = False
+            if not self.store.exists():
+                self.store.create()
+                created = True
+            state = self.store.load_state()
+            migrations.upgrade_user(self.store, state)
+            if not allow_frozen and state.frozen:
+                raise Refused(f"the memory of {self.who} is frozen: reads work, writes are "
+                              "refused", hint="unfreeze")
+            tx = Transaction(self, state)
+            if created:
+                tx.audit("user.create", key_version=state.key_version)
+                self.search_index(state.key_version).create_empty()  # index incrementally
+                tx.fresh = True
+                for index in self.indexes(state.key_version):
+                    index.mark_current()
+            else:
+                tx.fresh = all(index.is_current() for index in self.indexes(tx.epoch))
+            ok = False
+            try:
+                yield tx
+                ok = True
+            finally:
+                tx.close(ok)
+
+
+class Transaction:
+    """One write to one user, under their lock. Use `Vault.transaction()`."""
+
+    def __init__(self, vault: Vault, state: UserState) -> None:
+        self.vault = vault
+        self.store = vault.store
+        self.state = state
+        self.fresh = False  # every index was current when the write began
+        self._upserts: dict[str, Entry] = {}
+        self._deletes: set[str] = set()
+        self._stale = False
+        self._audited = False
+        self._dirty = False
+
+    @property
+    def epoch(self) -> int:
+        return self.state.key_version
+
+    # --- content ------------------------------------------------------------------------
+
+    def _changing(self) -> None:
+        """Before the first content file changes, every index stops claiming to be
+        current: a crash from here on leaves no stamp, and the next reader rebuilds."""
+        if not self._stale:
+            for index in self.vault.indexes(self.epoch):
+                index.mark_stale()
+            self._stale = True
+
+    def write_doc(self, name: str, doc: dict[str, Any]) -> None:
+        self._changing()
+        self.store.write_doc(name, doc, self.epoch)
+
+    def append(self, relpath: str, records: list[Record]) -> list[Location]:
+        if not records:
+            return []
+        self._changing()
+        return self.store.append_records(relpath, records)
+
+    def rewrite(self, relpath: str, records: list[Record]) -> list[Location]:
+        self._changing()
+        return self.store.rewrite_lines(relpath, records)
+
+    def truncate_tail(self, relpath: str) -> bool:
+        self._changing()
+        return self.store.repair_tail(relpath)
+
+    # --- index changes, applied once after the files ---------------------------------
+
+    def index(self, entries: Iterable[Entry]) -> None:
+        for entry in entries:
+            self._deletes.discard(entry.record.memory_id)
+            self._upserts[entry.record.memory_id] = entry
+
+    def unindex(self, memory_ids: Iterable[str]) -> None:
+        for memory_id in memory_ids:
+            self._upserts.pop(memory_id, None)
+            self._deletes.add(memory_id)
+
+    def rebuild_indexes(self) -> int:
+        """Rebuild every index now, from the files as they are (after changes whose old
+        terms must leave the index: deleted Tantivy documents keep their terms until a
+        merge). Later changes in this transaction are queued as usual."""
+        count = self.vault.rebuild_indexes(self.state)
+        self.fresh, self._stale = True, False
+        self._upserts.clear()
+        self._deletes.clear()
+        return count
+
+    def fetch(self, memory_ids: Sequence[str]) -> dict[str, Record]:
+        """Records by id, through the index, as they were when the transaction began
+        (call it before changing anything). The index is rebuilt first if it was not
+        current, or if it pointed at a moved record."""
+        if not self.fresh:
+            self.rebuild_indexes()
+        for attempt in (1, 2):
+            located = self.vault.search_index(self.epoch).locate(memory_ids)
+            found, stale = self.vault.read_located(located, self.state)
+            if not stale or attempt == 2:
+                break
+            self.rebuild_indexes()
+        return found
+
+    # --- state and audit ----------------------------------------------------------------
+
+    def touch(self) -> None:
+        """The state changed: it is saved when the transaction ends."""
+        self._dirty = True
+
+    def save_state(self) -> None:
+        """Save the state now (when it must be durable before what follows)."""
+        self.store.save_state(self.state)
+        self._dirty = False
+
+    def new_epoch(self) -> int:
+        """Start a new data-key epoch: the wrapped key first, then the state that names
+        it. The index key changes with it, so every index is stale from here."""
+        self._changing()
+        epoch = max([self.epoch, *self.store.deks_on_disk()]) + 1
+        self.store.new_epoch(epoch)
+        self.state.key_version = epoch
+        self.save_state()
+        self._stale = False
+        self._changing()  # the new epoch's index has no stamp either
+        return epoch
+
+    def audit(self, op: str, ids: list[str] | None = None, hashes: list[str] | None = None,
+              **detail: Any) -> str:
+        audit_id = self.vault.audit.append(op, ids, hashes, **detail)
+        self._audited = True
+        return audit_id
+
+    def hash_of(self, content_hash: str) -> str:
+        return self.vault.audit.hash_of(content_hash)
+
+    def close(self, ok: bool) -> None:
+        try:
+            if self._audited and self.store.exists():
+                self._anchor()
+            if self._dirty and self.store.exists():
+                self.save_state()
+        finally:
+            if ok and self.store.exists():
+                self._sync_indexes()
+
+    def _anchor(self) -> None:
+        """Record the audit log's newest entry in the state, so that `verify` notices
+        when entries are cut from the log's end."""
+        old = self.state.audit_head
+        if old is not None and self.state.audit_broken is None:
+            # The previous anchor must still be in the log, or entries were cut (or the log
+            # deleted) since: keep that evidence, or this write would anchor a cut log.
+            entry = self.vault.audit.find(int(old.get("seq", 0)))
+            if entry is None or entry.get("mac") != old.get("mac"):
+                self.state.audit_broken = {"detected_at": now_iso(),
+                                           "missing_seq": old.get("seq")}
+        self.state.audit_head = self.vault.audit.head
+        self._dirty = True
+
+    def _sync_indexes(self) -> None:
+        """Apply the queued changes, or rebuild. A failure here never fails the write
+        itself (the vault is the truth): the stamp stays away and the next reader
+        rebuilds."""
+        indexes = self.vault.indexes(self.epoch)
+        try:
+            if not self.fresh:
+                self.vault.rebuild_indexes(self.state)
+                return
+            if not self._stale and not self._upserts and not self._deletes:
+                return
+            upserts, deletes = list(self._upserts.values()), sorted(self._deletes)
+            for index in indexes:
+                index.apply(upserts, deletes)
+                index.mark_current()
+        except Exception:  # noqa: BLE001 - derived data; rebuilt by the next reader
+            for index in indexes:
+                with contextlib.suppress(Exception):
+                    index.mark_stale()

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint bench completions docs clean
+.PHONY: help demo test test-fast lint bench completions docs clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -23,9 +23,13 @@ test: $(STAMP) ## Run the whole test suite (lint first)
 	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP) ## ruff and mypy --strict
+test-fast: $(STAMP) ## The edit loop: every test but those marked slow, no lint
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(STAMP) ## ruff, mypy --strict, and the layer contracts (import-linter)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(STAMP) ## Performance benchmarks (medians and ratios against a same-run floor)
 	$(BIN)/python bench/run.py

@@ -6,7 +6,6 @@ rebuild is timed too, since forget and rotation each end with one."""
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import tempfile
@@ -26,9 +25,10 @@ def main(rounds: int = ROUNDS) -> dict[str, object]:
     os.environ.update(MEM_VAULT=str(base / "vault"), MEM_CONFIG_DIR=str(base / "config"))
     for var in ("MEM_KEY_FILE", "MEM_KEY_COMMAND", "MEM_MASTER_KEY", "MEM_ORG", "MEM_USER"):
         os.environ.pop(var, None)
-    from mem import lifecycle
-    from mem.config import resolve
-    from mem.vault import Vault, init
+    from memvault.config import resolve
+    from memvault.ops import forget, keys, portability
+    from memvault.ops.admin import init
+    from memvault.vault.vault import Vault
 
     init(resolve(user=USER))
     _, fill_s = fill(USER, SIZE, texts())
@@ -41,39 +41,38 @@ def main(rounds: int = ROUNDS) -> dict[str, object]:
     def decrypt_all(i: int) -> float:
         v = fresh()
         started = time.perf_counter()
-        v._records(include_archive=True)
+        for _ in v.store.records(include_archive=True):
+            pass
         return time.perf_counter() - started
 
     def rebuild(i: int) -> float:
         v = fresh()
-        with v.writing():
+        with v.transaction() as tx:
             started = time.perf_counter()
-            v.rebuild_index()
+            tx.rebuild_indexes()
             return time.perf_counter() - started
 
     def forget_session(i: int) -> float:
         v = fresh()
         started = time.perf_counter()  # what `mem forget --session S` does
-        targets = lifecycle.select(v, [], f"s{i:05d}", None, None, None)
-        lifecycle.forget(v, targets)
+        plan = forget.select(v, [], f"s{i:05d}")
+        forget.forget(v, plan)
         elapsed = time.perf_counter() - started
-        assert len(targets) == 100, len(targets)
+        assert len(plan.targets) == 100, len(plan.targets)
         return elapsed
 
     def export(i: int) -> float:
         v = fresh()
         started = time.perf_counter()  # what `mem export -o FILE` does
-        doc = lifecycle.export(v)
-        lifecycle.write_export(json.dumps(doc, ensure_ascii=False, indent=2) + "\n",
-                               str(export_path))
+        portability.export_to_file(v, export_path)
         return time.perf_counter() - started
 
     def rotate_now(i: int) -> float:
         v = fresh()
         started = time.perf_counter()
-        result = lifecycle.rotate_key(v, now=True)
+        result = keys.rotate_key(v, now=True)
         elapsed = time.perf_counter() - started
-        assert result["keys_deleted"] == [result["key_version"] - 1], result
+        assert result.keys_deleted == (result.key_version - 1,), result
         return elapsed
 
     cases = {

@@ -90,7 +90,7 @@ def build_text(size: int = SIZE, seed: int = 7) -> str:
 
 
 def _median_mb_s(text: str, runs: int) -> tuple[float, float, dict[str, int]]:
-    from mem.redact import scan
+    from memvault.text.redact import scan
 
     seconds = []
     counts: dict[str, int] = {}

@@ -39,10 +39,11 @@ def baseline_ranker(conv: Conversation) -> Callable[[str], list[str]]:
 
 
 def mem_ranker(conv: Conversation, base: Path) -> tuple[Callable[[str], list[str]], float]:
-    from mem.config import resolve
-    from mem.records import Filters
-    from mem.search import search
-    from mem.vault import NewMessage, Vault
+    from memvault.config import resolve
+    from memvault.model.records import Filters, NewMessage
+    from memvault.ops.ingest import add_messages
+    from memvault.ops.recall import search
+    from memvault.vault.vault import Vault
 
     vault = Vault(resolve(user=conv.sample_id))
     started = time.perf_counter()
@@ -52,7 +53,7 @@ def mem_ranker(conv: Conversation, base: Path) -> tuple[Callable[[str], list[str
             NewMessage(content=t.text, role=t.speaker, message_id=t.dia_id,
                        created_at=t.created_at))
     for session, messages in sessions.items():
-        vault.add_messages(session, messages)
+        add_messages(vault, session, messages)
     ingest_s = time.perf_counter() - started
 
     def rank(question: str) -> list[str]:
@@ -96,8 +97,8 @@ def main() -> dict[str, object]:
     os.environ.update(MEM_VAULT=str(base / "vault"), MEM_CONFIG_DIR=str(base / "config"))
     for var in ("MEM_KEY_FILE", "MEM_KEY_COMMAND", "MEM_MASTER_KEY", "MEM_ORG"):
         os.environ.pop(var, None)
-    from mem.config import resolve
-    from mem.vault import init
+    from memvault.config import resolve
+    from memvault.ops.admin import init
 
     init(resolve(user="bench"))
     baseline = {c.sample_id: baseline_ranker(c) for c in conversations}

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from common import BIN, interleaved, median_ms, report, run_timed
 from locomo import load
@@ -43,9 +44,11 @@ def texts() -> list[str]:
     return [t.text for c in load() for t in c.turns]
 
 
-def fill(user: str, count: int, corpus: list[str]) -> tuple[object, float]:
-    from mem.config import resolve
-    from mem.vault import NewMessage, Vault
+def fill(user: str, count: int, corpus: list[str]) -> tuple[Any, float]:
+    from memvault.config import resolve
+    from memvault.model.records import NewMessage
+    from memvault.ops.ingest import add_messages
+    from memvault.vault.vault import Vault
 
     vault = Vault(resolve(user=user))
     started = time.perf_counter()
@@ -53,15 +56,15 @@ def fill(user: str, count: int, corpus: list[str]) -> tuple[object, float]:
         batch = [NewMessage(content=corpus[(s * PER_SESSION + i) % len(corpus)],
                             role="user" if i % 2 else "assistant", message_id=f"m{s}-{i}")
                  for i in range(PER_SESSION)]
-        vault.add_messages(f"s{s:05d}", batch)
+        add_messages(vault, f"s{s:05d}", batch)
     return vault, time.perf_counter() - started
 
 
-def warm_latency(vault: object, queries: list[str]) -> dict[str, float]:
-    from mem.records import Filters
-    from mem.search import search
+def warm_latency(vault: Any, queries: list[str]) -> dict[str, float]:
+    from memvault.model.records import Filters
+    from memvault.ops.recall import search
 
-    index = vault.ready_index()  # type: ignore[attr-defined]
+    index = vault.ready_index()
     filters = Filters(limit=10)
     for q in queries[:20]:
         search(vault, q, filters)  # warm caches
@@ -83,8 +86,8 @@ def main() -> dict[str, object]:
     os.environ.update(MEM_VAULT=str(base / "vault"), MEM_CONFIG_DIR=str(base / "config"))
     for var in ("MEM_KEY_FILE", "MEM_KEY_COMMAND", "MEM_MASTER_KEY", "MEM_ORG", "MEM_USER"):
         os.environ.pop(var, None)
-    from mem.config import resolve
-    from mem.vault import init
+    from memvault.config import resolve
+    from memvault.ops.admin import init
 
     init(resolve(user="bench"))
     corpus = texts()
@@ -99,9 +102,9 @@ def main() -> dict[str, object]:
         row = warm_latency(vault, queries)
         row["ingest seconds"] = fill_s
         if size == 100_000:
-            with vault.writing():  # type: ignore[attr-defined]
+            with vault.transaction() as tx:
                 started = time.perf_counter()
-                count = vault.rebuild_index()  # type: ignore[attr-defined]
+                count = tx.rebuild_indexes()
                 row["index build seconds"] = time.perf_counter() - started
                 row["index build docs"] = count
         doc[f"{size} records"] = row
@@ -110,13 +113,14 @@ def main() -> dict[str, object]:
 
     # Cold processes on a 20,000-message user.
     vault, _ = fill("cold", 20_000, corpus)
-    vault.ready_index()  # type: ignore[attr-defined]
-    from mem.keys import record_key
+    vault.ready_index()
+    from memvault.crypto.keys import record_key
 
-    store = vault.store  # type: ignore[attr-defined]
+    store = vault.store
     env = {**os.environ, "MEM_USER": "cold", "NO_COLOR": "1"}
-    floor_args = [sys.executable, "-c", FLOOR, str(store.path("index")),
-                  str(store.path(store.line_files()[0])), record_key(store.dek(1)).hex()]
+    floor_args = [sys.executable, "-c", FLOOR, str(vault.layout.index_dir),
+                  str(vault.layout.path(vault.layout.line_files()[0])),
+                  record_key(store.dek(1)).hex()]
     mem = str(BIN / "mem")
     cases = {
         "floor": lambda i: run_timed(floor_args, env),

@@ -1,4 +1,9 @@
-"""Every test is sealed: no MEM_* from the caller, vault and config under tmp_path, no colour."""
+"""Every test is sealed: no MEM_* from the caller, vault and config under tmp_path, no colour.
+
+The `mem` helper runs the command line in-process by default (pytest-console-scripts'
+inprocess mode); tests that check exit codes and the stdout/stderr split of the real
+installed script mark themselves `@pytest.mark.script_launch_mode("subprocess")`.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 from pytest_console_scripts import ScriptRunner
 
-from mem.config import resolve
-from mem.vault import Vault, init
+from memvault.config import resolve
+from memvault.ops.admin import init
+from memvault.vault.vault import Vault
+
+# CI runs every property with the same examples, so that a failure is reproducible and
+# never comes and goes; locally Hypothesis explores (HYPOTHESIS_PROFILE=dev).
+hypothesis_settings.register_profile("ci", derandomize=True, deadline=None,
+                                     print_blob=True)
+hypothesis_settings.register_profile("dev", deadline=None)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +75,7 @@ def open_as(user: str, org: str = "default") -> Vault:
 
 def mem(script_runner: ScriptRunner, *args: str, stdin: str | None = None,
         cwd: Path | None = None) -> Any:
-    """Run the installed `mem` script (pytest-console-scripts)."""
+    """Run `mem` (in-process unless the test asks for the installed script)."""
     kwargs: dict[str, Any] = {}
     if stdin is not None:
         kwargs["stdin"] = io.StringIO(stdin)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mem.config import resolve
-from mem.errors import ConfigError, UsageError
+from memvault.config import resolve
+from memvault.errors import ConfigError, UsageError
 
 
 def write_config(config_dir: Path, text: str) -> None:

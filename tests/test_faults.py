@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 
 from conftest import open_as
-from mem import fsio
-from mem.errors import EX_TEMPFAIL, StorageError
-from mem.records import Filters
-from mem.vault import Vault
+from memvault.errors import EX_TEMPFAIL, StorageError
+from memvault.model.records import Filters
+from memvault.ops import prefs, recall, remember, verify
+from memvault.storage import fsio
+from memvault.vault.vault import Vault
 
 MEM = str(Path(sys.executable).parent / "mem")
 USER_DIR = Path("default") / "alice"
@@ -44,7 +45,8 @@ def env_with(**extra: str) -> dict[str, str]:
 
 
 def contents(v: Vault) -> list[str]:
-    return sorted(r.content for r in open_as("alice").list_records(Filters(limit=1000)))
+    return sorted(r.content
+                  for r in recall.list_records(open_as("alice"), Filters(limit=1000)).records)
 
 
 def user_files(vault_dir: Path) -> dict[str, bytes]:
@@ -65,10 +67,10 @@ def run_child(script: str, *args: str, timeout: float = 30) -> subprocess.Comple
 
 @pytest.fixture
 def seeded(vault: Vault) -> Vault:
-    vault.add("Committed fact one", "fact")
-    vault.add("Committed fact two", "fact")
-    vault.add("First message", "message", session="s1")
-    vault.add("Second message", "message", session="s1", role="assistant")
+    remember.add(vault, "Committed fact one", "fact")
+    remember.add(vault, "Committed fact two", "fact")
+    remember.add(vault, "First message", "message", session="s1")
+    remember.add(vault, "Second message", "message", session="s1", role="assistant")
     return vault
 
 
@@ -78,14 +80,16 @@ SEEDED = sorted(["Committed fact one", "Committed fact two", "First message", "S
 # --- a concurrent writer holds the lock ---------------------------------------------------------
 
 
+@pytest.mark.script_launch_mode("subprocess")
 def test_busy_lock_exits_75_then_waits_for_release(seeded, vault_dir, script_runner):
-    lock_path = vault_dir / USER_DIR / ".lock"
+    lock_path = seeded.layout.lock_path  # <vault>/<org>/.locks/<user>.lock
+    assert lock_path == vault_dir / "default" / ".locks" / "alice.lock"
     assert lock_path.exists()
     fd = os.open(lock_path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         started = time.monotonic()
-        busy = script_runner.run([MEM, "add", "written while locked"],
+        busy = script_runner.run(["mem", "add", "written while locked"],
                                  env=env_with(MEM_LOCK_TIMEOUT="0.5"), timeout=30)
         assert busy.returncode == EX_TEMPFAIL, busy.stderr
         assert time.monotonic() - started >= 0.5
@@ -98,7 +102,7 @@ def test_busy_lock_exits_75_then_waits_for_release(seeded, vault_dir, script_run
         started = time.monotonic()
         releaser.start()
         try:
-            waited = script_runner.run([MEM, "add", "written after release", "--json"],
+            waited = script_runner.run(["mem", "add", "written after release", "--json"],
                                        env=env_with(MEM_LOCK_TIMEOUT="5"), timeout=30)
         finally:
             releaser.join()
@@ -111,16 +115,16 @@ def test_busy_lock_exits_75_then_waits_for_release(seeded, vault_dir, script_run
 
 
 def test_busy_lock_in_the_library_raises_busy_and_changes_nothing(seeded, vault_dir, monkeypatch):
-    from mem.errors import Busy
+    from memvault.errors import Busy
 
     monkeypatch.setenv("MEM_LOCK_TIMEOUT", "0.2")
     before = user_files(vault_dir)
-    fd = os.open(vault_dir / USER_DIR / ".lock", os.O_RDWR)
+    fd = os.open(seeded.layout.lock_path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         v = open_as("alice")
-        for call in (lambda: v.add("x", "fact"), lambda: v.pref_set("k", "v"),
-                     lambda: v.add("y", "message", session="s1")):
+        for call in (lambda: remember.add(v, "x", "fact"), lambda: prefs.set_(v, "k", "v"),
+                     lambda: remember.add(v, "y", "message", session="s1")):
             with pytest.raises(Busy) as err:
                 call()
             assert err.value.exit_code == EX_TEMPFAIL
@@ -155,12 +159,12 @@ def half_then_enospc():  # noqa: ANN201 - a fake os.write
 def test_full_disk_changes_nothing(seeded, vault_dir, monkeypatch, fault, target):
     before = user_files(vault_dir)
     v = open_as("alice")
-    v.store.current_epoch()  # warm the key cache outside the fault
+    v.store.record_key(v.state().key_version)  # warm the key cache outside the fault
     action = {
-        "CLAUDE.md": lambda: v.add("A fact that did not fit", "fact"),
-        "preferences.json": lambda: v.pref_set("editor", "a value that did not fit"),
-        "sessions/s1.jsonl": lambda: v.add("A message that did not fit", "message",
-                                           session="s1"),
+        "CLAUDE.md": lambda: remember.add(v, "A fact that did not fit", "fact"),
+        "preferences.json": lambda: prefs.set_(v, "editor", "a value that did not fit"),
+        "sessions/s1.jsonl": lambda: remember.add(v, "A message that did not fit",
+                                                  "message", session="s1"),
     }[target]
     with monkeypatch.context() as m:
         if fault == "write":
@@ -177,7 +181,7 @@ def test_full_disk_changes_nothing(seeded, vault_dir, monkeypatch, fault, target
     assert user_files(vault_dir) == before  # byte for byte: no partial line, no new file
     assert temp_files(vault_dir) == []
     assert contents(v) == SEEDED
-    report = open_as("alice").verify()
+    report = verify.verify(open_as("alice")).to_dict()
     assert report["ok"] and vault_problems(report) == [], report
     # Space is back: the same write now succeeds.
     action()
@@ -186,11 +190,11 @@ def test_full_disk_changes_nothing(seeded, vault_dir, monkeypatch, fault, target
 
 CHILD_ENOSPC = """
 import errno, os, sys
-import mem.fsio as fsio
+import memvault.storage.fsio as fsio
 def write(fd, data):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 fsio.os.write = write
-from mem.cli import main
+from memvault.cli import main
 sys.argv = ["mem", *sys.argv[1:]]
 main()
 """
@@ -212,7 +216,7 @@ def test_full_disk_through_the_cli_is_one_line_exit_1(seeded, vault_dir):
 
 CHILD_KILL_BEFORE_RENAME = """
 import os, signal, sys
-import mem.fsio as fsio
+import memvault.storage.fsio as fsio
 target = sys.argv[1]
 real_replace = os.replace
 def replace(src, dst, *args, **kwargs):
@@ -220,7 +224,7 @@ def replace(src, dst, *args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
     return real_replace(src, dst, *args, **kwargs)
 fsio.os.replace = replace
-from mem.cli import main
+from memvault.cli import main
 sys.argv = ["mem", *sys.argv[2:]]
 main()
 """
@@ -241,22 +245,22 @@ def test_kill_before_rename_keeps_the_old_state(seeded, vault_dir, target, args,
     assert user_files(vault_dir) == {**before, str(leftovers[0].relative_to(
         vault_dir / USER_DIR)): leftovers[0].read_bytes()}
     assert contents(seeded) == SEEDED
-    report = open_as("alice").verify()
+    report = verify.verify(open_as("alice")).to_dict()
     assert report["ok"], report
     assert [p["severity"] for p in vault_problems(report)] == ["warning"]
     assert "interrupted" in vault_problems(report)[0]["problem"]
     # The next write succeeds and sweeps the temp file away.
-    open_as("alice").add("Written after the crash", "fact")
+    remember.add(open_as("alice"), "Written after the crash", "fact")
     assert temp_files(vault_dir) == []
     assert contents(seeded) == sorted([*SEEDED, "Written after the crash"])
     assert expected_new not in contents(seeded)
-    report = open_as("alice").verify()
+    report = verify.verify(open_as("alice")).to_dict()
     assert report["ok"] and vault_problems(report) == [], report
 
 
 CHILD_KILL_MID_APPEND = """
 import os, signal, sys
-import mem.fsio as fsio
+import memvault.storage.fsio as fsio
 target = os.path.realpath(sys.argv[1])
 real_write = os.write
 def write(fd, data):
@@ -265,7 +269,7 @@ def write(fd, data):
         os.kill(os.getpid(), signal.SIGKILL)
     return real_write(fd, data)
 fsio.os.write = write
-from mem.cli import main
+from memvault.cli import main
 sys.argv = ["mem", *sys.argv[2:]]
 main()
 """
@@ -282,17 +286,17 @@ def test_kill_mid_append_leaves_a_torn_tail_that_is_skipped_then_repaired(seeded
     assert not torn.endswith(b"\n")
     # Readers skip the torn tail; verify reports it as a warning and stays ok.
     assert contents(seeded) == SEEDED
-    report = open_as("alice").verify()
+    report = verify.verify(open_as("alice")).to_dict()
     assert report["ok"], report
     problems = [p for p in report["problems"] if p["file"] == "default/alice/sessions/s1.jsonl"]
     assert len(problems) == 1 and problems[0]["severity"] == "warning"
     assert problems[0]["line"] == 3 and "torn" in problems[0]["problem"]
     # The next append must not glue its line onto the torn bytes.
-    open_as("alice").add("Message after the crash", "message", session="s1")
+    remember.add(open_as("alice"), "Message after the crash", "message", session="s1")
     assert contents(seeded) == sorted([*SEEDED, "Message after the crash"])
     data = path.read_bytes()
     assert data.startswith(committed) and data.endswith(b"\n") and data.count(b"\n") == 3
-    report = open_as("alice").verify()
+    report = verify.verify(open_as("alice")).to_dict()
     assert report["ok"] and vault_problems(report) == [], report
     # And a new session message through the CLI still reads back.
     again = subprocess.run([MEM, "list", "--session", "s1", "--json"], capture_output=True,
@@ -309,9 +313,9 @@ def test_kill_mid_append_of_the_first_line_of_a_new_session(seeded, vault_dir):
     assert result.returncode == -signal.SIGKILL, result.stderr
     assert path.read_bytes() and b"\n" not in path.read_bytes()
     assert contents(seeded) == SEEDED
-    open_as("alice").add("Kept first line", "message", session="s2")
+    remember.add(open_as("alice"), "Kept first line", "message", session="s2")
     assert contents(seeded) == sorted([*SEEDED, "Kept first line"])
-    assert open_as("alice").verify()["problems"] == []
+    assert verify.verify(open_as("alice")).to_dict()["problems"] == []
 
 
 def test_kill_mid_audit_append_does_not_break_the_chain_for_good(seeded, vault_dir):
@@ -323,12 +327,12 @@ def test_kill_mid_audit_append_does_not_break_the_chain_for_good(seeded, vault_d
     assert not audit.read_bytes().endswith(b"\n")
     # The fact itself was committed before its audit entry was cut short.
     assert "Fact whose audit was torn" in contents(seeded)
-    open_as("alice").add("Fact after the torn audit entry", "fact")
+    remember.add(open_as("alice"), "Fact after the torn audit entry", "fact")
     check = open_as("alice").audit.check()
     assert check.ok, check.problems
     # Chained on from the last complete entry: the read audited by contents() and the add.
     assert [e["seq"] for e in check.entries] == list(range(1, entries_before + 3))
-    assert open_as("alice").verify()["ok"]
+    assert verify.verify(open_as("alice")).to_dict()["ok"]
 
 
 def test_many_writers_at_once_lose_nothing(seeded, vault_dir):
@@ -347,5 +351,5 @@ def test_many_writers_at_once_lose_nothing(seeded, vault_dir):
     expected = [*SEEDED, *(f"racing fact {i}" for i in range(4)),
                 *(f"racing message {i}" for i in range(4))]
     assert contents(seeded) == sorted(expected)
-    report = open_as("alice").verify()
+    report = verify.verify(open_as("alice")).to_dict()
     assert report["ok"] and vault_problems(report) == [], report

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from mem import keys
-from mem.config import resolve
-from mem.errors import EX_CONFIG, EX_NOPERM, ConfigError, Refused
-from mem.keys import MasterKey, load_master_key, seal_with_passphrase
-from mem.vault import Vault, init
+from memvault.config import resolve
+from memvault.crypto.keys import MasterKey, seal_with_passphrase
+from memvault.errors import EX_CONFIG, EX_NOPERM, ConfigError, PassphraseNeeded, Refused
+from memvault.ops import remember
+from memvault.ops.admin import init
+from memvault.vault import keysource as keys
+from memvault.vault.keysource import load_master_key
+from memvault.vault.vault import Vault
 from tests.conftest import one_error_line
 
 MEM = str(Path(sys.executable).parent / "mem")
@@ -61,8 +64,9 @@ def tree(root: Path) -> set[str]:
 # --- wrong key, no key ---------------------------------------------------------------------
 
 
+@pytest.mark.script_launch_mode("subprocess")
 def test_wrong_master_key_is_refused_with_77_and_prints_nothing(vault, vault_dir, script_runner):
-    vault.add("the wrong key must not reveal zanzibarwrongkey", "fact")
+    remember.add(vault, "the wrong key must not reveal zanzibarwrongkey", "fact")
     files_before = tree(vault_dir)
     for args in (["list"], ["add", "another fact"], ["verify"], ["pref", "get", "x"]):
         result = script_runner.run([MEM, *args], env=env_with(MEM_MASTER_KEY=b64(new_key())))
@@ -74,12 +78,13 @@ def test_wrong_master_key_is_refused_with_77_and_prints_nothing(vault, vault_dir
     assert tree(vault_dir) == files_before
 
 
+@pytest.mark.script_launch_mode("subprocess")
 def test_no_key_anywhere_exits_78_and_never_creates_one(
     vault_dir, config_dir, monkeypatch, script_runner
 ):
     monkeypatch.setenv("MEM_MASTER_KEY", b64(new_key()))
     init(resolve())
-    Vault(resolve()).add("a fact", "fact")
+    remember.add(Vault(resolve()), "a fact", "fact")
     monkeypatch.delenv("MEM_MASTER_KEY")
     assert not keys.default_key_path().exists()
     vault_before = {p: p.read_bytes() for p in vault_dir.rglob("*") if p.is_file()}
@@ -93,6 +98,7 @@ def test_no_key_anywhere_exits_78_and_never_creates_one(
     assert {p: p.read_bytes() for p in vault_dir.rglob("*") if p.is_file()} == vault_before
 
 
+@pytest.mark.script_launch_mode("subprocess")
 def test_init_with_a_missing_explicit_key_file_creates_no_key(
     tmp_path, vault_dir, config_dir, script_runner
 ):
@@ -117,6 +123,7 @@ def test_key_file_open_to_others_is_refused(tmp_path, mode):
     assert f"chmod 600 {path}" in err.value.message
 
 
+@pytest.mark.script_launch_mode("subprocess")
 def test_default_key_file_made_world_readable_exits_78_with_chmod_hint(vault, script_runner):
     path = keys.default_key_path()
     path.chmod(0o644)
@@ -225,6 +232,7 @@ def test_failing_key_command_is_a_config_error(monkeypatch, command):
         load_master_key(resolve())
 
 
+@pytest.mark.script_launch_mode("subprocess")
 def test_failing_key_command_exits_78_even_with_a_default_key(vault, monkeypatch, script_runner):
     """A configured source that fails is an error, not a silent fall-back to a weaker one."""
     monkeypatch.setenv("MEM_KEY_COMMAND", f"{shlex.quote(sys.executable)} -c 'raise SystemExit(1)'")
@@ -247,6 +255,9 @@ def test_passphrase_key_file_round_trip(tmp_path, params):
     assert json.loads(text)["params"] == params  # parameters live in the header
     master = load_master_key(resolve(key_file=path), passphrase="correct horse")
     assert master.key == key
+    with pytest.raises(PassphraseNeeded) as needed:  # the core never asks: a surface does
+        load_master_key(resolve(key_file=path))
+    assert needed.value.exit_code == EX_CONFIG
     with pytest.raises(Refused) as err:
         load_master_key(resolve(key_file=path), passphrase="correct h0rse")
     assert err.value.exit_code == EX_NOPERM
@@ -264,6 +275,7 @@ def test_passphrase_key_file_header_is_authenticated(tmp_path):
         load_master_key(resolve(key_file=path), passphrase="pw")
 
 
+@pytest.mark.script_launch_mode("subprocess")
 @pytest.mark.parametrize("where", ["flag", "default"])
 def test_passphrase_key_file_without_a_terminal_exits_78_without_waiting(
     tmp_path, vault_dir, script_runner, where
@@ -284,6 +296,7 @@ def test_passphrase_key_file_without_a_terminal_exits_78_without_waiting(
     assert result.stdout == ""
 
 
+@pytest.mark.script_launch_mode("subprocess")
 def test_init_passphrase_without_a_terminal_is_a_usage_error(vault_dir, script_runner):
     result = script_runner.run([MEM, "init", "--passphrase"], stdin=io.StringIO("pw\npw\n"),
                                timeout=30)

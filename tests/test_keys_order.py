@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from mem.config import resolve
-from mem.errors import UsageError
-from mem.keys import load_master_key
-from mem.vault import init
+from memvault.cli.errors import word
+from memvault.config import resolve
+from memvault.errors import UsageError
+from memvault.ops.admin import init
+from memvault.vault.keysource import load_master_key
 
 
 def test_config_file_key_ranks_below_environment_sources(
@@ -32,6 +33,8 @@ def test_config_file_key_ranks_below_environment_sources(
 def test_passphrase_with_a_configured_source_is_refused(monkeypatch: pytest.MonkeyPatch,
                                                          config_dir: Path) -> None:
     monkeypatch.setenv("MEM_MASTER_KEY", base64.b64encode(os.urandom(32)).decode())
-    with pytest.raises(UsageError, match="--passphrase"):
+    with pytest.raises(UsageError, match="passphrase") as err:
         init(resolve(), passphrase="secret words")
+    assert err.value.field == "passphrase"
+    assert "--passphrase" in word(err.value)  # how the command line words it
     assert not (config_dir / "master.key").exists()

@@ -21,13 +21,27 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pytest_console_scripts import ScriptRunner
 
-from mem import crypto, lifecycle
-from mem.audit import AuditLog
-from mem.errors import DataError, NotFound, StorageError, UsageError
-from mem.records import CLAUDE_MD, PREFERENCES, TYPES, Filters, Record, now_iso, uuid7
-from mem.search import search
-from mem.store import UserStore
-from mem.vault import NewMessage, Vault
+from memvault.crypto.envelope import content_hash, file_key_version
+from memvault.errors import DataError, NotFound, StorageError, UsageError
+from memvault.index.keyed import SearchIndex
+from memvault.model.location import Location, session_file
+from memvault.model.records import (
+    CLAUDE_MD,
+    PREFERENCES,
+    TYPES,
+    Filters,
+    NewMessage,
+    Record,
+    now_iso,
+    uuid7,
+)
+from memvault.model.results import ForgetPlan
+from memvault.ops import admin, forget, ingest, keys, portability, prefs, recall, remember
+from memvault.ops import verify as verify_ops
+from memvault.ops.recall import search
+from memvault.storage.audit import AuditLog
+from memvault.storage.userstore import UserStore
+from memvault.vault.vault import Vault
 from tests.conftest import open_as
 
 CANARY = "quokkacanary"
@@ -39,8 +53,9 @@ AWS_KEY = "AKIA" + "Q3EGXZ7TB4NVK2PW"  # the shape of an AWS access key id (a cr
 
 
 def mem(script_runner: ScriptRunner, *args: str, stdin: str = "", **env: str) -> Any:
-    """Run the installed `mem`. stdin is always a pipe (never the terminal pytest runs in),
-    so commands that ask only on a TTY never ask here."""
+    """Run `mem` (in-process unless the test asks for the installed script). stdin is
+    always a pipe (never the terminal pytest runs in), so commands that ask only on a TTY
+    never ask here."""
     kwargs: dict[str, Any] = {"stdin": io.StringIO(stdin)}
     if env:
         kwargs["env"] = {**os.environ, **env}
@@ -76,33 +91,51 @@ def fresh(user: str = "alice") -> Vault:
     return open_as(user)
 
 
+def records_of(v: Vault, include_archive: bool = False) -> list[Record]:
+    """Every record of a user (decrypted from the files, archived ones only when asked),
+    with its supersede link."""
+    state = v.state()
+    return [v.linked(r, state) for r in v.store.records(include_archive)]
+
+
+def epoch_of(v: Vault) -> int:
+    return v.state().key_version
+
+
+def index_of(v: Vault) -> SearchIndex:
+    return v.search_index(epoch_of(v))
+
+
 def message(session: str, text: str, **fields: Any) -> Record:
     stamp = fields.pop("created_at", now_iso())
     return Record(memory_id=uuid7(), org_id="default", user_id=fields.pop("user", "alice"),
-                  type="message", content=text, content_hash=crypto.content_hash(text),
+                  type="message", content=text, content_hash=content_hash(text),
                   category="conversation", session_id=session, role="user",
                   created_at=stamp, updated_at=stamp, **fields)
 
 
 def add_archived(v: Vault, session: str, texts: list[str],
                  tags: list[str] | None = None) -> list[Record]:
-    """Archive lines, as compaction writes them (then the index is rebuilt, as it would be)."""
-    with v.writing() as store:
+    """Archive lines, as compaction writes them (counted in the user's state, then the
+    index is rebuilt, as it would be)."""
+    with v.transaction() as tx:
         records = [message(session, t, user=v.settings.user, tags=list(tags or []),
-                           key_version=store.current_epoch()) for t in texts]
-        store.append_records(store.session_relpath(session, archived=True), records)
-        v.rebuild_index()
+                           key_version=tx.epoch) for t in texts]
+        tx.append(session_file(session, archived=True), records)
+        tx.state.count("message", len(records), archived=True)
+        tx.touch()
+        tx.rebuild_indexes()
     return records
 
 
 def set_compacted_from(v: Vault, summary_id: str, sources: list[str]) -> None:
-    with v.writing() as store:
-        doc = store.read_doc(CLAUDE_MD)
+    with v.transaction() as tx:
+        doc = tx.store.read_doc(CLAUDE_MD)
         assert doc is not None
         (entry,) = [r for r in doc["records"] if r["memory_id"] == summary_id]
         entry["compacted_from"] = sources
-        store.write_doc(CLAUDE_MD, doc, store.current_epoch())
-        v.rebuild_index()
+        tx.write_doc(CLAUDE_MD, doc)
+        tx.rebuild_indexes()
 
 
 def plaintexts(vault_dir: Path) -> dict[str, str]:
@@ -138,16 +171,16 @@ def holding(vault_dir: Path, needle: str) -> list[str]:
 def index_terms(v: Vault, field: str) -> set[str]:
     """The term dictionary of a field, read with Tantivy itself (deleted documents' terms
     included, until a merge or a rebuild)."""
-    searcher = tantivy.Index.open(str(v.store.path("index"))).searcher()
+    searcher = tantivy.Index.open(str(v.layout.index_dir)).searcher()
     return {t for t, _ in searcher.terms_with_prefix(field, "")}
 
 
 def doc_freq(v: Vault, field: str, term: str) -> int:
-    return int(tantivy.Index.open(str(v.store.path("index"))).searcher().doc_freq(field, term))
+    return int(tantivy.Index.open(str(v.layout.index_dir)).searcher().doc_freq(field, term))
 
 
 def indexed_ids(v: Vault) -> set[str]:
-    searcher = tantivy.Index.open(str(v.store.path("index"))).searcher()
+    searcher = tantivy.Index.open(str(v.layout.index_dir)).searcher()
     n = max(int(searcher.num_docs), 1)
     return {searcher.doc(a).to_dict()["id"][0]
             for _, a in searcher.search(tantivy.Query.all_query(), n).hits}
@@ -155,8 +188,8 @@ def indexed_ids(v: Vault) -> set[str]:
 
 def found(v: Vault, query: str, include_archive: bool = True) -> list[str]:
     """What a search finds (messages are found by their neighbours' words too)."""
-    doc = search(v, query, Filters(limit=100, include_archive=include_archive))
-    return sorted(r["content"] for r in doc["results"])
+    result = search(v, query, Filters(limit=100, include_archive=include_archive))
+    return sorted(hit.content for hit in result.results)
 
 
 def matching(v: Vault, word: str, include_archive: bool = True) -> list[str]:
@@ -168,71 +201,91 @@ def snapshot(user: str = "alice") -> tuple[list[tuple[str, str, str, bool]], dic
     """What a user would lose: every record (archived included) and every preference."""
     v = fresh(user)
     records = sorted((r.memory_id, r.type, r.content, r.archived)
-                     for r in v._records(include_archive=True))
-    return records, {k: p["value"] for k, p in v._prefs().items()}
+                     for r in records_of(v, include_archive=True))
+    return records, {k: p["value"] for k, p in prefs.read(v).items()}
 
 
 def line_key_versions(store: UserStore) -> set[int]:
     out = set()
-    for rel in store.line_files() + store.line_files(archived=True):
-        for raw in store.path(rel).read_bytes().splitlines():
+    for rel in store.layout.line_files() + store.layout.line_files(archived=True):
+        for raw in store.layout.path(rel).read_bytes().splitlines():
             out.add(json.loads(raw)["kv"])
     return out
 
 
 def doc_key_versions(store: UserStore) -> set[int]:
-    return {crypto.file_key_version(store.path(rel).read_bytes())
-            for rel in (CLAUDE_MD, PREFERENCES) if store.path(rel).exists()}
+    return {file_key_version(store.layout.path(rel).read_bytes())
+            for rel in (CLAUDE_MD, PREFERENCES) if store.layout.path(rel).exists()}
+
+
+def verified(v: Vault) -> dict[str, Any]:
+    return verify_ops.verify(v).to_dict()
+
+
+def export_doc(v: Vault, categories: list[str] | None = None) -> dict[str, Any]:
+    """An export, as the JSON document the user gets."""
+    buf = io.StringIO()
+    portability.export(v, buf, "json", categories)
+    doc: dict[str, Any] = json.loads(buf.getvalue())
+    return doc
+
+
+def import_doc(v: Vault, raw: str) -> dict[str, Any]:
+    return portability.import_text(v, raw).to_dict()
 
 
 def populate(v: Vault) -> dict[str, str]:
     """A user with something in every kind of file; returns a few of the ids."""
     ids = {
-        "fact": v.add("Lives in Lisbon near the river", "fact", tags=["home"]).record.memory_id,
-        "pattern": v.add("Reviews pull requests every morning", "pattern").record.memory_id,
-        "pref": v.add("Prefers green tea over coffee", "preference",
-                      tags=["drink"]).record.memory_id,
-        "instruction": v.add("Always answer in British English",
-                             "instruction").record.memory_id,
+        "fact": remember.add(v, "Lives in Lisbon near the river", "fact",
+                             tags=["home"]).record.memory_id,
+        "pattern": remember.add(v, "Reviews pull requests every morning",
+                                "pattern").record.memory_id,
+        "pref": remember.add(v, "Prefers green tea over coffee", "preference",
+                             tags=["drink"]).record.memory_id,
+        "instruction": remember.add(v, "Always answer in British English",
+                                    "instruction").record.memory_id,
     }
-    old = v.add("Works at Initech as a tester", "fact").record.memory_id
+    old = remember.add(v, "Works at Initech as a tester", "fact").record.memory_id
     ids["superseded"] = old
-    ids["new"] = v.add("Works at Globex as an engineer", "fact",
-                       supersedes=old).record.memory_id
-    v.add_messages("s1", [NewMessage("Can you book the ferry to Porto", "user", "m1"),
-                          NewMessage("The ferry leaves at nine", "assistant", "m2"),
-                          NewMessage("Great, book a window seat", "user", "m3")])
-    v.add_messages("s2", [NewMessage("Which violin strings did we order", "user", "x1"),
-                          NewMessage("Gut strings from the Vienna shop", "assistant", "x2")])
+    ids["new"] = remember.add(v, "Works at Globex as an engineer", "fact",
+                              supersedes=old).record.memory_id
+    ingest.add_messages(v, "s1", [NewMessage("Can you book the ferry to Porto", "user", "m1"),
+                                  NewMessage("The ferry leaves at nine", "assistant", "m2"),
+                                  NewMessage("Great, book a window seat", "user", "m3")])
+    ingest.add_messages(v, "s2", [NewMessage("Which violin strings did we order", "user", "x1"),
+                                  NewMessage("Gut strings from the Vienna shop", "assistant",
+                                             "x2")])
     ids["archived"] = add_archived(v, "old1", ["An archived note about tulips",
                                                "Another archived note about dahlias"])[0].memory_id
-    v.pref_set("editor", "vim")
-    v.pref_set("theme", "solarized dark")
+    prefs.set_(v, "editor", "vim")
+    prefs.set_(v, "theme", "solarized dark")
     return ids
-
 
 # --- forget: selection ----------------------------------------------------------------------
 
 
 def test_select_by_each_criterion_and_their_combination(vault: Vault) -> None:
-    fact = v_id(vault.add("Plays the violin on weekends", "fact", tags=["music", "hobby"]))
-    tea = v_id(vault.add("Prefers green tea", "preference", tags=["drink"]))
-    vault.add_messages("s1", [
+    fact = v_id(remember.add(vault, "Plays the violin on weekends", "fact",
+                             tags=["music", "hobby"]))
+    tea = v_id(remember.add(vault, "Prefers green tea", "preference", tags=["drink"]))
+    ingest.add_messages(vault, "s1", [
         NewMessage("We talked about the violin recital", "user", "a1", "2020-01-01T10:00:00Z",
                    tags=["music"]),
         NewMessage("The recital is in March", "assistant", "a2", "2020-01-01T10:01:00Z"),
     ])
-    vault.add_messages("s2", [NewMessage("Buy new violin strings", "user", "b1",
-                                         "2021-06-01T10:00:00Z")])
-    by_msg = {r.message_id: r.memory_id for r in vault._records() if r.message_id}
+    ingest.add_messages(vault, "s2", [NewMessage("Buy new violin strings", "user", "b1",
+                                                 "2021-06-01T10:00:00Z")])
+    by_msg = {r.message_id: r.memory_id for r in records_of(vault) if r.message_id}
 
     def chosen(ids: list[str] | None = None, session: str | None = None,
                before: str | None = None, tag: str | None = None,
                query: str | None = None) -> set[str]:
-        from mem.records import parse_time
+        from memvault.model.records import parse_time
 
-        return {r.memory_id for r in lifecycle.select(
-            vault, ids or [], session, parse_time(before) if before else None, tag, query)}
+        return {r.memory_id for r in forget.select(
+            vault, ids or [], session, parse_time(before) if before else None, tag,
+            query).targets}
 
     assert chosen(ids=[fact, tea]) == {fact, tea}
     assert chosen(ids=[fact, fact]) == {fact}
@@ -252,9 +305,9 @@ def test_select_by_each_criterion_and_their_combination(vault: Vault) -> None:
     assert chosen(ids=[fact, tea], tag="drink") == {tea}
     assert chosen(session="nosuch") == set()
     with pytest.raises(NotFound):
-        lifecycle.select(vault, [fact, str(uuid7())], None, None, None, None)
+        forget.select(vault, [fact, str(uuid7())], None, None, None, None)
     with pytest.raises(UsageError):
-        lifecycle.select(vault, [], None, None, None, None)
+        forget.select(vault, [], None, None, None, None)
 
 
 @pytest.mark.parametrize("query", ["?", "...", '""', "--"])
@@ -262,22 +315,22 @@ def test_a_query_with_no_words_selects_nothing_rather_than_everything(
         vault: Vault, query: str) -> None:
     """A search for no words lists the most recent items; as a forget selector that would
     be "everything", which nobody asking to forget "?" means."""
-    vault.add("Plays the violin", "fact")
-    vault.add("Prefers green tea", "preference")
+    remember.add(vault, "Plays the violin", "fact")
+    remember.add(vault, "Prefers green tea", "preference")
     with pytest.raises(UsageError):
-        lifecycle.select(vault, [], None, None, None, query)
-    assert len(vault._records()) == 2
+        forget.select(vault, [], None, None, None, query)
+    assert len(records_of(vault)) == 2
 
 
 def test_a_query_selects_every_match_however_many(vault: Vault) -> None:
     """"Everything a search finds", not the first page of it (it was capped at 10,000)."""
-    vault.add_messages("s1", [NewMessage(f"walrus sighting {i}", "user", f"m{i}")
-                              for i in range(10_050)])
-    vault.add("Plays the violin", "fact")
-    targets = lifecycle.select(vault, [], None, None, None, "walrus")
-    assert len(targets) == 10_050
-    lifecycle.forget(vault, targets)
-    assert [r.content for r in fresh()._records(include_archive=True)] == ["Plays the violin"]
+    ingest.add_messages(vault, "s1", [NewMessage(f"walrus sighting {i}", "user", f"m{i}")
+                                      for i in range(10_050)])
+    remember.add(vault, "Plays the violin", "fact")
+    plan = forget.select(vault, [], None, None, None, "walrus")
+    assert len(plan.targets) == 10_050
+    forget.forget(vault, plan)
+    assert [r.content for r in records_of(fresh(), include_archive=True)] == ["Plays the violin"]
 
 
 def v_id(result: Any) -> str:
@@ -328,12 +381,12 @@ def test_forget_query_asks_first_and_deletes_only_with_yes(
         script_runner: ScriptRunner, vault: Vault, vault_dir: Path) -> None:
     populate(vault)
     files = files_of(user_dir(vault_dir), skip_audit=True)
-    strings = {r.memory_id for r in vault._records() if "strings" in r.content}
+    strings = {r.memory_id for r in records_of(vault) if "strings" in r.content}
     assert len(strings) == 2
 
     # Erasure takes the records holding every word, not all that search would rank.
     both = mem(script_runner, "forget", "--query", "violin strings", "--dry-run", "--json")
-    assert [r.content for r in vault._records() if r.memory_id in
+    assert [r.content for r in records_of(vault) if r.memory_id in
             json.loads(both.stdout)["memory_ids"]] == ["Which violin strings did we order"]
 
     # No --yes and no terminal to ask on: show the matches, refuse, delete nothing.
@@ -356,40 +409,42 @@ def test_forget_query_asks_first_and_deletes_only_with_yes(
 
     receipt = mem_json(script_runner, "forget", "--query", "strings", "--yes")
     assert set(receipt["memory_ids"]) == strings
-    assert not strings & {r.memory_id for r in fresh()._records(include_archive=True)}
+    assert not strings & {r.memory_id for r in records_of(fresh(), include_archive=True)}
 
     nothing = mem(script_runner, "forget", "--query", "?", "--yes")
     assert nothing.returncode == 2, nothing.stderr
-    assert len(fresh()._records(include_archive=True)) == 11
+    assert len(records_of(fresh(), include_archive=True)) == 11
 
 
 def test_forget_takes_the_summaries_compacted_from_a_forgotten_record(vault: Vault) -> None:
-    vault.add_messages("s1", [NewMessage("The vault door code is hidden in the atlas", "user",
-                                         "m1"),
-                              NewMessage("Noted", "assistant", "m2")])
-    source = next(r for r in vault._records() if r.message_id == "m1")
-    other = v_id(vault.add("Unrelated fact about tulips", "fact"))
-    summary = v_id(vault.add("Summary: the code is in the atlas", "summary"))
-    summary_of_summary = v_id(vault.add("Summary of summaries: atlas and code", "summary"))
-    unrelated_summary = v_id(vault.add("Summary: tulips", "summary"))
+    ingest.add_messages(vault, "s1", [
+        NewMessage("The vault door code is hidden in the atlas", "user", "m1"),
+        NewMessage("Noted", "assistant", "m2")])
+    source = next(r for r in records_of(vault) if r.message_id == "m1")
+    other = v_id(remember.add(vault, "Unrelated fact about tulips", "fact"))
+    summary = v_id(remember.add(vault, "Summary: the code is in the atlas", "summary"))
+    summary_of_summary = v_id(remember.add(vault, "Summary of summaries: atlas and code",
+                                           "summary"))
+    unrelated_summary = v_id(remember.add(vault, "Summary: tulips", "summary"))
     set_compacted_from(vault, summary, [source.memory_id])
     set_compacted_from(vault, summary_of_summary, [summary])
     set_compacted_from(vault, unrelated_summary, [other])
 
-    targets = lifecycle.select(vault, [source.memory_id], None, None, None, None)
-    assert {r.memory_id for r in targets} == {source.memory_id, summary, summary_of_summary}
-    receipt = lifecycle.forget(vault, targets)
+    plan = forget.select(vault, [source.memory_id], None, None, None, None)
+    assert {r.memory_id for r in plan.targets} == {source.memory_id, summary,
+                                                   summary_of_summary}
+    receipt = forget.forget(vault, plan).to_dict()
     assert receipt["deleted_count"] == 3
-    left = {r.memory_id for r in fresh()._records(include_archive=True)}
+    left = {r.memory_id for r in records_of(fresh(), include_archive=True)}
     assert {other, unrelated_summary} <= left
     assert not {source.memory_id, summary, summary_of_summary} & left
     assert "atlas" not in fresh_brief()
 
 
 def fresh_brief() -> str:
-    from mem.brief import build
+    from memvault.ops.brief import build
 
-    return str(build(fresh(), 50, 8000)["brief"]).lower()
+    return build(fresh(), 50, 8000).brief.lower()
 
 
 def test_forgotten_content_leaves_every_file_the_index_export_and_search(
@@ -397,9 +452,9 @@ def test_forgotten_content_leaves_every_file_the_index_export_and_search(
     """The canary is a message (its neighbours index it as context), a fact, an archive
     line and a summary compacted from the message (untagged: it goes because of its
     source). Before the forget every check finds it; after, none does."""
-    vault.add("Lives in Lisbon", "fact")
-    vault.add(f"The {CANARY} badge opens the lab", "fact", tags=[TAG_CANARY])
-    vault.add_messages("s1", [
+    remember.add(vault, "Lives in Lisbon", "fact")
+    remember.add(vault, f"The {CANARY} badge opens the lab", "fact", tags=[TAG_CANARY])
+    ingest.add_messages(vault, "s1", [
         NewMessage("We planned the trip to Porto", "user", "m1"),
         NewMessage(f"The {CANARY} code is in the drawer", "assistant", "m2",
                    tags=[TAG_CANARY]),
@@ -408,12 +463,12 @@ def test_forgotten_content_leaves_every_file_the_index_export_and_search(
     add_archived(vault, "old1", [f"archived {CANARY} note"], tags=[TAG_CANARY])
     add_archived(vault, "old1", ["archived tulip note"])
     add_archived(vault, "old2", ["archived dahlia note"])
-    source = next(r.memory_id for r in vault._records() if r.message_id == "m2")
-    summary = v_id(vault.add(f"Summary: the {CANARY} code", "summary"))
+    source = next(r.memory_id for r in records_of(vault) if r.message_id == "m2")
+    summary = v_id(remember.add(vault, f"Summary: the {CANARY} code", "summary"))
     set_compacted_from(vault, summary, [source])
-    vault.pref_set("editor", "vim")
+    prefs.set_(vault, "editor", "vim")
 
-    analyzer = fresh().search_index().analyzer
+    analyzer = index_of(fresh()).analyzer
     (stem,) = analyzer.tokens(CANARY)
     token, tag_token = analyzer.hash(stem), analyzer.opaque("tag", TAG_CANARY)
 
@@ -453,34 +508,34 @@ def test_forgotten_content_leaves_every_file_the_index_export_and_search(
                             "cli search": False, "brief": False}
     # Nothing else went, and the rest is still found, context included.
     v = fresh()
-    assert sorted(r.content for r in v._records(include_archive=True)) == sorted([
+    assert sorted(r.content for r in records_of(v, include_archive=True)) == sorted([
         "Lives in Lisbon", "We planned the trip to Porto", "Thanks, noted the drawer",
         "archived tulip note", "archived dahlia note"])
     assert matching(v, "drawer") == ["Thanks, noted the drawer"]
-    assert v.pref_get("editor")["value"] == "vim"
-    assert indexed_ids(v) == {r.memory_id for r in v._records(include_archive=True)}
+    assert prefs.get(v, "editor").value == "vim"
+    assert indexed_ids(v) == {r.memory_id for r in records_of(v, include_archive=True)}
     assert mem(script_runner, "verify").returncode == 0
 
 
 def test_forget_now_retires_the_key_so_an_old_copy_cannot_be_decrypted(
         script_runner: ScriptRunner, vault: Vault, vault_dir: Path, tmp_path: Path) -> None:
-    vault.add("Lives in Lisbon", "fact")
-    vault.add(f"The {CANARY} badge opens the lab", "fact")
-    vault.add_messages("s1", [NewMessage(f"The {CANARY} code is 4411", "user", "m1"),
-                              NewMessage("Noted", "assistant", "m2")])
-    vault.add_messages("s2", [NewMessage("Book the ferry", "user", "f1")])
+    remember.add(vault, "Lives in Lisbon", "fact")
+    remember.add(vault, f"The {CANARY} badge opens the lab", "fact")
+    ingest.add_messages(vault, "s1", [NewMessage(f"The {CANARY} code is 4411", "user", "m1"),
+                                      NewMessage("Noted", "assistant", "m2")])
+    ingest.add_messages(vault, "s2", [NewMessage("Book the ferry", "user", "f1")])
     home = user_dir(vault_dir)
     backup = tmp_path / "backup"
     shutil.copytree(home, backup)  # a snapshot taken before the forget
-    forgotten = [r.memory_id for r in vault._records() if CANARY in r.content]
+    forgotten = [r.memory_id for r in records_of(vault) if CANARY in r.content]
 
     receipt = mem_json(script_runner, "forget", *forgotten, "--now")
     assert receipt["deleted_count"] == 2 and receipt["key_rotated"] is True
     v = fresh()
-    assert v.store.current_epoch() == 2 and v.stats()["key_version"] == 2
+    assert epoch_of(v) == 2 and admin.stats(v).key_version == 2
     assert v.store.deks_on_disk() == [2] and not (home / "keys" / "1.dek").exists()
     assert line_key_versions(v.store) == {2} and doc_key_versions(v.store) == {2}
-    assert sorted(r.content for r in v._records()) == ["Book the ferry", "Lives in Lisbon",
+    assert sorted(r.content for r in records_of(v)) == ["Book the ferry", "Lives in Lisbon",
                                                        "Noted"]
     assert matching(v, "ferry") == ["Book the ferry"]
     assert holding(vault_dir, CANARY) == []
@@ -520,10 +575,10 @@ def test_export_is_complete_and_in_the_seed_shape(
             assert r["category"] == category
             assert {"memory_id", "type", "content", "session_id", "message_id", "tags",
                     "created_at", "content_hash"} <= set(r)
-            assert r["content_hash"] == crypto.content_hash(r["content"])
+            assert r["content_hash"] == content_hash(r["content"])
             by_id[r["memory_id"]] = r
     assert doc["record_count"] == len(by_id) == 13
-    stored = {r.memory_id: r for r in vault._records(include_archive=True)}
+    stored = {r.memory_id: r for r in records_of(vault, include_archive=True)}
     assert set(by_id) == set(stored)
     for memory_id, r in stored.items():
         assert by_id[memory_id]["content"] == r.content
@@ -558,7 +613,7 @@ def test_export_to_a_file_is_private_and_markdown_holds_every_record(
 
     md = mem(script_runner, "export", "--format", "markdown")
     assert md.returncode == 0 and md.stdout.startswith("# Memory of default/alice")
-    for r in vault._records(include_archive=True):
+    for r in records_of(vault, include_archive=True):
         assert r.content in md.stdout, r.content
     assert "archived" in md.stdout and "superseded" in md.stdout
     assert "`theme`: solarized dark" in md.stdout
@@ -622,7 +677,7 @@ def test_import_restores_every_record_with_its_id_and_twice_adds_nothing(
 
 
 def _export(v: Vault) -> dict[str, Any]:
-    return lifecycle.export(v)
+    return export_doc(v)
 
 
 def _records(doc: dict[str, Any], category: str) -> list[dict[str, Any]]:
@@ -668,7 +723,7 @@ def _wrong_type(doc: dict[str, Any]) -> None:
 def _duplicate(doc: dict[str, Any]) -> None:
     first = _records(doc, "learned_context")[0]
     twin = dict(first, content="Another fact entirely")
-    twin["content_hash"] = crypto.content_hash(twin["content"])
+    twin["content_hash"] = content_hash(twin["content"])
     doc["categories"]["learned_context"]["records"].append(twin)
     doc["categories"]["learned_context"]["count"] += 1
     doc["record_count"] += 1
@@ -714,7 +769,7 @@ def test_a_malformed_import_is_a_data_error_and_writes_nothing(
         script_runner: ScriptRunner, vault: Vault, vault_dir: Path, tmp_path: Path,
         case: str) -> None:
     populate(vault)
-    open_as("bob").add("Bob already knows this", "fact")
+    remember.add(open_as("bob"), "Bob already knows this", "fact")
     doc = _export(vault)
     if case in MALFORMED:
         raw = MALFORMED[case](json.dumps(doc, indent=2))
@@ -743,12 +798,12 @@ def test_an_import_holding_a_critical_secret_is_refused_whole(
         script_runner: ScriptRunner, vault: Vault, vault_dir: Path, tmp_path: Path,
         where: str) -> None:
     populate(vault)
-    open_as("bob").add("Bob already knows this", "fact")
+    remember.add(open_as("bob"), "Bob already knows this", "fact")
     doc = _export(vault)
     if where == "content":
         fact = _records(doc, "learned_context")[0]
         fact["content"] = f"the deploy key is {AWS_KEY}"
-        fact["content_hash"] = crypto.content_hash(fact["content"])
+        fact["content_hash"] = content_hash(fact["content"])
     elif where == "preference value":
         doc["preferences"]["aws"] = AWS_KEY
     else:
@@ -791,28 +846,28 @@ def test_export_import_export_round_trip(vault: Vault, spec: dict[str, Any]) -> 
     for kind, text, tags, session in spec["items"]:
         if kind == "message" and session is None:
             session = "s1"
-        source.add(text, kind, tags=tags, session=session)
-    facts = [r for r in source._records() if r.type == "fact"]
+        remember.add(source, text, kind, tags=tags, session=session)
+    facts = [r for r in records_of(source) if r.type == "fact"]
     if spec["supersede"] and facts:
-        source.add("a correction of the first fact", "fact",
+        remember.add(source, "a correction of the first fact", "fact",
                    supersedes=facts[0].memory_id)
     for key, value in spec["prefs"].items():
-        source.pref_set(key, value)
+        prefs.set_(source, key, value)
     if spec["archive"]:
         add_archived(source, spec["archive_session"], spec["archive"])
 
-    first = lifecycle.export(source)
-    result = lifecycle.import_file(target, json.dumps(first))
+    first = export_doc(source)
+    result = import_doc(target, json.dumps(first))
     assert result["imported"] == first["record_count"] and result["skipped"] == 0
-    second = lifecycle.export(target)
+    second = export_doc(target)
     assert second["user_id"] == f"u{n}-copy"
     assert comparable(second) == comparable(first)
     assert {c: g["count"] for c, g in second["categories"].items()} == \
         {c: g["count"] for c, g in first["categories"].items()}
-    again = lifecycle.import_file(target, json.dumps(second))
+    again = import_doc(target, json.dumps(second))
     assert again["imported"] == 0 and again["skipped"] == first["record_count"]
     if first["record_count"]:
-        report = target.verify()
+        report = verified(target)
         assert report["ok"], report["problems"]
 
 
@@ -833,11 +888,11 @@ def test_destroy_needs_the_users_name(script_runner: ScriptRunner, vault: Vault,
 
 def test_destroy_leaves_only_the_org_audit_record(
         script_runner: ScriptRunner, vault: Vault, vault_dir: Path, tmp_path: Path) -> None:
-    vault.add(f"The {CANARY} badge opens the lab", "fact", tags=[TAG_CANARY])
+    remember.add(vault, f"The {CANARY} badge opens the lab", "fact", tags=[TAG_CANARY])
     ids = populate(vault)
     bob = open_as("bob")
-    bob.add("Bob plays the cello", "fact")
-    bob.add_messages("b1", [NewMessage("Tune the cello", "user", "c1")])
+    remember.add(bob, "Bob plays the cello", "fact")
+    ingest.add_messages(bob, "b1", [NewMessage("Tune the cello", "user", "c1")])
     bob_files = files_of(user_dir(vault_dir, "bob"))
     copy = tmp_path / "alice-copy"
     shutil.copytree(user_dir(vault_dir), copy)
@@ -851,16 +906,19 @@ def test_destroy_leaves_only_the_org_audit_record(
     assert doc["files_deleted"] == sum(1 for p in copy.rglob("*") if p.is_file())
     assert not user_dir(vault_dir).exists()
     assert files_of(user_dir(vault_dir, "bob")) == bob_files
-    assert open_as("bob").verify()["ok"]
+    assert verified(open_as("bob"))["ok"]
+    # The locks live beside the users' directories (<org>/.locks/), and hold nothing.
     assert sorted(p.name for p in (vault_dir / "default").iterdir()) == \
-        [".audit.lock", "audit.jsonl", "bob"]
+        [".locks", "audit.jsonl", "bob"]
+    assert all(p.is_file() and p.stat().st_size == 0
+               for p in (vault_dir / "default" / ".locks").iterdir())
 
     # One org-level entry, chained and MAC'd, naming the user and counts, no content.
     org_log = vault_dir / "default" / "audit.jsonl"
     (entry,) = [json.loads(line) for line in org_log.read_text().splitlines()]
     assert entry["op"] == "user.destroy" and entry["audit_id"] == doc["audit_id"]
     assert entry["detail"]["user"] == "alice" and entry["detail"]["records"] == 14
-    check = lifecycle.org_audit(open_as("bob")).check()
+    check = admin.org_audit(open_as("bob")).check()
     assert check.ok and len(check.entries) == 1
     text = org_log.read_text().lower()
     for needle in (CANARY, TAG_CANARY, "lisbon", "vim", ids["fact"]):
@@ -876,7 +934,7 @@ def test_destroy_leaves_only_the_org_audit_record(
     shutil.copytree(copy, user_dir(vault_dir), ignore=shutil.ignore_patterns("keys"))
     assert not (user_dir(vault_dir) / "keys").exists()
     with pytest.raises(DataError):
-        fresh()._records(include_archive=True)
+        records_of(fresh(), include_archive=True)
     for args in (["list"], ["show", ids["fact"]], ["export"], ["search", "lab"],
                  ["verify"], ["stats"], ["export", "--format", "markdown"]):
         result = mem(script_runner, *args)
@@ -895,9 +953,9 @@ def test_a_frozen_memory_refuses_every_write_and_serves_every_read(
     transcript.write_text(json.dumps({"role": "user", "content": "hello from a transcript"})
                           + "\n")
     other = open_as("bob")
-    other.add("Bob plays the cello", "fact")
+    remember.add(other, "Bob plays the cello", "fact")
     export = tmp_path / "bob.json"
-    export.write_text(json.dumps(lifecycle.export(other)))
+    export.write_text(json.dumps(export_doc(other)))
 
     assert mem_json(script_runner, "freeze") == {"frozen": True}
     assert mem_json(script_runner, "freeze") == {"frozen": True}  # idempotent
@@ -939,7 +997,7 @@ def test_a_frozen_memory_refuses_every_write_and_serves_every_read(
     assert mem_json(script_runner, "unfreeze") == {"frozen": False}
     assert mem(script_runner, "add", "a new fact").returncode == 0
     assert mem(script_runner, "pref", "set", "editor", "emacs").returncode == 0
-    assert "a new fact" in [r.content for r in fresh()._records()]
+    assert "a new fact" in [r.content for r in records_of(fresh())]
     ops = [e["op"] for e in mem_json(script_runner, "audit")["entries"]]
     assert ops.count("freeze") == 1 and ops.count("unfreeze") == 1
 
@@ -947,19 +1005,20 @@ def test_a_frozen_memory_refuses_every_write_and_serves_every_read(
 def test_a_frozen_memory_serves_searches_even_when_its_index_is_out_of_step(
         vault: Vault) -> None:
     """A search that meets a stale index rebuilds it: that is no write to the memory."""
-    vault.add_messages("s1", [NewMessage(f"giraffe number {i}", "user", f"g{i}")
-                              for i in range(5)])
-    lifecycle.set_frozen(vault, True)
-    store = fresh().store  # outside `writing`: the index is not told
+    ingest.add_messages(vault, "s1", [NewMessage(f"giraffe number {i}", "user", f"g{i}")
+                                      for i in range(5)])
+    admin.set_frozen(vault, True)
+    store = fresh().store  # outside a transaction: the index is not told
     records = store.read_lines("sessions/s1.jsonl")
     store.rewrite_lines("sessions/s1.jsonl", records[::-1])
     assert len(matching(fresh(), "giraffe")) == 5
 
 
+@pytest.mark.script_launch_mode("subprocess")  # the hook hands its ingest to a detached mem
 def test_the_hook_exits_0_while_frozen_and_its_ingest_is_refused(
         script_runner: ScriptRunner, vault: Vault, vault_dir: Path, tmp_path: Path) -> None:
     populate(vault)
-    lifecycle.set_frozen(fresh(), True)
+    admin.set_frozen(fresh(), True)
     files = files_of(user_dir(vault_dir), skip_audit=True)
     logs = tmp_path / "logs"
     transcript = Path(__file__).parent / "fixtures" / "transcripts" / "claude-code.jsonl"
@@ -990,13 +1049,13 @@ def audit_lines(vault_dir: Path) -> list[bytes]:
 
 def test_the_audit_log_is_complete_chained_and_holds_no_content(
         script_runner: ScriptRunner, vault: Vault, vault_dir: Path) -> None:
-    vault.add(f"The {CANARY} badge opens the lab", "fact", tags=[TAG_CANARY])
-    vault.pref_set("wifi", f"{CANARY}-network")
-    vault.add_messages("s1", [NewMessage(f"say {CANARY}", "user", "m1")])
-    forgotten = v_id(vault.add("to be forgotten", "fact"))
-    lifecycle.forget(vault, lifecycle.select(vault, [forgotten], None, None, None, None))
+    remember.add(vault, f"The {CANARY} badge opens the lab", "fact", tags=[TAG_CANARY])
+    prefs.set_(vault, "wifi", f"{CANARY}-network")
+    ingest.add_messages(vault, "s1", [NewMessage(f"say {CANARY}", "user", "m1")])
+    forgotten = v_id(remember.add(vault, "to be forgotten", "fact"))
+    forget.forget(vault, forget.select(vault, [forgotten], None, None, None, None))
     search(fresh(), CANARY, Filters())
-    lifecycle.export(fresh())
+    export_doc(fresh())
     doc = mem_json(script_runner, "audit")
     assert doc["chain_ok"] is True
     ops = [e["op"] for e in doc["entries"]]
@@ -1042,8 +1101,8 @@ def _swap(lines: list[bytes]) -> list[bytes]:
 def test_an_edited_or_removed_audit_entry_is_detected(
         script_runner: ScriptRunner, vault: Vault, vault_dir: Path, tamper: Any) -> None:
     for i in range(4):
-        vault.add(f"fact number {i}", "fact")
-    vault.pref_set("editor", "vim")  # the last entry is a write's: it is anchored
+        remember.add(vault, f"fact number {i}", "fact")
+    prefs.set_(vault, "editor", "vim")  # the last entry is a write's: it is anchored
     lines = audit_lines(vault_dir)
     assert len(lines) == 6
     assert mem_json(script_runner, "audit")["chain_ok"] is True
@@ -1067,30 +1126,30 @@ def test_rotate_key_starts_a_new_epoch_and_old_data_stays_readable(
         script_runner: ScriptRunner, vault: Vault, vault_dir: Path) -> None:
     populate(vault)
     before = snapshot()
-    old_analyzer = fresh().search_index().analyzer
+    old_analyzer = index_of(fresh()).analyzer
     (stem,) = old_analyzer.tokens("ferry")
     assert old_analyzer.hash(stem) in index_terms(fresh(), "body")
 
     doc = mem_json(script_runner, "rotate-key")
     assert doc["key_version"] == 2 and doc["files_reencrypted"] == 0 and doc["keys_deleted"] == []
     v = fresh()
-    assert v.store.current_epoch() == 2 and v.store.deks_on_disk() == [1, 2]
+    assert epoch_of(v) == 2 and v.store.deks_on_disk() == [1, 2]
     assert line_key_versions(v.store) == {1} and doc_key_versions(v.store) == {1}
     assert snapshot() == before
     # The index was rebuilt under the new epoch's index key.
-    new_analyzer = v.search_index().analyzer
+    new_analyzer = index_of(v).analyzer
     terms = index_terms(v, "body")
     assert new_analyzer.hash(stem) in terms and old_analyzer.hash(stem) not in terms
     assert matching(v, "ferry") == ["Can you book the ferry to Porto",
                                     "The ferry leaves at nine"]
 
     # New writes use version 2: a new line, and a whole file rewritten.
-    v.add_messages("s1", [NewMessage("One more about the ferry", "user", "m4")])
-    v.add("Has a cat named Miso", "fact")
+    ingest.add_messages(v, "s1", [NewMessage("One more about the ferry", "user", "m4")])
+    remember.add(v, "Has a cat named Miso", "fact")
     lines = [json.loads(raw) for raw in
              (user_dir(vault_dir) / "sessions" / "s1.jsonl").read_bytes().splitlines()]
     assert [line["kv"] for line in lines] == [1, 1, 1, 2]
-    assert crypto.file_key_version((user_dir(vault_dir) / CLAUDE_MD).read_bytes()) == 2
+    assert file_key_version((user_dir(vault_dir) / CLAUDE_MD).read_bytes()) == 2
     assert len(matching(fresh(), "ferry")) == 3
     assert mem(script_runner, "verify").returncode == 0
 
@@ -1099,7 +1158,7 @@ def test_rotate_key_starts_a_new_epoch_and_old_data_stays_readable(
     v = fresh()
     assert v.store.deks_on_disk() == [3]
     assert line_key_versions(v.store) == {3} and doc_key_versions(v.store) == {3}
-    assert all(r.key_version == 3 for r in v._records(include_archive=True))
+    assert all(r.key_version == 3 for r in records_of(v, include_archive=True))
     assert len(snapshot()[0]) == len(before[0]) + 2 and snapshot()[1] == before[1]
     assert len(matching(v, "ferry")) == 3 and matching(v, "tulips")
     assert mem_json(script_runner, "verify") == {**mem_json(script_runner, "verify"),
@@ -1117,7 +1176,7 @@ STEPS = [  # (name, owner, attribute, which call fails)
     ("first session", UserStore, "rewrite_lines", 1),
     ("second session", UserStore, "rewrite_lines", 2),
     ("archive", UserStore, "rewrite_lines", 3),
-    ("index", Vault, "rebuild_index", 1),
+    ("index", Vault, "rebuild_indexes", 1),
     ("old key", UserStore, "remove_dek", 1),
     ("retire entry", AuditLog, "append", 2),
 ]
@@ -1141,7 +1200,7 @@ def test_an_interrupted_rotation_loses_nothing_and_is_repaired(
     with pytest.MonkeyPatch.context() as m:
         m.setattr(owner, attr, failing)
         with pytest.raises(StorageError, match="injected"):
-            lifecycle.rotate_key(fresh(), now=True)
+            keys.rotate_key(fresh(), now=True)
     assert calls == nth
 
     # Before any repair: every record reads, search finds what it should, verify passes.
@@ -1151,24 +1210,24 @@ def test_an_interrupted_rotation_loses_nothing_and_is_repaired(
                                     "The ferry leaves at nine"]
     assert matching(v, "tulips") == ["An archived note about tulips"]
     assert matching(v, "Lisbon") == ["Lives in Lisbon near the river"]
-    report = v.verify()
+    report = verified(v)
     assert report["ok"], report["problems"]
 
-    repaired = lifecycle.repair(fresh())
+    repaired = verify_ops.repair(fresh()).to_dict()
     assert any("rebuilt the index" in a for a in repaired["repaired"])
-    report = fresh().verify()
+    report = verified(fresh())
     assert report["ok"] and report["problems"] == [], report["problems"]
     assert snapshot() == before
     v = fresh()
-    assert sorted(v.store.deks_on_disk()) == sorted(lifecycle.keys_in_use(v.store))
+    assert sorted(v.store.deks_on_disk()) == sorted(keys.keys_in_use(v.store, epoch_of(v)))
 
-    again = lifecycle.rotate_key(fresh(), now=True)
+    again = keys.rotate_key(fresh(), now=True).to_dict()
     v = fresh()
     assert v.store.deks_on_disk() == [again["key_version"]]
     assert line_key_versions(v.store) == {again["key_version"]}
     assert snapshot() == before
     assert matching(v, "ferry") and matching(v, "tulips")
-    assert fresh().verify()["problems"] == []
+    assert verified(fresh())["problems"] == []
 
 
 def test_the_cli_repairs_an_interrupted_rotation(
@@ -1179,14 +1238,14 @@ def test_the_cli_repairs_an_interrupted_rotation(
         original = UserStore.rewrite_lines
         calls = itertools.count(1)
 
-        def failing(self: UserStore, rel: str, records: list[Record]) -> None:
+        def failing(self: UserStore, rel: str, records: list[Record]) -> list[Location]:
             if next(calls) == 2:
                 raise StorageError("injected")
-            original(self, rel, records)
+            return original(self, rel, records)
 
         m.setattr(UserStore, "rewrite_lines", failing)
         with pytest.raises(StorageError):
-            lifecycle.rotate_key(fresh(), now=True)
+            keys.rotate_key(fresh(), now=True)
     v = fresh()
     assert line_key_versions(v.store) == {1, 2} and v.store.deks_on_disk() == [1, 2]
     doc = mem_json(script_runner, "verify", "--repair")
@@ -1201,7 +1260,7 @@ def test_the_cli_repairs_an_interrupted_rotation(
 def test_verify_reports_a_record_missing_from_the_index_and_repair_restores_it(
         script_runner: ScriptRunner, vault: Vault) -> None:
     ids = populate(vault)
-    index_path = vault.store.path("index")
+    index_path = vault.layout.index_dir
     assert (index_path / "stamp").exists()
     index = tantivy.Index.open(str(index_path))
     writer = index.writer(heap_size=15_000_000, num_threads=1)
@@ -1218,7 +1277,7 @@ def test_verify_reports_a_record_missing_from_the_index_and_repair_restores_it(
 
     doc = mem_json(script_runner, "verify", "--repair")
     assert doc["ok"] is True and doc["problems"] == []
-    assert indexed_ids(fresh()) == {r.memory_id for r in fresh()._records(include_archive=True)}
+    assert indexed_ids(fresh()) == {r.memory_id for r in records_of(fresh(), include_archive=True)}
     assert matching(fresh(), "Lisbon") == ["Lives in Lisbon near the river"]
 
 
@@ -1239,37 +1298,40 @@ def test_verify_warns_of_an_unused_data_key_and_repair_deletes_it(
 
 def test_import_masks_personal_data_like_every_other_way_in(vault: Vault) -> None:
     source = open_as("eve")
-    source.add("Her doctor is at the Elm Street clinic", "fact")
-    doc = lifecycle.export(source)
+    remember.add(source, "Her doctor is at the Elm Street clinic", "fact")
+    doc = export_doc(source)
     record = _records(doc, "learned_context")[0]
     record["content"] = "Write to dr.who@example.org about the clinic"
-    record["content_hash"] = crypto.content_hash(record["content"])
-    lifecycle.import_file(vault, json.dumps(doc))
-    (stored,) = vault.list_records(Filters())
+    record["content_hash"] = content_hash(record["content"])
+    import_doc(vault, json.dumps(doc))
+    (stored,) = recall.list_records(vault, Filters()).records
     assert stored.content == "Write to <REDACTED:EMAIL> about the clinic"
-    assert stored.content_hash == crypto.content_hash(stored.content)
+    assert stored.content_hash == content_hash(stored.content)
 
 
 def test_reindex_works_on_a_frozen_user(vault: Vault) -> None:
-    vault.add("Plays the cello on Sundays", "fact")
-    lifecycle.set_frozen(vault, True)
-    assert vault.reindex()["documents"] == 1
+    remember.add(vault, "Plays the cello on Sundays", "fact")
+    admin.set_frozen(vault, True)
+    assert admin.reindex(vault).documents == 1
     assert found(vault, "cello")
 
 
 def test_forgotten_messages_stay_forgotten_when_the_transcript_comes_again(
         vault: Vault) -> None:
-    from mem.vault import NewMessage
+    from memvault.model.records import NewMessage
 
     transcript = [NewMessage("we moved the standup", "user", "t1"),
                   NewMessage("my sister's diagnosis came back", "user", "t2"),
                   NewMessage("noted", "assistant", "t3")]
-    vault.add_messages("s1", transcript)
-    target = [r for r in vault.list_records(Filters()) if r.message_id == "t2"]
-    lifecycle.forget(vault, target)
-    again = vault.add_messages("s1", transcript)  # a hook or a scan ingests it again
-    assert again["messages_added"] == 0
-    longer = vault.add_messages("s1", [*transcript, NewMessage("and lunch?", "user", "t4")])
-    assert longer["messages_added"] == 1
-    assert sorted(r.message_id for r in vault.list_records(Filters())) == ["t1", "t3", "t4"]
+    ingest.add_messages(vault, "s1", transcript)
+    target = [r for r in recall.list_records(vault, Filters()).records
+              if r.message_id == "t2"]
+    forget.forget(vault, ForgetPlan(tuple(target)))
+    added, _, _ = ingest.add_messages(vault, "s1", transcript)  # a hook or a scan again
+    assert added == 0
+    added, _, _ = ingest.add_messages(vault, "s1",
+                                      [*transcript, NewMessage("and lunch?", "user", "t4")])
+    assert added == 1
+    assert sorted(r.message_id for r in recall.list_records(vault, Filters()).records) == \
+        ["t1", "t3", "t4"]
     assert not found(vault, "diagnosis")

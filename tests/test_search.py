@@ -4,7 +4,6 @@ run against a plaintext control index too, and must find the canaries there."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -27,13 +26,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pytest_console_scripts import ScriptRunner
 
-from mem import fsio
-from mem.config import resolve
-from mem.errors import Busy, DataError, UsageError
-from mem.records import CATEGORIES, TYPES, Filters, Record, now_iso, parse_time, uuid7
-from mem.search import search
-from mem.vault import NewMessage, Vault, init
-from tests.conftest import open_as
+from memvault.config import resolve
+from memvault.errors import Busy, DataError, UsageError
+from memvault.index.base import Entry
+from memvault.index.keyed import SearchIndex
+from memvault.model.location import Location, session_file
+from memvault.model.records import (
+    CATEGORIES,
+    TYPES,
+    Filters,
+    NewMessage,
+    Record,
+    now_iso,
+    parse_time,
+    uuid7,
+)
+from memvault.ops import admin, ingest, recall, remember
+from memvault.ops.admin import init
+from memvault.storage import fsio
+from memvault.vault.vault import Vault
+from tests.conftest import mem, open_as
 
 RESULT_FIELDS = {"memory_id", "category", "type", "content", "snippet", "score", "tags",
                  "created_at", "session_id", "message_id"}
@@ -58,13 +70,65 @@ def contents(doc: dict[str, Any]) -> list[str]:
     return [r["content"] for r in doc["results"]]
 
 
+def search(vault: Vault, text: str, filters: Filters) -> dict[str, Any]:
+    """The search document (SPEC §6) that `mem search --json` prints."""
+    return recall.search(vault, text, filters).to_dict()
+
+
+def add(vault: Vault, text: str, kind: str, **kw: Any) -> Any:
+    return remember.add(vault, text, kind, **kw)
+
+
+def add_messages(vault: Vault, session: str, messages: list[NewMessage]) -> list[str]:
+    """Append messages to a session; the ids of the records it added, in order (read
+    from the session file itself, not through the index)."""
+    before = set(session_ids(vault, session))
+    added, _, _ = ingest.add_messages(vault, session, messages)
+    new = [i for i in session_ids(vault, session) if i not in before]
+    assert len(new) == added
+    return new
+
+
+def session_ids(vault: Vault, session: str) -> list[str]:
+    if not vault.exists():
+        return []
+    return [r.memory_id for r in vault.store.read_lines(session_file(session))]
+
+
+def entries(vault: Vault, include_archive: bool = True) -> list[Entry]:
+    """Every record with its location and context, read from the vault's files."""
+    return list(vault.entries(vault.state(), include_archive))
+
+
+def all_ids(vault: Vault) -> set[str]:
+    return {x.record.memory_id for x in entries(vault)}
+
+
+def reference_list(vault: Vault, filters: Filters) -> list[Record]:
+    """Every record decrypted and filtered in Python, newest first: the reference the
+    index must agree with (independent of the index, unlike `mem list`)."""
+    records = [x.record for x in entries(vault, filters.include_archive)
+               if filters.matches(x.record)]
+    records.sort(key=lambda r: (r.created_at, r.memory_id), reverse=True)
+    return records[: filters.limit]
+
+
+def list_records(vault: Vault, filters: Filters) -> list[Record]:
+    """What `mem list` returns."""
+    return list(recall.list_records(vault, filters).records)
+
+
+def search_index(vault: Vault) -> SearchIndex:
+    return vault.search_index(vault.state().key_version)
+
+
 def fresh_vault() -> Vault:
     """A new Vault object: nothing cached from earlier calls (like a new `mem` process)."""
     return Vault(resolve())
 
 
 def index_dir(vault: Vault) -> Path:
-    return vault.store.path("index")
+    return vault.layout.index_dir
 
 
 def replace_bytes(path: Path, data: bytes) -> None:
@@ -128,15 +192,15 @@ def canary_vault(vault: Vault) -> list[str]:
         ("Never mention flibbertigibbet in commit messages", "instruction"),
     ]
     for text, kind in texts:
-        vault.add(text, kind, tags=TAG_CANARIES)
+        add(vault, text, kind, tags=TAG_CANARIES)
     messages = [
         NewMessage("The gloriouswombat escaped again", "user", MESSAGE_ID_CANARY,
                    "2024-05-01T10:00:00Z", tags=[TAG_CANARIES[0]]),
         NewMessage("Try the snorkelmango recipe instead", "assistant", "m2",
                    "2024-05-01T10:01:00Z"),
     ]
-    vault.add_messages(SESSION_CANARY, messages)
-    vault.add("zanzibarquokka is the wifi name", "message", session=SESSION_CANARY,
+    add_messages(vault, SESSION_CANARY, messages)
+    add(vault, "zanzibarquokka is the wifi name", "message", session=SESSION_CANARY,
               tags=[TAG_CANARIES[1]])
     return [t for t, _ in texts] + [m.content for m in messages] + \
         ["zanzibarquokka is the wifi name"]
@@ -181,7 +245,7 @@ def plaintext_findings(path: Path, needles: list[str],
 
 
 def canary_needles(vault: Vault) -> list[str]:
-    analyzer = vault.search_index().analyzer
+    analyzer = search_index(vault).analyzer
     needles = [*TAG_CANARIES, MESSAGE_ID_CANARY]
     for word in CANARY_WORDS:
         needles.append(word)
@@ -212,18 +276,20 @@ def test_index_holds_no_plaintext_terms_or_values(vault: Vault) -> None:
         assert [t for t in terms[field] if not HEX128.fullmatch(t)] == [], field
     assert all(UUID.fullmatch(t) for t in terms["id"])
     assert set(terms["type"]) <= set(TYPES) and set(terms["category"]) <= set(CATEGORIES)
-    index = vault.search_index()
+    index = search_index(vault)
     for doc in docs:
         assert set(doc) <= STORED_FIELDS
         memory_id, sealed = doc["id"][0], doc["loc"][0]
         assert UUID.fullmatch(memory_id) and SEALED.fullmatch(sealed)
-        assert LOC.fullmatch(index.open_loc(memory_id, sealed))  # opens with the key
-        assert index.open_loc(str(uuid.uuid4()), sealed) == ""  # bound to its record
+        location = index.open_loc(memory_id, sealed)  # opens with the key
+        assert isinstance(location, Location) and LOC.fullmatch(str(location))
+        assert index.locate([memory_id]) == {memory_id: location}
+        assert index.open_loc(str(uuid.uuid4()), sealed) is None  # bound to its record
 
 
 def test_index_has_no_document_for_any_plaintext_stem(vault: Vault) -> None:
     texts = canary_vault(vault)
-    analyzer = vault.search_index().analyzer
+    analyzer = search_index(vault).analyzer
     searcher = tantivy.Index.open(str(index_dir(vault))).searcher()
     stems = {s for text in texts for s in analyzer.tokens(text)}
     roles_and_dates = [s for w in ("user", "assistant", "may", "wednesday")
@@ -258,7 +324,7 @@ def build_plaintext_control(path: Path, vault: Vault) -> None:
     path.mkdir()
     index = tantivy.Index(sb.build(), path=str(path))
     writer = index.writer(heap_size=15_000_000, num_threads=1)
-    for x in vault.located(True):
+    for x in entries(vault):
         doc = tantivy.Document(id=x.record.memory_id, body=x.record.content)
         for tag in x.record.tags:
             doc.add_text("tag", tag)
@@ -274,7 +340,7 @@ def test_the_plaintext_checks_catch_a_plaintext_index(vault: Vault, tmp_path: Pa
     canary_vault(vault)
     control = tmp_path / "control-index"
     build_plaintext_control(control, vault)
-    analyzer = vault.search_index().analyzer
+    analyzer = search_index(vault).analyzer
     findings = plaintext_findings(control, canary_needles(vault))
     for word in CANARY_WORDS + TAG_CANARIES:
         assert any(repr(word) in f or word in f for f in findings), word
@@ -315,7 +381,7 @@ class Corpus:
         self.ids: dict[str, str] = {}
 
     def add(self, name: str, text: str, kind: str = "fact", **kw: Any) -> str:
-        result = self.vault.add(text, kind, **kw)
+        result = add(self.vault, text, kind, **kw)
         assert not result.deduplicated
         self.ids[name] = result.record.memory_id
         return result.record.memory_id
@@ -324,15 +390,15 @@ class Corpus:
 def archive_records(vault: Vault, session: str, texts: list[tuple[str, str, list[str]]]) -> None:
     """Records in archive/ (compaction's output), written through the store and indexed
     by a rebuild (compaction itself does not exist yet)."""
-    with vault.writing() as store:
-        epoch = store.current_epoch()
+    with vault.transaction() as tx:
+        epoch = tx.epoch
         records = [Record(memory_id=uuid7(), org_id="default", user_id="alice", type="message",
                           content=text, content_hash="h", category="conversation", tags=tags,
                           session_id=session, role="user", created_at=created,
                           updated_at=created, key_version=epoch)
                    for text, created, tags in texts]
-        store.append_records(store.session_relpath(session, archived=True), records)
-        vault.rebuild_index()
+        tx.append(session_file(session, archived=True), records)
+        tx.rebuild_indexes()
 
 
 def build_corpus(vault: Vault) -> Corpus:
@@ -351,7 +417,7 @@ def build_corpus(vault: Vault) -> Corpus:
     c.add("new", "Deploys happen on Thursday", "correction", supersedes=c.ids["old"],
           tags=["work"])
     c.add("instr", "Always answer in British English", "instruction", tags=["family", "work"])
-    vault.add_messages("s1", [
+    add_messages(vault, "s1", [
         NewMessage("we should mock the clock in the scheduler tests", "user", "a1",
                    "2024-05-01T10:00:00Z", tags=["work"]),
         NewMessage("the clock will mock you, and mock the tests too", "assistant", "a2",
@@ -359,7 +425,7 @@ def build_corpus(vault: Vault) -> Corpus:
         NewMessage("mock clock frameworks are plentiful", "user", "a3",
                    "2024-05-03T10:00:00Z", tags=["work", "pets"]),
     ])
-    vault.add_messages("s2", [
+    add_messages(vault, "s2", [
         NewMessage("Luna chewed the sofa cushion", "user", "b1", "2024-06-01T09:00:00Z",
                    tags=["pets"]),
         NewMessage("Maybe get Luna a chew toy", "assistant", "b2", "2024-06-01T09:05:00Z"),
@@ -369,7 +435,7 @@ def build_corpus(vault: Vault) -> Corpus:
         ("Luna was adopted in March", "2023-03-10T08:00:00Z", ["pets"]),
         ("we used to mock the clock with freezegun", "2023-03-11T08:00:00Z", ["work"]),
     ])
-    for r in vault.located(True):
+    for r in entries(vault):
         c.ids.setdefault(r.record.message_id or r.record.content, r.record.memory_id)
     return c
 
@@ -408,7 +474,7 @@ def test_any_query_returns_the_spec_shape(corpus: Corpus, text: str, limit: int,
     results = doc["results"]
     assert len(results) <= limit
     assert len(set(ids(doc))) == len(results)
-    eligible = {r.memory_id: r for r in vault.list_records(Filters(
+    eligible = {r.memory_id: r for r in reference_list(vault, Filters(
         limit=1000, include_archive=include, include_superseded=include))}
     for r in results:
         assert set(r) == RESULT_FIELDS
@@ -452,11 +518,13 @@ def test_filters_agree_with_list(corpus: Corpus, types: list[str], categories: l
                                  after: datetime | None, before: datetime | None,
                                  include_archive: bool, include_superseded: bool,
                                  text: str) -> None:
-    """`list` decrypts everything and filters in Python: the reference for the index."""
+    """The reference decrypts everything and filters in Python; `list` and `search` must
+    agree with it."""
     filters = Filters(types=types, categories=categories, tags=tags, session=session,
                       after=after, before=before, include_archive=include_archive,
                       include_superseded=include_superseded, limit=1000)
-    expected = [r.memory_id for r in corpus.vault.list_records(filters)]
+    expected = [r.memory_id for r in reference_list(corpus.vault, filters)]
+    assert [r.memory_id for r in list_records(corpus.vault, filters)] == expected
     doc = search(corpus.vault, text, filters)
     if text == "":
         assert ids(doc) == expected  # the same records, and newest first like list
@@ -467,8 +535,8 @@ def test_filters_agree_with_list(corpus: Corpus, types: list[str], categories: l
 def test_filter_corpus_exercises_every_filter(corpus: Corpus) -> None:
     """The property above is only as good as its corpus: each filter must matter."""
     vault = corpus.vault
-    everything = len(vault.list_records(Filters(limit=1000, include_archive=True,
-                                                include_superseded=True)))
+    everything = len(reference_list(vault, Filters(limit=1000, include_archive=True,
+                                                   include_superseded=True)))
     assert everything == 21
     for f in (Filters(limit=1000), Filters(limit=1000, include_archive=True),
               Filters(limit=1000, include_superseded=True), Filters(limit=1000, tags=["pets"]),
@@ -476,7 +544,7 @@ def test_filter_corpus_exercises_every_filter(corpus: Corpus) -> None:
               Filters(limit=1000, types=["message"]), Filters(limit=1000,
                                                               categories=["preference"]),
               Filters(limit=1000, after=parse_time("2024-05-02T10:00:00Z"))):
-        n = len(vault.list_records(f))
+        n = len(reference_list(vault, f))
         assert 0 < n < everything, f
 
 
@@ -486,7 +554,7 @@ def test_filter_corpus_exercises_every_filter(corpus: Corpus) -> None:
 def test_question_finds_the_answer_among_stopword_distractors(corpus: Corpus) -> None:
     doc = search(corpus.vault, "What is the name of my dog?", Filters())
     assert ids(doc)[0] == corpus.ids["dog"]
-    assert corpus.vault.search_index().analyzer.query_terms(
+    assert search_index(corpus.vault).analyzer.query_terms(
         "What is the name of my dog?") == ["name", "dog"]
     # Distractors made only of stopwords are not found at all.
     for name in ("d1", "d3", "d4"):
@@ -531,7 +599,7 @@ def test_empty_query_lists_most_recent_first(corpus: Corpus) -> None:
     times = [parse_time(r["created_at"]) for r in search(vault, "", Filters(limit=100))[
         "results"]]
     assert times == sorted(times, reverse=True) and len(times) == 18  # 21 + 1 - 2 - 2
-    assert ids(doc) == [r.memory_id for r in vault.list_records(Filters(limit=5))]
+    assert ids(doc) == [r.memory_id for r in list_records(vault, Filters(limit=5))]
     assert all(r["score"] == 0.0 for r in doc["results"])
 
 
@@ -603,7 +671,7 @@ def test_archive_left_out_unless_asked(corpus: Corpus) -> None:
 def test_result_shape(corpus: Corpus) -> None:
     doc = search(corpus.vault, "luna", Filters())
     assert set(doc) == DOC_FIELDS
-    assert doc["total_searched"] == len(corpus.vault.located(True))
+    assert doc["total_searched"] == len(entries(corpus.vault))
     first = doc["results"][0]
     assert set(first) == RESULT_FIELDS
     assert first["score"] > 0
@@ -622,7 +690,7 @@ def test_result_shape(corpus: Corpus) -> None:
 def test_snippet_of_a_long_record_holds_the_match(vault: Vault) -> None:
     filler = " ".join(f"word{i}" for i in range(120))
     text = f"{filler}\n\nthe zeppelin landed   safely\n{filler}"
-    vault.add(text, "fact")
+    add(vault, text, "fact")
     for query in ("zeppelin", "Zeppelins", '"zeppelin landed"'):
         result = search(vault, query, Filters())["results"][0]
         assert result["content"] == text
@@ -635,11 +703,11 @@ def test_snippet_of_a_long_record_holds_the_match(vault: Vault) -> None:
 
 
 def test_other_users_records_are_not_searched(vault: Vault) -> None:
-    vault.add("alice keeps bees", "fact")
+    add(vault, "alice keeps bees", "fact")
     bob = open_as("bob")
     assert search(bob, "bees", Filters())["results"] == []
     assert not bob.store.exists()  # a search creates nothing
-    bob.add("bob keeps goats", "fact")
+    add(bob, "bob keeps goats", "fact")
     assert contents(search(bob, "keeps", Filters())) == ["bob keeps goats"]
     assert contents(search(vault, "keeps", Filters())) == ["alice keeps bees"]
 
@@ -649,32 +717,32 @@ def test_other_users_records_are_not_searched(vault: Vault) -> None:
 
 def test_every_write_updates_the_index_without_a_rebuild(vault: Vault,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    vault.add("first record", "fact")
+    add(vault, "first record", "fact")
 
-    def no_rebuild() -> int:
+    def no_rebuild(*args: Any) -> int:
         raise AssertionError("writes must update the index, not rebuild it")
 
-    monkeypatch.setattr(vault, "rebuild_index", no_rebuild)
-    fact = vault.add("the giraffe is tall", "fact", tags=["zoo"]).record.memory_id
+    monkeypatch.setattr(vault, "rebuild_indexes", no_rebuild)
+    fact = add(vault, "the giraffe is tall", "fact", tags=["zoo"]).record.memory_id
     assert fact in indexed_ids(vault) and stamp_is_fresh(vault)  # before any search
     assert ids(search(vault, "giraffe", Filters())) == [fact]
-    out = vault.add_messages("s1", [NewMessage("penguins waddle", "user", "p1"),
+    out = add_messages(vault, "s1", [NewMessage("penguins waddle", "user", "p1"),
                                     NewMessage("okapis are shy", "assistant", "p2")])
-    assert set(out["memory_ids"]) <= indexed_ids(vault)
+    assert len(out) == 2 and set(out) <= indexed_ids(vault)
     assert contents(search(vault, "penguins", Filters()))[0] == "penguins waddle"
-    msg = vault.add("narwhals have tusks", "message", session="s1").record.memory_id
+    msg = add(vault, "narwhals have tusks", "message", session="s1").record.memory_id
     narwhal = ids(search(vault, "narwhal", Filters()))
     assert narwhal[0] == msg  # and the earlier turns were re-indexed with it as context:
-    assert set(narwhal) == {msg, *out["memory_ids"]}
-    (walrus,) = vault.add_messages("s1", [NewMessage("walruses are loud")])["memory_ids"]
+    assert set(narwhal) == {msg, *out}
+    (walrus,) = add_messages(vault, "s1", [NewMessage("walruses are loud")])
     found = ids(search(vault, "walrus", Filters()))
-    assert found[0] == walrus and set(found) == {walrus, msg, out["memory_ids"][1]}
+    assert found[0] == walrus and set(found) == {walrus, msg, out[1]}
     # A neighbour's words are indexed as context: an answer is found by its question.
     assert "okapis are shy" in contents(search(vault, "penguins", Filters(limit=5)))
-    pref = vault.add("likes oolong", "preference", supersedes=fact).record.memory_id
+    pref = add(vault, "likes oolong", "preference", supersedes=fact).record.memory_id
     assert ids(search(vault, "giraffe", Filters())) == []
     assert ids(search(vault, "oolong", Filters())) == [pref]
-    assert indexed_ids(vault) == {x.record.memory_id for x in vault.located(True)}
+    assert indexed_ids(vault) == {x.record.memory_id for x in entries(vault)}
 
 
 def test_deleted_index_is_rebuilt_with_the_same_results(corpus: Corpus,
@@ -700,7 +768,7 @@ def corrupt_term_dict(vault: Vault, where: str) -> bytes | None:
     panic when opening it ("panic"). Found by trying on a scratch copy, as the bytes
     depend on the random index key."""
     directory = index_dir(vault)
-    queries = [vault.search_index().build_query(q, Filters())[0] for q in PROBES]
+    queries = [search_index(vault).build_query(q, Filters())[0] for q in PROBES]
     (term,) = directory.glob("*.term")
     pristine = term.read_bytes()
     scratch = directory.with_name("scratch-index")
@@ -775,7 +843,7 @@ CORRUPTIONS = ["meta.json garbage", "mem-index.json garbage", "segment files gar
 
 @pytest.mark.parametrize("how", CORRUPTIONS)
 def test_broken_index_is_rebuilt_on_the_next_search(corpus: Corpus, how: str) -> None:
-    corpus.vault.reindex()  # one segment, so the term-dictionary cases are well defined
+    admin.reindex(corpus.vault)  # one segment, so the term-dictionary cases are well defined
     queries = PROBES
     expected = {q: set(ids(search(corpus.vault, q, Filters(limit=50)))) for q in queries}
     break_index(corpus.vault, how)
@@ -784,7 +852,7 @@ def test_broken_index_is_rebuilt_on_the_next_search(corpus: Corpus, how: str) ->
         got = {q: set(ids(search(vault, q, Filters(limit=50)))) for q in queries}
     assert got == expected
     assert stamp_is_fresh(vault)
-    assert indexed_ids(vault) == {x.record.memory_id for x in vault.located(True)}
+    assert indexed_ids(vault) == {x.record.memory_id for x in entries(vault)}
     assert wrong_modes(index_dir(vault)) == []
     leftovers = [p.name for p in index_dir(vault).parent.iterdir()
                  if p.name.startswith("index.")]
@@ -793,7 +861,7 @@ def test_broken_index_is_rebuilt_on_the_next_search(corpus: Corpus, how: str) ->
 
 def test_broken_index_does_not_break_the_cli(corpus: Corpus,
                                              script_runner: ScriptRunner) -> None:
-    corpus.vault.reindex()
+    admin.reindex(corpus.vault)
     break_index(corpus.vault, "term dict fails on query")
     for _ in range(2):
         result = script_runner.run(["mem", "search", "luna", "--json"])
@@ -807,27 +875,26 @@ def test_index_files_stay_private_through_merges(vault: Vault) -> None:
     benchmarks do not set mem's umask)."""
     with Umask(0o022):
         for i in range(12):
-            vault.add(f"fact number {i} about merging", "fact")
+            add(vault, f"fact number {i} about merging", "fact")
             assert wrong_modes(index_dir(vault)) == [], i
 
 
 def test_rebuild_makes_private_files(vault: Vault) -> None:
-    vault.add("some fact", "fact")
+    add(vault, "some fact", "fact")
     with Umask(0):
-        assert vault.reindex() == {"documents": 1}
+        assert admin.reindex(vault).to_dict() == {"documents": 1}
     assert wrong_modes(index_dir(vault)) == []
 
 
 def write_behind_the_index(vault: Vault, text: str) -> str:
     """A write killed after it changed a session file and before its index commit."""
-    store = vault.store
     stamp = now_iso()
     record = Record(memory_id=uuid7(), org_id="default", user_id="alice", type="message",
                     content=text, content_hash="h", category="conversation", session_id="s1",
                     role="user", created_at=stamp, updated_at=stamp,
-                    key_version=store.current_epoch())
-    with pytest.raises(KeyboardInterrupt), vault.writing():
-        store.append_records(store.session_relpath("s1"), [record])
+                    key_version=vault.state().key_version)
+    with pytest.raises(KeyboardInterrupt), vault.transaction() as tx:
+        tx.append(session_file("s1"), [record])
         raise KeyboardInterrupt
     assert record.memory_id not in indexed_ids(vault)
     return record.memory_id
@@ -846,9 +913,9 @@ def test_a_write_after_an_interrupted_one_rebuilds(corpus: Corpus) -> None:
     """The next write must not just add its own record to a stale index."""
     vault = corpus.vault
     behind = write_behind_the_index(vault, "the okapi escaped")
-    new = fresh_vault().add("the capybara is calm", "fact").record.memory_id
+    new = add(fresh_vault(), "the capybara is calm", "fact").record.memory_id
     assert {behind, new} <= indexed_ids(vault)  # before any search
-    assert indexed_ids(vault) == {x.record.memory_id for x in vault.located(True)}
+    assert indexed_ids(vault) == {x.record.memory_id for x in entries(vault)}
     vault = fresh_vault()
     assert ids(search(vault, "okapi", Filters()))[0] == behind
     assert ids(search(vault, "capybara", Filters())) == [new]
@@ -860,8 +927,8 @@ def test_an_index_without_its_description_is_rebuilt_by_the_next_write(
     shutil.rmtree(index_dir(vault))
     index_dir(vault).mkdir()
     (index_dir(vault) / "stamp").write_text("a stamp, but no index")
-    new = fresh_vault().add("the capybara is calm", "fact").record.memory_id
-    assert indexed_ids(vault) == {x.record.memory_id for x in vault.located(True)}
+    new = add(fresh_vault(), "the capybara is calm", "fact").record.memory_id
+    assert indexed_ids(vault) == {x.record.memory_id for x in entries(vault)}
     vault = fresh_vault()
     assert ids(search(vault, "capybara", Filters())) == [new]
     assert ids(search(vault, "what is the name of my dog", Filters()))[0] == corpus.ids["dog"]
@@ -871,10 +938,10 @@ def test_moved_lines_are_detected(vault: Vault) -> None:
     """Two lines of a session file swapped behind mem's back (each line is authentic on
     its own) while the stamp stays: a hit's location now holds another record, so
     search notices and rebuilds instead of returning the wrong one."""
-    vault.add_messages("s1", [NewMessage(f"{animal} likes the rain", "user", f"m{i}",
+    add_messages(vault, "s1", [NewMessage(f"{animal} likes the rain", "user", f"m{i}",
                                          f"2024-05-0{i + 1}T10:00:00Z")
                               for i, animal in enumerate(["alpaca", "beaver", "cougar"])])
-    path = vault.store.path("sessions/s1.jsonl")
+    path = vault.layout.path(session_file("s1"))
     lines = path.read_bytes().splitlines(keepends=True)
     assert len({len(line) for line in lines}) == 1  # same offsets, other records
     replace_bytes(path, b"".join([lines[1], lines[0], lines[2]]))
@@ -889,21 +956,21 @@ def test_moved_lines_are_detected(vault: Vault) -> None:
 
 def test_a_bad_message_time_never_makes_the_vault_unsearchable(corpus: Corpus) -> None:
     with pytest.raises(DataError):  # refused, and nothing of the batch stored
-        corpus.vault.add_messages("s9", [NewMessage("bad time", "user", "x1", "yesterday")])
+        add_messages(corpus.vault, "s9", [NewMessage("bad time", "user", "x1", "yesterday")])
     assert ids(search(fresh_vault(), "what is the name of my dog", Filters()))[0] == \
         corpus.ids["dog"]
 
 
 def test_list_and_empty_search_agree_on_order_with_utc_offsets(vault: Vault) -> None:
-    vault.add_messages("s1", [NewMessage("ten utc", "user", "o1", "2024-05-01T12:00:00+02:00"),
+    add_messages(vault, "s1", [NewMessage("ten utc", "user", "o1", "2024-05-01T12:00:00+02:00"),
                               NewMessage("eleven utc", "user", "o2", "2024-05-01T11:00:00Z")])
     assert contents(search(vault, "", Filters())) == ["eleven utc", "ten utc"]
-    assert [r.content for r in vault.list_records(Filters())] == ["eleven utc", "ten utc"]
+    assert [r.content for r in list_records(vault, Filters())] == ["eleven utc", "ten utc"]
 
 
 def hold_lock(vault: Vault, seconds: float, held: threading.Event) -> threading.Thread:
     def run() -> None:
-        with fsio.locked(vault.store.lock_path, 5, "test holder"):
+        with fsio.locked(vault.layout.lock_path, 5, "test holder"):
             held.set()
             time.sleep(seconds)
 
@@ -914,14 +981,14 @@ def hold_lock(vault: Vault, seconds: float, held: threading.Event) -> threading.
 
 
 def test_a_write_waits_for_the_lock_then_lands_in_the_index(vault: Vault) -> None:
-    first = vault.add("the first record", "fact").record.memory_id
+    first = add(vault, "the first record", "fact").record.memory_id
     held = threading.Event()
     thread = hold_lock(vault, 0.3, held)
     other = subprocess.Popen([str(Path(sys.executable).parent / "mem"), "add",  # noqa: S603
                               "the other process wrote this", "--json"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     started = time.monotonic()
-    second = vault.add("the second record", "fact").record.memory_id
+    second = add(vault, "the second record", "fact").record.memory_id
     waited = time.monotonic() - started
     thread.join()
     out, err = other.communicate(timeout=30)
@@ -935,7 +1002,7 @@ def test_a_write_waits_for_the_lock_then_lands_in_the_index(vault: Vault) -> Non
 
 
 def test_reads_do_not_wait_for_a_writer(vault: Vault) -> None:
-    vault.add("the first record", "fact")
+    add(vault, "the first record", "fact")
     held = threading.Event()
     thread = hold_lock(vault, 0.5, held)
     started = time.monotonic()
@@ -946,25 +1013,18 @@ def test_reads_do_not_wait_for_a_writer(vault: Vault) -> None:
 
 def test_a_lock_held_too_long_is_busy_and_changes_nothing(
         vault: Vault, monkeypatch: pytest.MonkeyPatch) -> None:
-    vault.add("the first record", "fact")
+    add(vault, "the first record", "fact")
     monkeypatch.setenv("MEM_LOCK_TIMEOUT", "0.1")
     impatient = fresh_vault()
     held = threading.Event()
     thread = hold_lock(vault, 0.5, held)
     with pytest.raises(Busy):
-        impatient.add("never written", "fact")
+        add(impatient, "never written", "fact")
     thread.join()
     assert contents(search(fresh_vault(), "", Filters())) == ["the first record"]
 
 
 # --- 5. the installed script ------------------------------------------------------------------
-
-
-def mem(script_runner: ScriptRunner, *args: str, stdin: str | None = None) -> Any:
-    kwargs: dict[str, Any] = {}
-    if stdin is not None:
-        kwargs["stdin"] = io.StringIO(stdin)
-    return script_runner.run(["mem", *args], **kwargs)
 
 
 def test_cli_search_prints_one_json_document(corpus: Corpus,
@@ -1005,6 +1065,7 @@ def test_cli_search_usage_errors(corpus: Corpus, script_runner: ScriptRunner,
     assert result.stdout == "" and "Traceback" not in result.stderr
 
 
+@pytest.mark.script_launch_mode("subprocess")  # an abort must fail the test, not pytest
 def test_cli_search_with_a_huge_limit(corpus: Corpus, script_runner: ScriptRunner) -> None:
     """--limit is user input: Tantivy reserves room for `limit` hits up front, so a huge
     value must not abort the process (SIGABRT on a 48 GB allocation)."""
@@ -1020,15 +1081,15 @@ def test_cli_search_without_records(script_runner: ScriptRunner, vault: Vault) -
     assert json.loads(result.stdout) == {"results": [], "total_searched": 0,
                                          "query_time_ms": 0.0}
     assert mem(script_runner, "search").returncode == 0
-    vault.add("alice keeps bees", "fact")
+    add(vault, "alice keeps bees", "fact")
     other = mem(script_runner, "search", "bees", "--json", "--user", "bob")
     assert other.returncode == 0 and json.loads(other.stdout)["results"] == []
 
 
 def test_cli_reindex_reports_the_count(vault: Vault, script_runner: ScriptRunner) -> None:
     assert mem(script_runner, "reindex").returncode == 66  # no memory for alice yet
-    vault.add("alice keeps bees", "fact")
-    vault.add_messages("s1", [NewMessage("hello there"), NewMessage("general kenobi")])
+    add(vault, "alice keeps bees", "fact")
+    add_messages(vault, "s1", [NewMessage("hello there"), NewMessage("general kenobi")])
     result = mem(script_runner, "reindex", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"documents": 3}

@@ -12,21 +12,22 @@ import json
 import os
 import shutil
 import stat
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import open_as
-from mem.config import resolve
-from mem.errors import EX_DATAERR, EX_USAGE, DataError, UsageError
-from mem.records import Filters
-from mem.store import UserStore
-from mem.vault import Vault, init
+from conftest import mem, open_as
+from memvault.config import resolve
+from memvault.errors import EX_DATAERR, EX_USAGE, DataError, UsageError
+from memvault.model.records import Filters
+from memvault.ops import prefs, recall, remember, verify
+from memvault.ops.admin import init
+from memvault.storage.layout import UserLayout
+from memvault.storage.userstore import UserStore
+from memvault.vault.vault import Vault
 from tests.conftest import one_error_line
 
-MEM = str(Path(sys.executable).parent / "mem")
 USER_DIR = Path("default") / "alice"
 
 
@@ -59,19 +60,19 @@ def snapshot(root: Path) -> dict[str, bytes | None]:
 @pytest.fixture
 def populated(vault: Vault) -> Vault:
     """alice with facts in CLAUDE.md, preferences and settings, and a two-message session."""
-    vault.add("Works on the billing service", "fact", tags=["work"])
-    vault.add("Deploys on Thursdays", "pattern")
-    vault.add("Prefers tea over coffee", "preference")
-    vault.add("Always answer in British English", "instruction")
-    vault.pref_set("editor", "helix")
-    vault.add("How do I rotate the key?", "message", session="s1")
-    vault.add("Run mem rotate-key.", "message", session="s1", role="assistant")
+    remember.add(vault, "Works on the billing service", "fact", tags=["work"])
+    remember.add(vault, "Deploys on Thursdays", "pattern")
+    remember.add(vault, "Prefers tea over coffee", "preference")
+    remember.add(vault, "Always answer in British English", "instruction")
+    prefs.set_(vault, "editor", "helix")
+    remember.add(vault, "How do I rotate the key?", "message", session="s1")
+    remember.add(vault, "Run mem rotate-key.", "message", session="s1", role="assistant")
     return vault
 
 
 def fresh(v: Vault, user: str = "alice", org: str = "default") -> UserStore:
     """A store with no cached data keys, so every read goes back to the files."""
-    return UserStore(v.root, org, user, v.master)
+    return UserStore(UserLayout(v.root, org, user), v.master)
 
 
 def no_read_audit(v: Vault, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,7 +131,7 @@ def test_flipped_byte_in_state_is_a_data_error(populated, vault_dir):
     raw = path.read_bytes()
     path.write_bytes(raw.replace(b'"frozen": false', b'"frozen": true'))
     with pytest.raises(DataError, match="state.json"):
-        open_as("alice").add("written despite a forged state", "fact")
+        remember.add(open_as("alice"), "written despite a forged state", "fact")
     path.write_bytes(raw)
 
 
@@ -142,11 +143,11 @@ def test_flipped_byte_in_session_file_is_reported_by_verify(populated, vault_dir
     assert original.count(b"\n") == 2 and original.endswith(b"\n")
     v = open_as("alice")
     no_read_audit(v, monkeypatch)
-    assert v.verify()["ok"]
+    assert verify.verify(v).to_dict()["ok"]
     missed = []
     for position in flipped(path):
         line = original[:position].count(b"\n") + 1
-        report = v.verify()
+        report = verify.verify(v).to_dict()
         mine = [p for p in report["problems"] if p["file"] == name]
         if position == len(original) - 1:
             # The final newline turned into another byte: indistinguishable from a crash in
@@ -165,7 +166,7 @@ def test_flipped_byte_in_session_file_is_reported_by_verify(populated, vault_dir
         if not ok:
             missed.append((position, chr(original[position]), report["problems"]))
     assert missed == []
-    assert v.verify()["ok"]
+    assert verify.verify(v).to_dict()["ok"]
 
 
 def test_flip_in_the_unused_bits_of_base64_is_reported(populated, vault_dir):
@@ -184,16 +185,16 @@ def test_flip_in_the_unused_bits_of_base64_is_reported(populated, vault_dir):
         pytest.fail("no ciphertext with spare bits in its last base64 character")
     rest = path.read_bytes().splitlines(keepends=True)[1:]
     path.write_bytes(line + b"".join(rest))
-    assert open_as("alice").verify()["problems"] == []
+    assert verify.verify(open_as("alice")).to_dict()["problems"] == []
     doc = json.loads(line)
     doc["ct"] = ct[:-2] + chr(ord(ct[-2]) ^ 0x01) + "="
     assert base64.b64decode(doc["ct"]) == base64.b64decode(ct)  # same bytes, other text
     path.write_bytes(json.dumps(doc, separators=(",", ":")).encode() + b"\n" + b"".join(rest))
-    report = open_as("alice").verify()
+    report = verify.verify(open_as("alice")).to_dict()
     assert not report["ok"]
     assert [(p["file"], p["line"]) for p in report["problems"]] == [(f"default/alice/{rel}", 1)]
     with pytest.raises(DataError, match=f"default/alice/{rel} line 1"):
-        open_as("alice").list_records(Filters())
+        recall.list_records(open_as("alice"), Filters())
 
 
 @pytest.mark.parametrize("rel", ["CLAUDE.md", "keys/1.dek"])
@@ -209,20 +210,21 @@ def test_truncated_envelope_is_a_data_error(populated, vault_dir, rel):
         path.write_bytes(original)
 
 
+@pytest.mark.script_launch_mode("subprocess")
 def test_tampered_claude_md_makes_cli_exit_65_with_one_line(vault, vault_dir, script_runner):
-    vault.add("my secret project is zanzibarcanary9", "fact")
+    remember.add(vault, "my secret project is zanzibarcanary9", "fact")
     path = vault_dir / USER_DIR / "CLAUDE.md"
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
-    for args in (["list"], ["list", "--json"], ["add", "one more fact"], ["stats"]):
-        result = script_runner.run([MEM, *args])
+    for args in (["list"], ["list", "--json"], ["add", "one more fact"], ["brief"], ["search", "project"]):
+        result = mem(script_runner, *args)
         assert result.returncode == EX_DATAERR, (args, result.stderr)
         line = one_error_line(result.stderr)
         assert "default/alice/CLAUDE.md" in line
         assert result.stdout == ""
         assert "zanzibarcanary9" not in result.stdout + result.stderr
-    result = script_runner.run([MEM, "verify", "--json"])
+    result = mem(script_runner, "verify", "--json")
     assert result.returncode == EX_DATAERR
     report = json.loads(result.stdout)
     assert report["ok"] is False
@@ -236,9 +238,9 @@ def test_tampered_claude_md_makes_cli_exit_65_with_one_line(vault, vault_dir, sc
 @pytest.fixture
 def two_users(populated: Vault) -> tuple[Vault, Vault]:
     bob = open_as("bob")
-    bob.add("Bob likes trains", "fact")
-    bob.add("Bob's first message", "message", session="s1")
-    populated.add("Alice's other session", "message", session="s2")
+    remember.add(bob, "Bob likes trains", "fact")
+    remember.add(bob, "Bob's first message", "message", session="s1")
+    remember.add(populated, "Alice's other session", "message", session="s2")
     return populated, bob
 
 
@@ -252,13 +254,16 @@ def test_session_line_copied_to_another_user_fails(two_users, vault_dir, script_
     with bob_file.open("ab") as fh:
         fh.write(alice_line)
     bob = open_as("bob")
-    report = bob.verify()
+    report = verify.verify(bob).to_dict()
     assert not report["ok"]
     assert any(p["file"] == "default/bob/sessions/s1.jsonl" and p["line"] == 2
                and p["severity"] == "error" for p in report["problems"])
+    # Reads decrypt only what the index names: the planted line is never returned...
+    assert all("rotate" not in r.content for r in recall.list_records(bob, Filters()).records)
+    # ...and anything that reads the whole session refuses it, naming the line.
     with pytest.raises(DataError, match="default/bob/sessions/s1.jsonl line 2"):
-        bob.list_records(Filters())
-    result = script_runner.run([MEM, "list", "--user", "bob"])
+        remember.add(bob, "Bob's second message", "message", session="s1")
+    result = mem(script_runner, "forget", "--session", "s1", "--user", "bob", "--yes")
     assert result.returncode == EX_DATAERR
     assert "default/bob/sessions/s1.jsonl line 2" in one_error_line(result.stderr)
     assert "How do I rotate" not in result.stdout + result.stderr
@@ -268,18 +273,20 @@ def test_session_line_copied_to_another_session_of_the_same_user_fails(two_users
     alice_line = first_line(vault_dir / USER_DIR / "sessions" / "s1.jsonl")
     with (vault_dir / USER_DIR / "sessions" / "s2.jsonl").open("ab") as fh:
         fh.write(alice_line)
-    report = open_as("alice").verify()
+    report = verify.verify(open_as("alice")).to_dict()
     assert not report["ok"]
     assert any(p["file"] == "default/alice/sessions/s2.jsonl" and p["line"] == 2
                for p in report["problems"])
+    alice = open_as("alice")
+    assert len(recall.list_records(alice, Filters(session="s2")).records) == 1
     with pytest.raises(DataError, match="sessions/s2.jsonl line 2"):
-        open_as("alice").list_records(Filters(session="s2"))
+        remember.add(alice, "one more", "message", session="s2")
 
 
 def test_renamed_session_file_fails(two_users, vault_dir):
     sessions = vault_dir / USER_DIR / "sessions"
     (sessions / "s1.jsonl").rename(sessions / "s9.jsonl")
-    report = open_as("alice").verify()
+    report = verify.verify(open_as("alice")).to_dict()
     assert not report["ok"]
     assert {p["line"] for p in report["problems"]
             if p["file"] == "default/alice/sessions/s9.jsonl"} == {1, 2}
@@ -289,7 +296,7 @@ def test_session_line_replayed_in_the_same_file_is_reported(two_users, vault_dir
     path = vault_dir / USER_DIR / "sessions" / "s1.jsonl"
     with path.open("ab") as fh:
         fh.write(first_line(path))
-    report = open_as("alice").verify()
+    report = verify.verify(open_as("alice")).to_dict()
     assert not report["ok"]
     assert any("stored twice" in p["problem"] and p["file"].endswith("sessions/s1.jsonl")
                for p in report["problems"])
@@ -299,31 +306,34 @@ def test_session_line_replayed_in_the_same_file_is_reported(two_users, vault_dir
 def test_file_copied_over_another_users_file_fails(two_users, vault_dir, rel, script_runner):
     bob_dir = vault_dir / "default" / "bob"
     shutil.copyfile(vault_dir / USER_DIR / rel, bob_dir / rel)
-    report = open_as("bob").verify()
+    report = verify.verify(open_as("bob")).to_dict()
     assert not report["ok"]
     assert any(p["file"] == f"default/bob/{rel}" for p in report["problems"])
     if rel == "state.json":
         with pytest.raises(DataError, match="default/bob/state.json"):
-            open_as("bob").add("a new fact", "fact")
+            remember.add(open_as("bob"), "a new fact", "fact")
         return
-    result = script_runner.run([MEM, "list", "--user", "bob"])
-    assert result.returncode == EX_DATAERR
-    assert f"default/bob/{rel}" in one_error_line(result.stderr)
-    assert "Works on the billing" not in result.stdout + result.stderr
+    # Every read of that file refuses it (the brief reads both documents).
+    commands = [["brief"]] + ([["list"]] if rel != "preferences.json" else [["pref", "list"]])
+    for args in commands:
+        result = mem(script_runner, *args, "--user", "bob")
+        assert result.returncode == EX_DATAERR, args
+        assert f"default/bob/{rel}" in one_error_line(result.stderr)
+        assert "Works on the billing" not in result.stdout + result.stderr
 
 
 def test_claude_md_copied_into_another_org_fails(populated, vault_dir):
     other = open_as("alice", org="acme")
-    other.add("Acme fact", "fact")
+    remember.add(other, "Acme fact", "fact")
     shutil.copyfile(vault_dir / USER_DIR / "CLAUDE.md", vault_dir / "acme" / "alice" / "CLAUDE.md")
     with pytest.raises(DataError, match="acme/alice/CLAUDE.md"):
-        open_as("alice", org="acme").list_records(Filters())
+        recall.list_records(open_as("alice", org="acme"), Filters())
 
 
 def test_preferences_copied_over_claude_md_of_the_same_user_fails(populated, vault_dir):
     shutil.copyfile(vault_dir / USER_DIR / "preferences.json", vault_dir / USER_DIR / "CLAUDE.md")
     with pytest.raises(DataError, match="default/alice/CLAUDE.md"):
-        open_as("alice").list_records(Filters())
+        recall.list_records(open_as("alice"), Filters())
 
 
 # --- names that would be paths ----------------------------------------------------------------
@@ -341,7 +351,7 @@ def test_bad_names_are_refused_by_the_library(vault, vault_dir, tmp_path, name):
         assert err.value.exit_code == EX_USAGE
         assert f"invalid {kind} name" in err.value.message
     with pytest.raises(UsageError, match="invalid session name"):
-        vault.add("hello", "message", session=name)
+        remember.add(vault, "hello", "message", session=name)
     assert snapshot(tmp_path) == before
 
 
@@ -349,6 +359,7 @@ CLI_BAD_NAMES = ["../x", "..", "a/b", "", "-x", "a" * 65, "x\n"]
 
 
 @pytest.mark.parametrize("name", CLI_BAD_NAMES)
+@pytest.mark.script_launch_mode("subprocess")
 def test_bad_names_exit_2_from_the_cli_and_create_nothing(vault, tmp_path, script_runner, name):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -360,11 +371,12 @@ def test_bad_names_exit_2_from_the_cli_and_create_nothing(vault, tmp_path, scrip
         ["pref", "set", "k", "v", f"--user={name}"],
     ]
     for args in runs:
-        result = script_runner.run([MEM, *args], cwd=cwd)
+        result = mem(script_runner, *args, cwd=cwd)
         assert result.returncode == EX_USAGE, (args, result.stderr)
         assert "Traceback" not in result.stderr
         assert result.stdout == ""
-    result = script_runner.run([MEM, "add", "hello"], cwd=cwd, env=env_with(MEM_USER=name or "x/"))
+    result = script_runner.run(["mem", "add", "hello"], cwd=cwd,
+                               env=env_with(MEM_USER=name or "x/"))
     assert result.returncode == EX_USAGE
     assert snapshot(tmp_path) == before
 
@@ -372,7 +384,7 @@ def test_bad_names_exit_2_from_the_cli_and_create_nothing(vault, tmp_path, scrip
 def test_longest_and_dotted_names_are_accepted_and_stay_inside_the_vault(vault, vault_dir):
     user, org, session = "u" * 64, "Acme-Corp_1.eu", "2026.05.01_a-b"
     v = open_as(user, org=org)
-    v.add("hi", "message", session=session)
+    remember.add(v, "hi", "message", session=session)
     assert (vault_dir / org / user / "sessions" / f"{session}.jsonl").is_file()
 
 
@@ -396,15 +408,16 @@ def canary_vault(vault_dir: Path) -> list[str]:
             (f"Not {canaries[5]}, it is spelt differently", "correction"),
         ]
         for text, kind in texts:
-            v.add(text, kind, tags=[f"tag{canaries[6]}"])
-        v.add(f"User said {canaries[7]} in a session", "message", session="s1")
-        v.add(f"Assistant replied {canaries[7]}x", "message", session="s1", role="assistant")
-        v.pref_set(f"key{canaries[8]}", f"value {canaries[9]}")
-        v.pref_set("theme", canaries[10])
-        v.list_records(Filters())
-        v.verify()
+            remember.add(v, text, kind, tags=[f"tag{canaries[6]}"])
+        remember.add(v, f"User said {canaries[7]} in a session", "message", session="s1")
+        remember.add(v, f"Assistant replied {canaries[7]}x", "message", session="s1",
+                     role="assistant")
+        prefs.set_(v, f"key{canaries[8]}", f"value {canaries[9]}")
+        prefs.set_(v, "theme", canaries[10])
+        recall.list_records(v, Filters())
+        verify.verify(v).to_dict()
         for name in ("bob", "carol"):
-            open_as(name).add(f"{name} knows {canaries[0]}", "fact")
+            remember.add(open_as(name), f"{name} knows {canaries[0]}", "fact")
     finally:
         os.umask(old_umask)
     return [*canaries, *(text for text, _ in texts)]
@@ -441,7 +454,8 @@ def wrong_modes(paths: list[Path]) -> list[str]:
 def test_files_0600_and_directories_0700_even_under_umask_0(canary_vault, vault_dir, config_dir):
     paths = [p for root in (vault_dir, config_dir) for p in [root, *root.rglob("*")]]
     names = {p.name for p in paths}
-    assert {"CLAUDE.md", ".lock", "master.key", "1.dek", "s1.jsonl"} <= names
+    # The user's lock lives outside the user's directory: <vault>/<org>/.locks/<user>.lock.
+    assert {"CLAUDE.md", ".locks", "alice.lock", "master.key", "1.dek", "s1.jsonl"} <= names
     assert any(p.parent.name == "index" and p.is_file() for p in paths)  # Tantivy's files too
     assert wrong_modes(paths) == []
 
@@ -452,9 +466,9 @@ def test_files_0600_and_directories_0700_even_under_umask_0(canary_vault, vault_
 @pytest.fixture
 def audited(vault: Vault) -> Vault:
     for i in range(4):
-        vault.add(f"audited fact zanzibaraudit{i}", "fact")
-    vault.pref_set("secret-pref", "zanzibarprefvalue")
-    assert vault.verify()["ok"]
+        remember.add(vault, f"audited fact zanzibaraudit{i}", "fact")
+    prefs.set_(vault, "secret-pref", "zanzibarprefvalue")
+    assert verify.verify(vault).to_dict()["ok"]
     return vault
 
 
@@ -483,16 +497,16 @@ def edit_entry(line: bytes, field: str) -> bytes:
 
 
 def assert_chain_broken(vault_dir: Path, script_runner, cli: bool = True) -> None:  # noqa: ANN001
-    report = open_as("alice").verify()
+    report = verify.verify(open_as("alice")).to_dict()
     assert report["ok"] is False
     assert report["problems"]
     assert all(p["file"] == "default/alice/audit.jsonl" for p in report["problems"])
     if not cli:
         return
-    result = script_runner.run([MEM, "verify"])
+    result = mem(script_runner, "verify")
     assert result.returncode == EX_DATAERR
     assert "audit.jsonl" in result.stdout
-    audit = script_runner.run([MEM, "verify", "--json"])
+    audit = mem(script_runner, "verify", "--json")
     assert audit.returncode == EX_DATAERR
     assert json.loads(audit.stdout)["ok"] is False
 
@@ -523,17 +537,17 @@ def test_swapped_audit_entries_are_detected(audited, vault_dir, script_runner):
 
 def test_audit_of_another_user_does_not_verify(audited, vault_dir):
     bob = open_as("bob")
-    bob.add("bob fact", "fact")
+    remember.add(bob, "bob fact", "fact")
     shutil.copyfile(vault_dir / USER_DIR / "audit.jsonl",
                     vault_dir / "default" / "bob" / "audit.jsonl")
-    report = open_as("bob").verify()
+    report = verify.verify(open_as("bob")).to_dict()
     assert not report["ok"]
     assert {p["file"] for p in report["problems"]} == {"default/bob/audit.jsonl"}
 
 
 def test_audit_entries_hold_no_content_or_pref_values(audited, vault_dir):
-    audited.pref_get("secret-pref")
-    audited.add("audited fact zanzibaraudit0", "fact")  # a dedup is audited too
+    prefs.get(audited, "secret-pref")
+    remember.add(audited, "audited fact zanzibaraudit0", "fact")  # a dedup is audited too
     raw = (vault_dir / USER_DIR / "audit.jsonl").read_bytes()
     entries = [json.loads(line) for line in raw.splitlines()]
     assert {"add", "pref.set", "pref.get"} <= {e["op"] for e in entries}
@@ -547,13 +561,14 @@ def test_audit_entries_hold_no_content_or_pref_values(audited, vault_dir):
 # --- errors: one line, or the traceback on request ----------------------------------------------
 
 
+@pytest.mark.script_launch_mode("subprocess")
 def test_known_error_is_one_line_and_mem_debug_shows_the_traceback(vault, script_runner):
-    vault.add("something", "fact")
-    plain = script_runner.run([MEM, "show", "0190aaaa-0000-7000-8000-000000000000"])
+    remember.add(vault, "something", "fact")
+    plain = mem(script_runner, "show", "0190aaaa-0000-7000-8000-000000000000")
     assert plain.returncode == 66
     assert plain.stderr == "mem: error: no memory with id 0190aaaa-0000-7000-8000-000000000000\n"
     assert plain.stdout == ""
-    debug = script_runner.run([MEM, "show", "0190aaaa-0000-7000-8000-000000000000"],
+    debug = script_runner.run(["mem", "show", "0190aaaa-0000-7000-8000-000000000000"],
                               env=env_with(MEM_DEBUG="1"))
     assert debug.returncode != 0
     assert "Traceback (most recent call last)" in debug.stderr
@@ -561,12 +576,13 @@ def test_known_error_is_one_line_and_mem_debug_shows_the_traceback(vault, script
     assert debug.stdout == ""
 
 
+@pytest.mark.script_launch_mode("subprocess")
 def test_data_error_with_mem_debug_shows_the_traceback(vault, vault_dir, script_runner):
-    vault.add("something", "fact")
+    remember.add(vault, "something", "fact")
     (vault_dir / USER_DIR / "CLAUDE.md").write_bytes(b"garbage")
-    plain = script_runner.run([MEM, "list"])
+    plain = mem(script_runner, "list")
     assert plain.returncode == EX_DATAERR
     one_error_line(plain.stderr)
-    debug = script_runner.run([MEM, "list"], env=env_with(MEM_DEBUG="1"))
+    debug = script_runner.run(["mem", "list"], env=env_with(MEM_DEBUG="1"))
     assert "Traceback (most recent call last)" in debug.stderr
     assert "DataError" in debug.stderr

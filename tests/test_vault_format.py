@@ -17,14 +17,19 @@ from typing import Any
 
 import pytest
 
-from mem import crypto
-from mem.audit import AuditLog
-from mem.config import resolve
-from mem.errors import DataError, Refused
-from mem.keys import MasterKey, index_key, load_master_key, record_key
-from mem.records import Record
-from mem.store import UserStore
-from mem.vault import Vault
+from memvault.config import resolve
+from memvault.crypto import envelope as crypto
+from memvault.crypto.keys import MasterKey, index_key, record_key
+from memvault.errors import DataError, Refused
+from memvault.model.records import Record
+from memvault.ops import recall
+from memvault.ops import verify as verify_op
+from memvault.storage.audit import AuditLog
+from memvault.storage.layout import UserLayout
+from memvault.storage.state import UserState
+from memvault.storage.userstore import UserStore
+from memvault.vault.keysource import load_master_key
+from memvault.vault.vault import Vault
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "vault-format.md"
 BLOCK = re.compile(r"^```vector\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -247,25 +252,26 @@ def test_line_envelope_clear_fields_are_authenticated(v: Vectors, field: str,
 
 
 def test_state_mac(v: Vectors, tmp_path: Path) -> None:
-    store = UserStore(tmp_path, v.org, v.user, v.master)
+    store = UserStore(UserLayout(tmp_path, v.org, v.user), v.master)
     store.dir.mkdir(parents=True)
     state = json.loads(v["state_canonical"])
-    store.save_state(state)
-    on_disk = json.loads(store.path("state.json").read_text())
+    store.save_state(UserState.from_doc(state))
+    on_disk = json.loads(store.layout.path("state.json").read_text())
     assert on_disk == {"state": state, "mac": v.b("state_mac").hex()}
-    assert store.load_state() == state
+    assert store.load_state() == UserState.from_doc(state)
+    assert store.load_state().to_doc() == state
 
     on_disk["state"]["frozen"] = True
-    store.path("state.json").write_text(json.dumps(on_disk))
+    store.layout.path("state.json").write_text(json.dumps(on_disk))
     with pytest.raises(DataError):
         store.load_state()
 
 
 def test_state_mac_fails_for_another_user(v: Vectors, tmp_path: Path) -> None:
-    store = UserStore(tmp_path, v.org, "bob", v.master)
+    store = UserStore(UserLayout(tmp_path, v.org, "bob"), v.master)
     store.dir.mkdir(parents=True)
     doc = {"state": json.loads(v["state_canonical"]), "mac": v.b("state_mac").hex()}
-    store.path("state.json").write_text(json.dumps(doc))
+    store.layout.path("state.json").write_text(json.dumps(doc))
     with pytest.raises(DataError):
         store.load_state()
 
@@ -302,7 +308,7 @@ def test_audit_chain_detects_removed_and_edited_entries(v: Vectors, tmp_path: Pa
 
 
 def test_index_tokens(v: Vectors) -> None:
-    from mem.index import Analyzer
+    from memvault.index.keyed import Analyzer
 
     analyzer = Analyzer(v.b("index_key"))
     assert analyzer.tokens(v["index_text"]) == v["index_stems"].split()
@@ -348,8 +354,8 @@ def test_a_vault_assembled_from_the_vectors_opens(v: Vectors, tmp_path: Path) ->
     (user_dir / "audit.jsonl").write_text(v["audit_entry_1"] + "\n" + v["audit_entry_2"] + "\n")
 
     vault = Vault(resolve(vault=root, org=v.org, user=v.user), master=v.master)
-    assert vault.get(v["memory_id"]).content == "Hello"
-    report = vault.verify()
+    assert recall.show(vault, v["memory_id"]).record.content == "Hello"
+    report = verify_op.verify(vault).to_dict()
     assert report["problems"] == [] and report["ok"]
     assert report["records_checked"] == 1
 

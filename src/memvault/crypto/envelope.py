@@ -8,11 +8,13 @@ imports (cryptography) stay inside the functions.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
 import os
 import struct
+from typing import Any
 
 from memvault.errors import DataError
 
@@ -66,11 +68,24 @@ def key_check_value(master: bytes) -> str:
     return hkdf(master, "mem/v1/check")[:16].hex()
 
 
-def _seal(key: bytes, plaintext: bytes, aad: bytes, nonce: bytes | None) -> tuple[bytes, bytes]:
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+_AEADS: dict[bytes, Any] = {}
 
+
+def _aead(key: bytes) -> Any:
+    """One AESGCM object per key: building it costs more than sealing a short line."""
+    aead = _AEADS.get(key)
+    if aead is None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        if len(_AEADS) >= 64:
+            _AEADS.clear()
+        aead = _AEADS[key] = AESGCM(key)
+    return aead
+
+
+def _seal(key: bytes, plaintext: bytes, aad: bytes, nonce: bytes | None) -> tuple[bytes, bytes]:
     nonce = nonce if nonce is not None else os.urandom(NONCE_LEN)
-    return nonce, AESGCM(key).encrypt(nonce, plaintext, aad)
+    return nonce, _aead(key).encrypt(nonce, plaintext, aad)
 
 
 def seal_raw(key: bytes, plaintext: bytes, aad: bytes) -> tuple[bytes, bytes]:
@@ -100,10 +115,10 @@ def open_token(key: bytes, token: str, aad: bytes) -> bytes:
 
 def _open(key: bytes, nonce: bytes, ciphertext: bytes, aad: bytes) -> bytes:
     from cryptography.exceptions import InvalidTag
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     try:
-        return AESGCM(key).decrypt(nonce, ciphertext, aad)
+        plain: bytes = _aead(key).decrypt(nonce, ciphertext, aad)
+        return plain
     except (InvalidTag, ValueError) as exc:
         raise AuthError("authentication failed") from exc
 
@@ -146,8 +161,15 @@ def open_file(key: bytes, org: str, user: str, relpath: str, blob: bytes) -> byt
 # --- line envelope (sessions/*.jsonl, archive/*.jsonl) --------------------------------
 
 
+@functools.lru_cache(maxsize=256)
+def _line_prefix(org: str, user: str, relpath: str) -> bytes:
+    return lp(TAG_LINE, org, user, relpath)
+
+
 def line_aad(org: str, user: str, relpath: str, memory_id: str, ts: str, key_version: int) -> bytes:
-    return lp(TAG_LINE, org, user, relpath, memory_id, ts, str(key_version))
+    # lp() of several fields is the concatenation of each field's lp(): the fields shared
+    # by every line of a file are encoded once.
+    return _line_prefix(org, user, relpath) + lp(memory_id, ts, str(key_version))
 
 
 def seal_line(

@@ -10,6 +10,7 @@ data (index/base.py): `rebuild` recreates it from the vault at any time.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 from array import array
 import hmac
@@ -19,7 +20,7 @@ import re
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +145,13 @@ def date_words(created_at: str) -> str:
         dt = parse_time(created_at).astimezone(UTC)
     except Exception:
         return ""
-    return f"{dt.day} {_MONTHS[dt.month - 1]} {dt.year} {_WEEKDAYS[dt.weekday()]}"
+    return _day_words(dt.year, dt.month, dt.day)
+
+
+@functools.lru_cache(maxsize=4096)
+def _day_words(year: int, month: int, day: int) -> str:
+    weekday = _WEEKDAYS[datetime(year, month, day).weekday()]
+    return f"{day} {_MONTHS[month - 1]} {year} {weekday}"
 
 
 def _micros(created_at: str) -> int:

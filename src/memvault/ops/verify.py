@@ -86,10 +86,9 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResul
             table[record.type] = table.get(record.type, 0) + 1
             digests.append(id_digest(record.memory_id))
     digests = array("Q", sorted(digests))
-    twice = sum(1 for a, b in zip(digests, digests[1:], strict=False) if a == b)
+    twice = {a for a, b in zip(digests, digests[1:], strict=False) if a == b}
     if twice:
-        problems.add("sessions", f"{twice} records are stored twice "
-                     "(the same id in two places)")
+        _name_duplicates(vault, twice, problems)
     _check_audit(vault, state, problems)
     files += 1
     if state is not None and not problems.errors:  # else the counts are unknown
@@ -110,6 +109,26 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResul
     ok = not problems.errors
     vault.audit_read("verify", ok=ok, problems=len(problems.items))
     return VerifyResult(ok, files, records, tuple(problems.items), repaired)
+
+
+def _name_duplicates(vault: Vault, twice: set[int], problems: _Problems) -> None:
+    """A second pass, only when some id is stored twice: which files hold it. Line files
+    are read from their clear headers (nothing is decrypted)."""
+    store = vault.store
+    seen: dict[str, str] = {}
+    for relpath in store.layout.content_files():
+        try:
+            ids = [r.memory_id for r in store.doc_records(relpath)] \
+                if not relpath.endswith(".jsonl") else list(store.line_ids(relpath))
+        except DataError:
+            continue  # reported already
+        for memory_id in ids:
+            if id_digest(memory_id) not in twice:
+                continue
+            if memory_id in seen:
+                problems.add(relpath, f"record {memory_id} is stored twice (also in "
+                             f"{seen[memory_id]})")
+            seen[memory_id] = relpath
 
 
 def _check_audit(vault: Vault, state: UserState | None, problems: _Problems) -> None:
@@ -170,8 +189,8 @@ def repair(vault: Vault) -> RepairResult:
         try:
             retired = retire_unused_keys(tx)
             actions += [f"deleted unused data key {e}" for e in retired]
-            tx.state.format = 1  # recount from the files
-            migrations.upgrade_user(store, tx.state)
+            migrations.recount(store, tx.state)
+            tx.touch()
             count = tx.rebuild_indexes()
             actions.append(f"recounted and rebuilt the index ({count} records)")
         except DataError as exc:

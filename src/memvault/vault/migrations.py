@@ -23,7 +23,8 @@ from memvault.errors import DataError
 from memvault.model.records import ARCHIVE
 from memvault.storage import fsio
 from memvault.storage.layout import VAULT_FILE, UserLayout, users
-from memvault.storage.state import Superseded, UserState
+from memvault.storage.audit import AuditLog
+from memvault.storage.state import STATE_FORMAT, Superseded, UserState
 from memvault.storage.userstore import UserStore
 
 MIGRATE_LOCK = ".migrate.lock"
@@ -63,26 +64,34 @@ def tally(store: UserStore) -> Tally:
     return Tally(live, archived, superseded)
 
 
-def upgrade_user(store: UserStore, state: UserState) -> bool:
-    """Bring a user's state to the current format (caller holds the user's lock).
-    True when it changed."""
-    if state.counted:
-        return False
+def recount(store: UserStore, state: UserState) -> None:
+    """Set the state's counters and supersede links from the files."""
     counts = tally(store)
     state.live, state.archived, state.superseded = counts.live, counts.archived, \
         counts.superseded
-    state.format = 2
+
+
+def upgrade_user(store: UserStore, state: UserState, audit: AuditLog) -> bool:
+    """Bring a user's state to the current format, and audit it (caller holds the user's
+    lock). True when it changed."""
+    if state.counted:
+        return False
+    recount(store, state)
+    state.format = STATE_FORMAT
     store.save_state(state)
+    audit.append("migrate", migration="user-state-2")
     return True
 
 
-def _user_state_2(root: Path, master: MasterKey, lock_timeout: float) -> None:
+def _user_state_2(root: Path, master: MasterKey, lock_timeout: float, actor: str) -> None:
     for org, user in list(users(root)):
         layout = UserLayout(root, org, user)
         store = UserStore(layout, master)
+        audit = AuditLog(layout.audit_path, layout.audit_lock_path, store.meta_key,
+                         lock_timeout, actor)
         with fsio.locked(layout.lock_path, lock_timeout, f"user {org}/{user}"):
             try:
-                upgrade_user(store, store.load_state())
+                upgrade_user(store, store.load_state(), audit)
             except (DataError, FileNotFoundError):
                 continue  # damaged or gone: upgraded lazily, or reported by verify
 
@@ -90,7 +99,7 @@ def _user_state_2(root: Path, master: MasterKey, lock_timeout: float) -> None:
 @dataclass(frozen=True)
 class Migration:
     name: str
-    run: Callable[[Path, MasterKey, float], None]
+    run: Callable[[Path, MasterKey, float, str], None]  # root, master, lock timeout, actor
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -103,14 +112,14 @@ def pending(meta: dict[str, Any]) -> list[Migration]:
     return [m for m in MIGRATIONS if m.name not in done]
 
 
-def apply(root: Path, master: MasterKey, lock_timeout: float) -> list[str]:
+def apply(root: Path, master: MasterKey, lock_timeout: float, actor: str) -> list[str]:
     """Apply the migrations vault.json does not list yet; return their names."""
     applied: list[str] = []
     with fsio.locked(root / MIGRATE_LOCK, lock_timeout, "the vault (upgrading)"):
         path = root / VAULT_FILE
         meta = json.loads(path.read_text())
         for migration in pending(meta):
-            migration.run(root, master, lock_timeout)
+            migration.run(root, master, lock_timeout, actor)
             meta["migrations"] = [*meta.get("migrations", []), migration.name]
             fsio.atomic_write(path, (json.dumps(meta, indent=1) + "\n").encode())
             applied.append(migration.name)

@@ -80,7 +80,7 @@ class Vault:
                               self.store.meta_key, settings.lock_timeout, self.actor)
         self._search: tuple[int, SearchIndex] | None = None
         if migrations.pending(self.meta):
-            migrations.apply(self.root, self.master, settings.lock_timeout)
+            migrations.apply(self.root, self.master, settings.lock_timeout, self.actor)
             self.meta = read_meta(self.root)
 
     @property
@@ -118,7 +118,7 @@ class Vault:
         if not state.counted:
             with self.lock():
                 state = self.store.load_state()
-                migrations.upgrade_user(self.store, state)
+                migrations.upgrade_user(self.store, state, self.audit)
         return state
 
     # --- derived indexes --------------------------------------------------------------
@@ -243,7 +243,7 @@ class Vault:
                 self.store.create()
                 created = True
             state = self.store.load_state()
-            migrations.upgrade_user(self.store, state)
+            migrations.upgrade_user(self.store, state, self.audit)
             if not allow_frozen and state.frozen:
                 raise Refused(f"the memory of {self.who} is frozen: reads work, writes are "
                               "refused", hint="unfreeze")

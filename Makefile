@@ -27,7 +27,7 @@ test-fast: $(STAMP) ## The edit loop: every test but those marked slow, no lint
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(STAMP) ## ruff, mypy --strict, and the layer contracts (import-linter)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

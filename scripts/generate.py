@@ -4,15 +4,16 @@
     .venv/bin/python scripts/generate.py --check   write nothing; exit 1 listing stale files
     --output-dir DIR                               compare with / write under DIR, not the repo
 
-Everything comes from running the installed `mem` (the one beside this Python):
+Everything comes from running the `mem` command line in this process (Typer's runner):
 the shell completions from Typer (`_MEM_COMPLETE=source_<shell> mem`), the reference
 from `mem <command> --help` for every command and subcommand of the Typer app. The
 help is rendered in a fixed, minimal environment (NO_COLOR=1, TERM=dumb, COLUMNS=100,
 UTF-8 output), so the output depends only on the code and the pinned Typer and Rich.
 
-src/mem/_detect_secrets_patterns.py holds the regex patterns of detect-secrets'
+src/memvault/text/_detect_secrets_patterns.py holds the regex patterns of detect-secrets'
 RegexBasedDetector plugins, read from the installed detect-secrets (a dev dependency):
-mem.redact uses them without importing detect-secrets, which costs ~110 ms at start-up.
+memvault.text.redact uses them without importing detect-secrets, which costs ~110 ms at
+start-up.
 """
 
 from __future__ import annotations
@@ -20,11 +21,8 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
-import subprocess  # noqa: S404 - runs the installed mem, no shell
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,20 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CLI_DOC = Path("docs/cli.md")
 COMPLETIONS = {"bash": Path("completions/mem.bash"), "zsh": Path("completions/mem.zsh"),
                "fish": Path("completions/mem.fish")}
-DS_PATTERNS = Path("src/mem/_detect_secrets_patterns.py")
+DS_PATTERNS = Path("src/memvault/text/_detect_secrets_patterns.py")
 HELP_ENV = {"NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "100", "LINES": "50",
             "PYTHONIOENCODING": "utf-8", "PYTHONUTF8": "1"}
-TIMEOUT = 60.0
-
-
-def mem_executable() -> str:
-    beside = Path(sys.executable).parent / "mem"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("mem")
-    if found is None:
-        sys.exit("generate.py: no installed `mem` beside this Python or on PATH; run `make`")
-    return found
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -57,21 +44,31 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def run_mem(args: list[str], env: dict[str, str]) -> str:
-    proc = subprocess.run(  # noqa: S603 - our own CLI, fixed arguments
-        [mem_executable(), *args], env=env, capture_output=True, text=True,
-        encoding="utf-8", timeout=TIMEOUT, check=False,
-    )
-    if proc.returncode != 0:
-        sys.exit(f"generate.py: `mem {' '.join(args)}` exited {proc.returncode}:\n"
-                 f"{proc.stderr}")
-    return proc.stdout
+    """`mem ARGS` run in this process (Typer's test runner) with exactly `env`: one
+    process for every help page instead of one each."""
+    from typer.testing import CliRunner
+
+    from memvault.cli import app
+
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        result = CliRunner().invoke(app, args, prog_name="mem")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    if result.exit_code != 0:
+        sys.exit(f"generate.py: `mem {' '.join(args)}` exited {result.exit_code}:\n"
+                 f"{result.output}")
+    return result.stdout
 
 
 def command_paths() -> list[tuple[str, ...]]:
     """Every visible command and subcommand of the Typer app, in the order of `--help`."""
     import typer
 
-    from mem.cli import app
+    from memvault.cli import app
 
     def walk(command: Any, path: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         yield path
@@ -160,7 +157,8 @@ def render_detect_secrets_patterns() -> str:
         "# ruff: noqa: E501",
         '"""The regex patterns of detect-secrets\' RegexBasedDetector plugins, as data.',
         "",
-        "mem.redact builds rules from these without importing detect-secrets (and requests).",
+        "memvault.text.redact builds rules from these without importing detect-secrets "
+        "(and requests).",
         "",
         "The patterns are taken from detect-secrets (https://github.com/Yelp/detect-secrets),",
         "Copyright 2017-2018 Yelp Inc., licensed under the Apache License, Version 2.0",
@@ -192,8 +190,7 @@ def expected() -> dict[Path, str]:
         ([*path, "--help"], clean_env()) for path in paths
     ]
     jobs += [([], clean_env(_MEM_COMPLETE=f"source_{shell}")) for shell in COMPLETIONS]
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        outputs = list(pool.map(lambda job: run_mem(*job), jobs))
+    outputs = [run_mem(*job) for job in jobs]
     helps = [(path, normalise(text))
              for path, text in zip(paths, outputs[: len(paths)], strict=True)]
     files = {CLI_DOC: render_cli_doc(helps), DS_PATTERNS: render_detect_secrets_patterns()}

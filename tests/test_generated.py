@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import typer
 
-from mem.cli import app
+from memvault.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATOR = ROOT / "scripts" / "generate.py"

@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 from pytest_console_scripts import ScriptRunner
 
-from mem import hooks
-from mem.brief import build
-from mem.config import resolve
-from mem.vault import Vault
+from memvault.config import resolve
+from memvault.integrations import claude_code as hooks
+from memvault.ops import remember
+from memvault.ops.brief import build
+from memvault.vault.vault import Vault
 from tests.conftest import mem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
@@ -143,6 +144,7 @@ def grow_transcript(path: Path, text: str) -> None:
 # --- 3. the hook ------------------------------------------------------------------------------
 
 
+@pytest.mark.script_launch_mode("subprocess")  # the hook's stdout is one JSON document
 @pytest.mark.parametrize("source", ["startup", "compact"])
 def test_session_start_prints_the_brief_as_one_json_document(
         script_runner: ScriptRunner, vault: Vault, log_dir: Path, source: str) -> None:
@@ -158,11 +160,12 @@ def test_session_start_prints_the_brief_as_one_json_document(
     assert out["hookEventName"] == "SessionStart"
     brief = out["additionalContext"]
     assert "Prefers tabs over spaces" in brief and "Works on the billing service" in brief
-    assert brief == build(Vault(resolve()), 50, 8000)["brief"]
+    assert brief == build(Vault(resolve()), 50, 8000).brief
     assert any("SessionStart" in line for line in log_lines(log_dir))
     assert not any("tabs" in line for line in log_lines(log_dir))
 
 
+@pytest.mark.script_launch_mode("subprocess")  # the hook's exit code and stdout
 def test_session_start_with_nothing_to_brief_prints_nothing(
         script_runner: ScriptRunner, vault: Vault, vault_dir: Path) -> None:
     result, _ = hook({"hook_event_name": "SessionStart", "source": "startup"})
@@ -174,6 +177,7 @@ def test_session_start_with_nothing_to_brief_prints_nothing(
     assert (result.returncode, result.stdout) == (0, b"")
 
 
+@pytest.mark.script_launch_mode("subprocess")  # a detached background ingest
 def test_session_end_returns_at_once_and_ingests_in_the_background(
         script_runner: ScriptRunner, vault: Vault, tmp_path: Path, transcript: Path,
         log_dir: Path) -> None:
@@ -198,6 +202,7 @@ def test_session_end_returns_at_once_and_ingests_in_the_background(
     assert actors == {"hook:claude-code:SessionEnd"}
 
 
+@pytest.mark.script_launch_mode("subprocess")  # a detached background ingest
 def test_pre_compact_prints_nothing_and_ingests(
         script_runner: ScriptRunner, vault: Vault, tmp_path: Path, transcript: Path) -> None:
     grow_transcript(transcript, "Keep the wombatcache flag on")
@@ -214,6 +219,7 @@ def test_pre_compact_prints_nothing_and_ingests(
     assert message_count(script_runner, CLAUDE_SID) == 14
 
 
+@pytest.mark.script_launch_mode("subprocess")  # detached ingests racing
 def test_session_end_and_pre_compact_at_once_store_each_message_once(
         script_runner: ScriptRunner, vault: Vault, tmp_path: Path, transcript: Path,
         log_dir: Path) -> None:
@@ -246,6 +252,7 @@ BAD_STDIN = {
 }
 
 
+@pytest.mark.script_launch_mode("subprocess")  # the hook's exit code, stdout, stderr
 @pytest.mark.parametrize("name", sorted(BAD_STDIN))
 def test_bad_input_exits_0_prints_nothing_and_logs_without_content(
         script_runner: ScriptRunner, vault: Vault, tmp_path: Path, log_dir: Path,
@@ -286,6 +293,7 @@ def test_no_vault_or_no_key_exits_0_and_logs(
         assert not (tmp_path / "vault").exists()  # a hook never creates one
 
 
+@pytest.mark.script_launch_mode("subprocess")  # a detached ingest, refused
 def test_frozen_user_session_end_exits_0_and_logs_the_refusal(
         script_runner: ScriptRunner, vault: Vault, tmp_path: Path, transcript: Path,
         log_dir: Path) -> None:
@@ -302,6 +310,7 @@ def test_frozen_user_session_end_exits_0_and_logs_the_refusal(
     assert "Prefers tea" in json.loads(start.stdout)["hookSpecificOutput"]["additionalContext"]
 
 
+@pytest.mark.script_launch_mode("subprocess")  # a detached background ingest
 def test_a_hook_ingest_of_secrets_leaves_no_trace_in_vault_or_log(
         script_runner: ScriptRunner, vault: Vault, vault_dir: Path, tmp_path: Path,
         log_dir: Path) -> None:
@@ -429,6 +438,7 @@ def test_install_refuses_a_settings_file_that_is_not_json(
             assert backups(settings) == []
 
 
+@pytest.mark.script_launch_mode("subprocess")  # installs the script's own path
 def test_install_project_scope_and_the_installed_command_runs(
         script_runner: ScriptRunner, vault: Vault, tmp_path: Path) -> None:
     project = tmp_path / "project"
@@ -462,9 +472,9 @@ def test_install_never_overwrites_an_earlier_backup(tmp_path: Path,
     settings = tmp_path / "settings.json"
     original = json.dumps(EXISTING).encode()
     settings.write_bytes(original)
-    assert hooks.install(settings)["changed"]
-    assert hooks.uninstall(settings)["changed"]
-    assert hooks.install(settings)["changed"]
+    assert hooks.install(settings).changed
+    assert hooks.uninstall(settings).changed
+    assert hooks.install(settings).changed
     kept = [p.read_bytes() for p in backups(settings)]
     assert len(kept) == 3 and original in kept
 
@@ -568,9 +578,9 @@ def test_brief_bounds(script_runner: ScriptRunner, vault: Vault) -> None:
     populate_brief(script_runner)
     v = Vault(resolve())
     for i in range(30):
-        v.add(f"Fact number {i} about the user, somewhat long to fill the brief quickly "
+        remember.add(v, f"Fact number {i} about the user, somewhat long to fill the brief quickly "
               f"{'x' * (i * 7)}", "fact")
-    total = build(v, 1000, 10**6)["brief_count"]
+    total = build(v, 1000, 10**6).brief_count
     assert total == 39
 
     limited = mem_json(script_runner, "brief", "--max-entries", "5")
@@ -589,11 +599,11 @@ def test_brief_bounds(script_runner: ScriptRunner, vault: Vault) -> None:
     for max_entries in (1, 2, 3, 7, 50):
         for max_chars in (100, 250, 400, 500, 800, 1500, 3000, 8000):
             doc = build(v, max_entries, max_chars)
-            assert len(doc["brief"]) <= max_chars, (max_entries, max_chars)
-            assert doc["brief_count"] == len(doc["entries"]) <= max_entries
-            assert len(entry_lines(doc["brief"])) == doc["brief_count"]
-            rank = [0 if e["type"] in BEHAVIORAL else 1 if e["type"] in FACTS else 2
-                    for e in doc["entries"]]
+            assert len(doc.brief) <= max_chars, (max_entries, max_chars)
+            assert doc.brief_count == len(doc.entries) <= max_entries
+            assert len(entry_lines(doc.brief)) == doc.brief_count
+            rank = [0 if e.type in BEHAVIORAL else 1 if e.type in FACTS else 2
+                    for e in doc.entries]
             assert rank == sorted(rank)
     # A bound in characters drops whole entries (never half a line), section by section.
-    assert build(v, 50, 100_000)["brief_count"] == 39
+    assert build(v, 50, 100_000).brief_count == 39

@@ -1,9 +1,10 @@
-"""`mem ingest` through the installed script (SPEC §6, §7): every transcript format, re-ingest
+"""`mem ingest` through the command line (SPEC §6, §7): every transcript format, re-ingest
 and longer transcripts, --dry-run, redaction and withheld secrets, --strict, bad input, --scan;
 and the proof that no secret ever reaches disk, the index, the log or the terminal."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -16,10 +17,10 @@ import pytest
 import tantivy
 from pytest_console_scripts import ScriptRunner
 
-from mem.config import resolve
-from mem.ingest import session_name
-from mem.transcripts import parse
-from mem.vault import Vault
+from memvault.config import resolve
+from memvault.ops.ingest import session_name
+from memvault.text.transcripts import parse
+from memvault.vault.vault import Vault
 from tests.conftest import mem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
@@ -38,6 +39,19 @@ def log_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def mem_json(script_runner: ScriptRunner, *args: str, stdin: str | None = None) -> Any:
     result = mem(script_runner, *args, "--json", stdin=stdin)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def piped(script_runner: ScriptRunner, *args: str, stdin: str) -> Any:
+    """`mem ingest -` reads its transcript as bytes (bounded, checked to be UTF-8), as from
+    a pipe: in-process, stdin must have the byte buffer a real one has."""
+    stream = io.TextIOWrapper(io.BytesIO(stdin.encode()), encoding="utf-8")
+    return script_runner.run(["mem", *args], stdin=stream)
+
+
+def piped_json(script_runner: ScriptRunner, *args: str, stdin: str) -> Any:
+    result = piped(script_runner, *args, "--json", stdin=stdin)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -192,6 +206,7 @@ def test_each_format_ingests_searchably_and_only_once(
     assert len({r["message_id"] for r in stored}) == len(stored)
 
 
+@pytest.mark.script_launch_mode("subprocess")  # the stdout/stderr split
 def test_human_output_and_quiet(script_runner: ScriptRunner, vault: Vault) -> None:
     result = mem(script_runner, "ingest", str(FIXTURES / "jsonl-good.jsonl"))
     assert result.returncode == 0
@@ -235,7 +250,7 @@ def secret_needles(secrets: dict[str, str]) -> list[str]:
 
 def secret_tokens(vault: Vault, secrets: dict[str, str]) -> list[str]:
     """The index tokens of the secrets' random parts (not words such as 'private')."""
-    analyzer = vault.search_index().analyzer
+    analyzer = vault.search_index(vault.state().key_version).analyzer
     return sorted({t for v in secrets.values() for t in analyzer.tokens(v) if len(t) >= 8})
 
 
@@ -396,6 +411,7 @@ def test_a_secret_cut_by_a_shortened_tool_line_is_not_stored_in_part(
 # --- 2. no secret ever reaches disk ---------------------------------------------------------
 
 
+@pytest.mark.script_launch_mode("subprocess")  # what the real process prints
 def test_no_secret_reaches_disk_the_index_or_the_terminal(
         script_runner: ScriptRunner, vault: Vault, vault_dir: Path, config_dir: Path,
         log_dir: Path, tmp_path: Path) -> None:
@@ -418,7 +434,7 @@ def test_no_secret_reaches_disk_the_index_or_the_terminal(
         mem(script_runner, "ingest", str(plain), "--dry-run"),
         mem(script_runner, "ingest", str(plain), "--dry-run", "--json"),
         mem(script_runner, "ingest", str(plain), "--strict", "--session", "other"),
-        mem(script_runner, "ingest", "-", "--session", "piped", stdin=plain.read_text()),
+        piped(script_runner, "ingest", "-", "--session", "piped", stdin=plain.read_text()),
         mem(script_runner, "add", secrets["auth"], "--type", "instruction"),
         mem(script_runner, "pref", "set", "token", secrets["github"]),
         mem(script_runner, "ingest", "--scan", str(inbox), "--json"),
@@ -438,8 +454,8 @@ def test_no_secret_reaches_disk_the_index_or_the_terminal(
     # The index holds keyed hashes: neither the secrets' tokens nor their hashes are there,
     # while a random-looking benign word's hash is (the lookup works).
     v = Vault(resolve())
-    analyzer = v.search_index().analyzer
-    searcher = tantivy.Index.open(str(v.store.path("index"))).searcher()
+    analyzer = v.search_index(v.state().key_version).analyzer
+    searcher = tantivy.Index.open(str(v.layout.path("index"))).searcher()
     terms = {field: {t for t, _ in searcher.terms_with_prefix(field, "")}
              for field in ("body", "ctx")}
     tokens = secret_tokens(v, secrets)
@@ -475,15 +491,15 @@ def test_missing_file_and_stdin_without_a_session(script_runner: ScriptRunner, v
     missing = mem(script_runner, "ingest", str(tmp_path / "nope.jsonl"))
     assert missing.returncode == 66 and "nope.jsonl" in missing.stderr
     good = (FIXTURES / "jsonl-good.jsonl").read_text()
-    piped = mem(script_runner, "ingest", "-", stdin=good)
-    assert piped.returncode == 2 and "--session" in piped.stderr
-    assert piped.stdout == ""
+    nameless = piped(script_runner, "ingest", "-", stdin=good)
+    assert nameless.returncode == 2 and "--session" in nameless.stderr
+    assert nameless.stdout == ""
     assert not (vault_dir / "default" / "alice").exists()
     # With --session it works, and a transcript that names its session needs none.
-    named = mem_json(script_runner, "ingest", "-", "--session", "piped", stdin=good)
+    named = piped_json(script_runner, "ingest", "-", "--session", "piped", stdin=good)
     assert (named["session_id"], named["messages_added"]) == ("piped", 4)
-    own = mem_json(script_runner, "ingest", "-",
-                   stdin=(FIXTURES / "claude-code.jsonl").read_text())
+    own = piped_json(script_runner, "ingest", "-",
+                     stdin=(FIXTURES / "claude-code.jsonl").read_text())
     assert own["session_id"] == CLAUDE_SID and own["messages_added"] == 13
 
 

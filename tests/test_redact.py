@@ -1,4 +1,4 @@
-"""mem.redact: the rule table, refusals, placeholders, JSON-escaped input, user rules.
+"""memvault.text.redact: the rule table, refusals, placeholders, JSON-escaped input, user rules.
 
 Every secret here is a fake: fixed fixtures come from the rule table, random ones from the
 per-rule generators below (the right alphabet and length, random content).
@@ -20,13 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from mem import redact
-from mem._detect_secrets_patterns import DETECT_SECRETS_VERSION, PATTERNS
-from mem.errors import ConfigError
-from mem.redact import RedactionConfig, Rule, rule_from_config, rules, scan
+from memvault.errors import ConfigError
+from memvault.text import redact
+from memvault.text._detect_secrets_patterns import DETECT_SECRETS_VERSION, PATTERNS
+from memvault.text.redact import RedactionConfig, Rule, rule_from_config, rules, scan
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = redact.builtin_rules()
@@ -98,17 +98,18 @@ def _generator_module() -> object:
 
 
 def test_generated_detect_secrets_patterns_are_fresh() -> None:
-    """src/mem/_detect_secrets_patterns.py matches the installed detect-secrets."""
+    """src/memvault/text/_detect_secrets_patterns.py matches the installed detect-secrets."""
     pytest.importorskip("detect_secrets")
     expected = _generator_module().render_detect_secrets_patterns()  # type: ignore[attr-defined]
-    current = (ROOT / "src" / "mem" / "_detect_secrets_patterns.py").read_text(encoding="utf-8")
+    current = (ROOT / "src" / "memvault" / "text" / "_detect_secrets_patterns.py").read_text(
+        encoding="utf-8")
     assert current == expected, (
-        "src/mem/_detect_secrets_patterns.py is stale relative to the installed detect-secrets;"
-        " run `make completions` (scripts/generate.py)")
+        "src/memvault/text/_detect_secrets_patterns.py is stale relative to the installed "
+        "detect-secrets; run `make completions` (scripts/generate.py)")
 
 
 def test_importing_redact_pulls_in_neither_detect_secrets_nor_phonenumbers() -> None:
-    code = ("import sys, mem.redact as r\n"
+    code = ("import sys, memvault.text.redact as r\n"
             "r.scan('no digits here, mail ana@example.com')\n"
             "print('detect_secrets' in sys.modules, 'phonenumbers' in sys.modules)\n"
             "r.scan('call +1 415-555-2671')\n"
@@ -284,8 +285,8 @@ def test_random_fakes_are_refused_everywhere(rule_id: str, context: str) -> None
 
 def _code_lines(limit: int) -> list[str]:
     site = Path(sysconfig.get_paths()["purelib"])
-    roots = [ROOT / "src" / "mem"] + [site / n for n in ("rich", "click", "yaml", "typer",
-                                                         "_pytest", "platformdirs", "pip")]
+    roots = [ROOT / "src" / "memvault"] + [
+        site / n for n in ("rich", "click", "yaml", "typer", "_pytest", "platformdirs", "pip")]
     skip = {"redact.py", "_detect_secrets_patterns.py"}
     lines: list[str] = []
     for root in roots:
@@ -602,6 +603,9 @@ _PIECES = st.one_of(
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_PIECES, max_size=12).map("".join))
+# One JSON string body: the raw form's "n@0.AA" (the escape's letter, then "@0.AA") is
+# email-shaped, the decoded form (a line break, then "@0.AA") is not; both must be scanned.
+@example("\\n@0.AA")
 def test_redacted_text_never_contains_what_a_redact_rule_matched(text: str) -> None:
     result = scan(text)
     for rule in REDACT:
@@ -623,6 +627,9 @@ _SECRETISH = st.one_of(
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(_SECRETISH, max_size=6).map("".join), min_size=1, max_size=4),
        st.booleans())
+# A key cut after an escaped quote: the key's match must end there, not run on through the
+# closing quote into the next JSON string.
+@example([_pem(random.Random(0))[:60] + '"', ""], False)
 def test_redacting_a_json_line_keeps_it_json(values: list[str], nested: bool) -> None:
     doc: object = {f"k{i}": v for i, v in enumerate(values)}
     if nested:

@@ -52,7 +52,7 @@ RESULT_FIELDS = {"memory_id", "category", "type", "content", "snippet", "score",
 DOC_FIELDS = {"results", "total_searched", "query_time_ms"}
 TEXT_FIELDS = ("id", "body", "ctx", "type", "category", "tag", "session", "loc")
 HASHED_FIELDS = ("body", "ctx", "tag", "session")
-STORED_FIELDS = {"id", "type", "category", "created", "loc"}
+STORED_FIELDS = {"id", "type", "category", "created", "loc", "tag", "session", "text", "role"}
 HEX128 = re.compile(r"[0-9a-f]{32}")
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 LOC = re.compile(r"CLAUDE\.md|preferences\.json|(sessions|archive)/[^/@]+\.jsonl@\d+")
@@ -279,6 +279,11 @@ def test_index_holds_no_plaintext_terms_or_values(vault: Vault) -> None:
     index = search_index(vault)
     for doc in docs:
         assert set(doc) <= STORED_FIELDS
+        # Stored for rewrites: keyed digests only, 16 bytes a token, and the hashed tags
+        # and session the index already holds as terms.
+        assert all(len(b) % 16 == 0 for f in ("text", "role") for b in doc.get(f, []))
+        assert all(HEX128.fullmatch(t) for f in ("tag", "session") for v in doc.get(f, [])
+                   for t in v.split())
         memory_id, sealed = doc["id"][0], doc["loc"][0]
         assert UUID.fullmatch(memory_id) and SEALED.fullmatch(sealed)
         location = index.open_loc(memory_id, sealed)  # opens with the key

@@ -217,7 +217,8 @@ def test_tampered_claude_md_makes_cli_exit_65_with_one_line(vault, vault_dir, sc
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
-    for args in (["list"], ["list", "--json"], ["add", "one more fact"], ["brief"], ["search", "project"]):
+    for args in (["list"], ["list", "--json"], ["add", "one more fact"], ["brief"],
+                 ["search", "project"]):
         result = mem(script_runner, *args)
         assert result.returncode == EX_DATAERR, (args, result.stderr)
         line = one_error_line(result.stderr)

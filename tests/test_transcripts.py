@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mem.errors import DataError, UsageError
-from mem.transcripts import FORMATS, Transcript, detect, parse
+from memvault.errors import DataError, UsageError
+from memvault.text.transcripts import FORMATS, Transcript, detect, parse
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
 Row = tuple[str, str, str | None, str | None]
@@ -605,7 +605,7 @@ def test_deeply_nested_json_is_a_data_error_not_a_crash() -> None:
 
 
 def test_import_stays_light() -> None:
-    code = ("import sys, mem.transcripts; "
+    code = ("import sys, memvault.text.transcripts; "
             "print(sorted({'cryptography', 'tantivy'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

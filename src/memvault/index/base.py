@@ -7,7 +7,8 @@ The vault's transaction drives every index the same way (docs/architecture.md):
 1. before the first content file of a write changes: `mark_stale()` (the stamp goes);
 2. after the files are written and the audit entry is appended: `apply()` the queued
    changes, then `mark_current()`; if the index was not current when the write began,
-   `rebuild()` instead;
+   `rebuild()` instead; after erasing, `rewrite()` rebuilds the index re-deriving only
+   the files that changed (the rest is carried over from the index itself);
 3. a reader that finds it not current rebuilds it under the user's lock.
 
 A crash anywhere in between leaves no stamp, so the next reader rebuilds. The keyed-term
@@ -17,14 +18,13 @@ Tantivy index is one implementation; a vector index can sit beside it on the sam
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from memvault.model.location import Location
-from memvault.model.records import CONTEXT_NEIGHBOURS as CONTEXT_TURNS
-from memvault.model.records import Record, now_iso
+from memvault.model.records import CONTEXT_NEIGHBOURS, Record, now_iso
 from memvault.storage import fsio
 
 STAMP_FILE = "stamp"
@@ -49,7 +49,8 @@ def neighbours(records: Sequence[Record], i: int) -> tuple[str, ...]:
     answer's words are often in the question just before it)."""
     n = len(records)
     i = i % n
-    return tuple(records[j].content for j in range(i - CONTEXT_TURNS, i + CONTEXT_TURNS + 1)
+    span = range(i - CONTEXT_NEIGHBOURS, i + CONTEXT_NEIGHBOURS + 1)
+    return tuple(records[j].content for j in span
                  if j != i and 0 <= j < n)
 
 
@@ -74,6 +75,9 @@ class DerivedIndex(Protocol):
     def apply(self, upserts: Sequence[Entry], deletes: Sequence[str]) -> None: ...
 
     def rebuild(self, entries: Iterable[Entry]) -> int: ...
+
+    def rewrite(self, entries: Iterable[Entry], changed: set[str], kept_line_files: list[str],
+                superseded: Callable[[str], bool]) -> int: ...
 
     def locate(self, memory_ids: Sequence[str]) -> dict[str, Location]: ...
 

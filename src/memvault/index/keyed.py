@@ -12,13 +12,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-from array import array
 import hmac
 import json
 import os
 import re
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,11 +27,11 @@ from typing import Any
 from memvault.crypto import envelope
 from memvault.crypto.keys import location_key
 from memvault.index.base import Entry, IndexUnavailable, Stamp
-from memvault.model.location import Location
-from memvault.model.records import Filters, parse_time
+from memvault.model.location import Location, session_of
+from memvault.model.records import CONTEXT_NEIGHBOURS, Filters, parse_time
 from memvault.storage import fsio
 
-INDEX_FORMAT = 2  # 2: `loc` sealed (it names the session)
+INDEX_FORMAT = 3  # 2: `loc` sealed (it names the session); 3: token digests stored
 META_FILE = "mem-index.json"
 WRITER_HEAP = 32_000_000
 MAX_TOKEN_CHARS = 40
@@ -89,8 +89,8 @@ class Analyzer:
             .build()
         )
         self._mac = hmac.new(key, digestmod=hashlib.sha256)
-        self._cache: dict[str, str] = {}
-        self._texts: dict[str, str] = {}
+        self._cache: dict[str, bytes] = {}
+        self._texts: dict[str, bytes] = {}
 
     def tokens(self, text: str) -> list[str]:
         tokens: list[str] = self._analyzer.analyze(text)
@@ -112,27 +112,34 @@ class Analyzer:
                     stems.append(stem)
         return stems
 
-    def hash(self, token: str) -> str:
+    def digest(self, token: str) -> bytes:
         cached = self._cache.get(token)
         if cached is None:
             mac = self._mac.copy()
             mac.update(token.encode())
-            cached = mac.digest()[:16].hex()
+            cached = mac.digest()[:16]
             if len(self._cache) < 500_000:
                 self._cache[token] = cached
         return cached
 
-    def hashed(self, text: str) -> str:
-        """The text's tokens, hashed, space-separated. Memoised: in a session every turn is
-        also context for its neighbours, so the same text is hashed several times."""
+    def hash(self, token: str) -> str:
+        return self.digest(token).hex()
+
+    def digests(self, text: str) -> bytes:
+        """The text's tokens, hashed: 16 bytes each, in order. Memoised: in a session every
+        turn is also context for its neighbours, so the same text is hashed several times."""
         cached = self._texts.get(text)
         if cached is None:
-            cache, hash_ = self._cache, self.hash
-            cached = " ".join([cache.get(t) or hash_(t) for t in self.tokens(text)])
+            cache, digest = self._cache, self.digest
+            cached = b"".join([cache.get(t) or digest(t) for t in self.tokens(text)])
             if len(self._texts) >= 4096:
                 self._texts.clear()
             self._texts[text] = cached
         return cached
+
+    def hashed(self, text: str) -> str:
+        """The text's tokens, hashed, as the space-separated hex the index holds."""
+        return spaced(self.digests(text))
 
     def opaque(self, kind: str, value: str) -> str:
         """A keyed hash for a tag or session id (exact match, not analysed)."""
@@ -146,6 +153,12 @@ def date_words(created_at: str) -> str:
     except Exception:
         return ""
     return _day_words(dt.year, dt.month, dt.day)
+
+
+def spaced(digests: bytes) -> str:
+    """16-byte token digests as the whitespace-separated hex terms of a text field."""
+    text = digests.hex()
+    return " ".join([text[i:i + 32] for i in range(0, len(text), 32)])
 
 
 @functools.lru_cache(maxsize=4096)
@@ -229,13 +242,18 @@ class SearchIndex:
         sb.add_text_field("ctx", tokenizer_name="whitespace", index_option="freq")
         sb.add_text_field("type", stored=True, tokenizer_name="raw", index_option="basic")
         sb.add_text_field("category", stored=True, tokenizer_name="raw", index_option="basic")
-        sb.add_text_field("tag", tokenizer_name="whitespace", index_option="basic")
-        sb.add_text_field("session", tokenizer_name="raw", index_option="basic")
+        sb.add_text_field("tag", stored=True, tokenizer_name="whitespace", index_option="basic")
+        sb.add_text_field("session", stored=True, tokenizer_name="raw", index_option="basic")
         sb.add_integer_field("created", stored=True, indexed=True, fast=True)
         sb.add_unsigned_field("archived", indexed=True, fast=True)
         sb.add_unsigned_field("superseded", indexed=True, fast=True)
         # Stored only (sealed); never searched, so its terms need no index.
         sb.add_text_field("loc", stored=True, tokenizer_name="raw", index_option="basic")
+        # Stored only: the digests of a record's words and speaker, in order, so that a
+        # rewrite carries a document over without decrypting or analysing it again (the
+        # order is no news: `body` is indexed with positions).
+        sb.add_bytes_field("text", stored=True, indexed=False)
+        sb.add_bytes_field("role", stored=True, indexed=False)
         return sb.build()
 
     def _meta(self) -> dict[str, Any]:
@@ -291,28 +309,43 @@ class SearchIndex:
     # --- documents --------------------------------------------------------------------
 
     def document(self, entry: Entry) -> Any:
+        record, a = entry.record, self.analyzer
+        return self._document(
+            record.memory_id, record.type, record.category,
+            self.seal_loc(record.memory_id, entry.location), _micros(record.created_at),
+            a.digests(record.content),
+            a.digests(record.role or "") if record.type == "message" else b"",
+            [a.digests(text) for text in entry.context],
+            " ".join(a.opaque("tag", t) for t in record.tags),
+            a.opaque("session", record.session_id) if record.session_id else "",
+            entry.location.archived, bool(record.superseded_by))
+
+    def _document(self, memory_id: str, kind: str, category: str, sealed_loc: str,
+                  created: int, text: bytes, role: bytes, context: list[bytes],
+                  tags: str, session: str, archived: bool, superseded: bool) -> Any:
+        """One Tantivy document, from what a record yields once analysed: built from a
+        record (`document`), or carried over from a stored document (`rewrite`)."""
         import tantivy
 
-        record, context = entry.record, entry.context
-        a = self.analyzer
-        body = a.hashed(record.content)
-        if record.type == "message":
+        body = spaced(text)
+        if kind == "message":
             # Speakers and dates are searchable too ("what did Ana say in May?").
-            body = " ".join(filter(None, (a.hashed(record.role or ""), body,
-                                          a.hashed(date_words(record.created_at)))))
-        doc = tantivy.Document(
-            id=record.memory_id, body=body, type=record.type,
-            category=record.category, loc=self.seal_loc(record.memory_id, entry.location),
-            created=_micros(record.created_at),
-        )
+            day = datetime.fromtimestamp(created // 1_000_000, UTC)
+            body = " ".join(filter(None, (spaced(role), body, self.analyzer.hashed(
+                _day_words(day.year, day.month, day.day)))))
+        doc = tantivy.Document(id=memory_id, body=body, type=kind, category=category,
+                               loc=sealed_loc, created=created)
+        doc.add_bytes("text", text)
+        if role:
+            doc.add_bytes("role", role)
         if context:
-            doc.add_text("ctx", " ".join(a.hashed(text) for text in context))
-        if record.tags:
-            doc.add_text("tag", " ".join(a.opaque("tag", t) for t in record.tags))
-        if record.session_id:
-            doc.add_text("session", a.opaque("session", record.session_id))
-        doc.add_unsigned("archived", 1 if entry.location.archived else 0)
-        doc.add_unsigned("superseded", 1 if record.superseded_by else 0)
+            doc.add_text("ctx", " ".join(spaced(c) for c in context))
+        if tags:
+            doc.add_text("tag", tags)
+        if session:
+            doc.add_text("session", session)
+        doc.add_unsigned("archived", 1 if archived else 0)
+        doc.add_unsigned("superseded", 1 if superseded else 0)
         return doc
 
     @contextlib.contextmanager
@@ -335,16 +368,91 @@ class SearchIndex:
 
     def build(self, entries: Iterable[Entry]) -> int:
         """Build a fresh index beside the old one, then swap it in. Returns the doc count."""
+        def add(writer: Any) -> int:
+            count = 0
+            for entry in entries:
+                writer.add_document(self.document(entry))
+                count += 1
+            return count
+
+        return self._replace(add)
+
+    def rewrite(self, entries: Iterable[Entry], changed: set[str], kept_line_files: list[str],
+                superseded: Callable[[str], bool]) -> int:
+        """A fresh index like `build`, without re-deriving what did not change: documents
+        of files in `changed` come from `entries`; every other document is carried over
+        from this index (its stored digests give its body, and its neighbours' give its
+        context), with its superseded flag from `superseded`. Nothing of the old segments
+        survives, so the terms of deleted documents are gone. The index must be current."""
+        from tantivy import Occur, Query
+
+        old = self.searcher()
+
+        def add(writer: Any) -> int:
+            count = 0
+            for entry in entries:
+                writer.add_document(self.document(entry))
+                count += 1
+            not_messages = Query.boolean_query([
+                (Occur.Must, Query.all_query()),
+                (Occur.MustNot, Query.term_query(self.open().schema, "type", "message"))])
+            for stored in self._stored(old, not_messages):
+                if stored[1].file not in changed:
+                    writer.add_document(self._carried(stored, [], superseded))
+                    count += 1
+            for relpath in kept_line_files:
+                session = session_of(relpath)
+                if session is None:
+                    continue
+                query = Query.term_query(self.open().schema, "session",
+                                         self.analyzer.opaque("session", session))
+                turns = sorted((d for d in self._stored(old, query) if d[1].file == relpath),
+                               key=lambda d: d[1].offset or 0)
+                texts = [d[0].get_first("text") or b"" for d in turns]
+                for i, stored in enumerate(turns):
+                    span = range(i - CONTEXT_NEIGHBOURS, i + CONTEXT_NEIGHBOURS + 1)
+                    context = [texts[j] for j in span if j != i and 0 <= j < len(turns)]
+                    writer.add_document(self._carried(stored, context, superseded))
+                    count += 1
+            return count
+
+        count = self._replace(add)
+        self.mark_current()
+        return count
+
+    def _stored(self, searcher: Any, query: Any) -> Iterator[tuple[Any, Location, str]]:
+        """(stored document, its location, its sealed location) for every match."""
+        total = int(searcher.num_docs)
+        if not total:
+            return
+        for _, address in searcher.search(query, total, count=False).hits:
+            doc = searcher.doc(address)
+            memory_id, sealed = doc.get_first("id"), doc.get_first("loc")
+            location = self.open_loc(memory_id, sealed)
+            if location is None:
+                raise IndexUnavailable("a stored location does not open")
+            yield doc, location, sealed
+
+    def _carried(self, stored: tuple[Any, Location, str], context: list[bytes],
+                 superseded: Callable[[str], bool]) -> Any:
+        doc, location, sealed = stored
+        memory_id = doc.get_first("id")
+        return self._document(
+            memory_id, doc.get_first("type"), doc.get_first("category"), sealed,
+            int(doc.get_first("created")),
+            doc.get_first("text") or b"", doc.get_first("role") or b"", context,
+            doc.get_first("tag") or "", doc.get_first("session") or "", location.archived,
+            superseded(memory_id))
+
+    def _replace(self, fill: Callable[[Any], int]) -> int:
+        """Write a new index beside the old one with `fill(writer)`, then swap it in."""
         # What a killed rebuild left beside the index may hold forgotten terms: gone first.
         for leftover in self.path.parent.glob(f"{self.path.name}.[no][el][wd]-*"):
             shutil.rmtree(leftover, ignore_errors=True)
         tmp = self.path.with_name(f"{self.path.name}.new-{os.getpid()}")
         index = self.create_empty(tmp)
         writer = index.writer(heap_size=WRITER_HEAP, num_threads=1)
-        count = 0
-        for entry in entries:
-            writer.add_document(self.document(entry))
-            count += 1
+        count = fill(writer)
         writer.commit()
         writer.wait_merging_threads()
         private(tmp)

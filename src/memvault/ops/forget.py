@@ -146,8 +146,9 @@ def forget(vault: Vault, plan: ForgetPlan, now: bool = False) -> ForgetResult:
         audit_id = tx.audit("forget", sorted(gone),
                             [tx.hash_of(r.content_hash) for r in targets],
                             files=len(rewritten))
-        # Deleted Tantivy documents keep their terms until a merge: rebuild instead.
-        tx.rebuild_indexes()
+        # Deleted Tantivy documents keep their terms until a merge: rebuild instead,
+        # deriving again only the files just rewritten.
+        tx.rebuild_indexes(changed=set(rewritten))
         if now:
             keys.reencrypt(tx)
     return ForgetResult(len(gone), tuple(sorted(gone)), tuple(rewritten), audit_id, now)

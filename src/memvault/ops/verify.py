@@ -137,7 +137,7 @@ def _check_audit(vault: Vault, state: UserState | None, problems: _Problems) -> 
         problems.add(AUDIT, f"entry {broken.get('missing_seq')} and others were cut from "
                      f"the audit log or it was replaced (noticed {broken.get('detected_at')}"
                      "); the record of this stays")
-    chain = vault.audit.check(state.audit_head if state else None)
+    chain = vault.audit.check(state.audit_head if state else None, keep_entries=False)
     for line, text in chain.problems:
         problems.add(AUDIT, text, line)
     for line, text in chain.warnings:

@@ -137,20 +137,25 @@ class AuditLog:
                 self.head = {"seq": body["seq"], "mac": entry["mac"]}
             return str(body["audit_id"])
 
-    def check(self, anchor: dict[str, Any] | None = None) -> ChainCheck:
-        """Walk the chain. `anchor` (from state.json) is the last entry a write made:
-        it must still be there, so cutting the log's tail or deleting it is detected."""
+    def check(self, anchor: dict[str, Any] | None = None,
+              keep_entries: bool = True) -> ChainCheck:
+        """Walk the chain, one line at a time. `anchor` (from state.json) is the last entry
+        a write made: it must still be there, so cutting the log's tail or deleting it is
+        detected. Without `keep_entries` (verify), memory stays flat however long the log."""
         check = ChainCheck([], [])
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            data = b""
-        lines = data.split(b"\n")
-        if lines[-1].strip():  # no final newline: an append was interrupted
-            check.warnings.append((len(lines), "torn last audit entry (an append was "
-                                   "interrupted); the next write cuts it"))
         prev, seq = GENESIS, 0
-        for number, raw in enumerate(lines[:-1], start=1):
+        anchored: dict[str, Any] | None = None
+        number = 0
+        try:
+            fh = self.path.open("rb")
+        except FileNotFoundError:
+            fh = None
+        for number, raw in enumerate(fh or (), start=1):
+            if not raw.endswith(b"\n"):  # an append was interrupted
+                if raw.strip():
+                    check.warnings.append((number, "torn last audit entry (an append was "
+                                           "interrupted); the next write cuts it"))
+                break
             if not raw.strip():
                 continue
             try:
@@ -166,13 +171,17 @@ class AuditLog:
                 check.problems.append((number, "audit chain broken: an entry before this "
                                        "one was removed, reordered or edited"))
             prev, seq = str(mac), int(body.get("seq", seq + 1))
-            check.entries.append(entry)
+            if anchor and anchored is None and entry.get("seq") == anchor.get("seq"):
+                anchored = entry
+            if keep_entries:
+                check.entries.append(entry)
+        if fh is not None:
+            fh.close()
         if anchor:
-            match = [e for e in check.entries if e.get("seq") == anchor.get("seq")]
-            if not match:
+            if anchored is None:
                 check.problems.append((None, f"audit log ends before entry {anchor.get('seq')}"
                                        ": entries were cut from its end, or it was deleted"))
-            elif match[0].get("mac") != anchor.get("mac"):
+            elif anchored.get("mac") != anchor.get("mac"):
                 check.problems.append((None, f"audit entry {anchor.get('seq')} was replaced"))
         return check
 

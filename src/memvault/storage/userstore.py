@@ -381,12 +381,15 @@ class UserStore:
         """Each content file with its records and their locations, one file at a time:
         memory stays bounded by the largest file, whatever the user's history."""
         for relpath in self.layout.content_files(include_archive):
-            if relpath.endswith(".jsonl"):
-                scan = self.read_scan(relpath)
-                yield relpath, scan.records, scan.locations(relpath)
-            else:
-                records = self.doc_records(relpath)
-                yield relpath, records, [Location.doc(relpath)] * len(records)
+            yield relpath, *self.file(relpath)
+
+    def file(self, relpath: str) -> tuple[list[Record], list[Location]]:
+        """One content file's records and their locations (none when it does not exist)."""
+        if relpath.endswith(".jsonl"):
+            scan = self.read_scan(relpath)
+            return scan.records, scan.locations(relpath)
+        records = self.doc_records(relpath)
+        return records, [Location.doc(relpath)] * len(records)
 
     def records(self, include_archive: bool = True) -> Iterator[Record]:
         for _, records, _ in self.files(include_archive):

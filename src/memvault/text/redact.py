@@ -11,7 +11,7 @@ Everything mem stores (`mem add`, `mem pref set`, `mem ingest`) passes through s
 Sources, preferred over home-made patterns (SPEC §7):
 - detect-secrets (Yelp, Apache-2.0): the regex plugins, NOT the entropy or keyword plugins,
   which flag ordinary words. Importing detect_secrets costs ~110 ms (it pulls in requests),
-  so scripts/generate.py copies the patterns into mem._detect_secrets_patterns and a test
+  so scripts/generate.py copies the patterns into _detect_secrets_patterns.py and a test
   fails when that copy is stale.
 - gitleaks (Zachary Rice, MIT, config/gitleaks.toml at commit 009e025a): a few rules for what
   detect-secrets misses, adapted as noted on each rule and named by their gitleaks ids.
@@ -26,7 +26,8 @@ Speed (bench/bench_redact.py, target >= 5 MB/s): a rule names anchors, literals 
 match contains; one literal scan per rule finds them (~1.5 GB/s), the rule is skipped when
 there is none and its regex only runs on windows around them. A rule without a literal has
 a cheap prefilter regex instead. Only lines holding JSON escapes are decoded and scanned
-again, and a text that is one JSON string body as a whole is scanned decoded only.
+again; a text that is one JSON string body as a whole is decoded by json.loads, and its
+offsets map back by counting escapes (it is still scanned raw too: see _json_body).
 phonenumbers is pure Python (~0.2 MB/s), so a cheap regex finds phone-like digit runs, runs
 that cannot hold a valid number are dropped (dates, addresses, columns of numbers...) and
 the matcher only sees small windows around the rest; the library is imported only then.
@@ -45,8 +46,8 @@ from functools import cached_property, lru_cache
 from itertools import accumulate
 from typing import Any, Literal
 
-from memvault.text._detect_secrets_patterns import DETECT_SECRETS_VERSION, PATTERNS
 from memvault.errors import ConfigError
+from memvault.text._detect_secrets_patterns import DETECT_SECRETS_VERSION, PATTERNS
 
 Action = Literal["refuse", "redact"]
 # A detector that is not a regex (phones): (text, default region) -> spans.
@@ -62,6 +63,7 @@ _TOKEN_TAIL = re.compile(r"[A-Za-z0-9_-]*")
 # Windows end after the next whitespace, so a lookahead at the window's end sees real text.
 _WS = re.compile(r"\s")
 _WINDOW_SLACK = 4096
+_LONG = 8192  # a text this long goes to each rule straight, without the anchor gate
 
 
 @dataclass(frozen=True, repr=False)
@@ -114,6 +116,36 @@ class Rule:
         # One regex per rule: re's first-character scan beats str.find per literal.
         return re.compile(_literal_union(self.anchors))
 
+    @cached_property
+    def _anchor_res(self) -> tuple[re.Pattern[str], ...]:
+        # One regex per first character: a union whose literals start differently ("AC|SK")
+        # is tried at every position, ~10x slower than re's literal-prefix scan of each.
+        firsts: dict[str, list[str]] = {}
+        for anchor in self.anchors:
+            firsts.setdefault(anchor[0], []).append(anchor)
+        return tuple(re.compile(_literal_union(group)) for _, group in sorted(firsts.items()))
+
+    def _anchor_hits(self, hay: str) -> Iterator[re.Match[str]]:
+        """The anchors in `hay`, as _anchor_re.finditer reports them (leftmost first, the
+        longest at a position, none overlapping the one before), on a long text faster."""
+        regexes = self._anchor_res
+        if len(regexes) == 1 or len(hay) < _LONG:
+            yield from self._anchor_re.finditer(hay)
+            return
+        pending = [regex.search(hay) for regex in regexes]
+        pos = 0
+        while True:
+            best = None
+            for i, m in enumerate(pending):
+                if m is not None and m.start() < pos:  # overlapped the last hit: look again
+                    m = pending[i] = regexes[i].search(hay, pos)
+                if m is not None and (best is None or m.start() < best.start()):
+                    best = m  # no tie: the regexes' literals start with different characters
+            if best is None:
+                return
+            yield best
+            pos = best.end()
+
     def spans(self, text: str, region: str = "US", lower: str | None = None) -> list[
             tuple[int, int]]:
         """Where this rule matches `text`: (start, end) of each secret, in order.
@@ -131,7 +163,7 @@ class Rule:
             hay = text
             if self.anchors_ignore_case:
                 hay = lower if lower is not None else _lower(text)
-            hits = self._anchor_re.finditer(hay)
+            hits = self._anchor_hits(hay)
             if self.run is not None:
                 matches = _run_starts(self.detector, self.run, text, hits)
             else:
@@ -543,7 +575,10 @@ def _build_table() -> tuple[Rule, ...]:
         # Proc-Type, DEK-Info, Version...: each ends at a line break, which keeps this linear
         + r"(?:[A-Z][A-Z0-9-]*:[^\r\n\\]*(?:[\r\n]|\\+[rn])" + _NL + r"*)*"
         + r"[A-Z0-9+/=]{20,}"  # key material: a header alone is code that handles keys
-        + r"(?:[A-Z0-9+/=\s\\]|[\"',]\s*[\"'])*"
+        # ...with its line breaks, escaped too, and where code closes one string literal
+        # and opens the next ("...\\n"\n  "..."): never at an escaped quote or where a
+        # quote meets the other kind, which would run on into the next JSON string.
+        + r"(?:[A-Z0-9+/=\s]|\\+[rnt]|\"\s*\"|'\s*')*"
         + r"(?:-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----)?", re.IGNORECASE),
         [f"-----BEGIN RSA PRIVATE KEY-----\n{pem_body}-----END RSA PRIVATE KEY-----",
          f"-----BEGIN OPENSSH PRIVATE KEY-----\\nb3BlbnNzaC1rZXktdjEAAAAA{_cycle(_B64, 40)}",
@@ -918,6 +953,9 @@ def rules(config: RedactionConfig | None = None) -> list[Rule]:
 
 
 _ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/bfnrt])')
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_U_ESCAPE = re.compile(r"\\u[0-9a-fA-F]{4}")
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 _SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n",
                    "r": "\r", "t": "\t"}
 
@@ -939,10 +977,10 @@ def _decode(source: str) -> str:
         # by a character the text lacks, decoded, and that character becomes the backslash.
         mark = next(c for c in _MARKS if c not in source)
         return _decode(mark.join(source.split("\\\\"))).replace(mark, "\\")
-    if "\\u" in source:
-        return _ESCAPE.sub(_unescape_one, source)
-    for esc, char in _SIMPLE_ESCAPES.items():  # the common case, at C speed
+    for esc, char in _SIMPLE_ESCAPES.items():  # at C speed
         source = source.replace("\\" + esc, char)
+    if "\\u" in source:  # last: no character decoded above is a backslash or a hex digit
+        return _U_ESCAPE.sub(_unescape_one, source)
     return source
 
 
@@ -953,9 +991,9 @@ class _Decoded:
     come from counting escapes (C-speed str.count from the nearest known offset) instead of
     an index of every escape, which costs ~0.4 s on 5 MB of escaped text."""
 
-    def __init__(self, source: str, valid: bool = False) -> None:
+    def __init__(self, source: str, valid: bool = False, text: str | None = None) -> None:
         self.source = source
-        self.text = _decode(source)
+        self.text = _decode(source) if text is None else text
         self._valid = valid
         self._plain = len(self.text) == len(source)
         self._out: list[int] | None = None  # per escape: its offset in self.text
@@ -1010,16 +1048,17 @@ class _View:
     """The decoded form of the lines of `parent` that hold JSON escapes, joined by newlines
     (consecutive lines stay as they were); offsets map back to `parent`."""
 
-    def __init__(self, parent: str, whole: bool = False) -> None:
+    def __init__(self, parent: str, whole: str | None = None) -> None:
+        """`whole`: all of `parent` is one JSON string body, and this is its decoded form."""
         self.parent = parent
         self._starts: list[int] = []  # per piece: its offset in self.text
         self._origins: list[int] = []  # per piece: its offset in parent
         self._pieces: list[_Decoded] = []
         texts = []
         at = 0
-        lines = [(0, parent)] if whole else _escaped_lines(parent)
+        lines = [(0, parent)] if whole is not None else _escaped_lines(parent)
         for origin, line in lines:
-            piece = _Decoded(line, valid=whole)
+            piece = _Decoded(line, valid=whole is not None, text=whole)
             self._starts.append(at)
             self._origins.append(origin)
             self._pieces.append(piece)
@@ -1044,18 +1083,36 @@ def _escaped_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def _json_body(text: str) -> bool:
-    """Whether all of `text` is the inside of one JSON string: then its decoded form holds
-    everything the raw form does, and the raw form need not be scanned."""
+def _json_body(text: str) -> str | None:
+    """If all of `text` is the inside of one JSON string, its decoded form (else None):
+    json.loads decodes it at C speed, and offsets map back by counting escapes.
+
+    The raw form must still be scanned: its decoded form does not hold everything it does.
+    An escape's letter reads as part of a word in the raw form only, so a rule can match
+    raw text that runs through an escape ("\\n@app.command" holds the email-shaped
+    "n@app.command"; "s\\rk_live_..." a Stripe key) where the decoded form has a line
+    break; and a backslash ends a token there where a decoded "\\u00e9" would continue it."""
     if "\\" not in text:
-        return False
+        return None
     import json
 
     try:
-        json.loads(f'"{text}"')
+        decoded = json.loads(f'"{text}"')
     except ValueError:
-        return False
-    return True
+        return None
+    if _SURROGATE_ESCAPE.search(text):
+        # json.loads joins an escaped surrogate pair into one character, where _decode (and
+        # the offset counting) keeps one per escape: split them again, unless the text
+        # also holds such a character as itself.
+        if not text.isascii() and _ASTRAL.search(text):
+            return _decode(text)
+        return _ASTRAL.sub(_split_astral, decoded)
+    return str(decoded)
+
+
+def _split_astral(m: re.Match[str]) -> str:
+    code = ord(m.group()) - 0x10000
+    return chr(0xD800 + (code >> 10)) + chr(0xDC00 + (code & 0x3FF))
 
 
 def _align(text: str, start: int, end: int) -> tuple[int, int]:
@@ -1083,8 +1140,9 @@ def _odd_backslashes_before(text: str, pos: int) -> bool:
 class _Gate:
     """Which rules' anchors occur in a text, found with two regex passes.
 
-    Each pattern is a zero-width lookahead over a trie of every anchor, so it is tried at
-    every position and reports the longest anchor starting there; `rules_of` maps that
+    Each pattern is a trie of every anchor, searched again from the position after each
+    hit, so it reports the longest anchor starting at every position where one does, as a
+    zero-width lookahead tried at every position would, twice as fast; `rules_of` maps that
     literal to every rule with an anchor inside it (a shorter anchor at the same spot)."""
 
     sensitive: re.Pattern[str] | None
@@ -1098,8 +1156,10 @@ class _Gate:
                                           (True, self.insensitive, lower)):
             if pattern is None or hay is None:
                 continue
-            for m in pattern.finditer(hay):
-                ids |= self.rules_of[(ignore_case, m.group(1))]
+            m = pattern.search(hay)
+            while m:
+                ids |= self.rules_of[(ignore_case, m.group())]
+                m = pattern.search(hay, m.start() + 1)
         return ids
 
 
@@ -1117,8 +1177,7 @@ def _gate(active: tuple[Rule, ...]) -> _Gate:
     for ignore_case in (False, True):
         group = [r for r in gated if r.anchors_ignore_case == ignore_case]
         literals = {a for r in group for a in r.anchors}
-        patterns[ignore_case] = re.compile(f"(?=({_literal_union(literals)}))") \
-            if literals else None
+        patterns[ignore_case] = re.compile(_literal_union(literals)) if literals else None
         for literal in literals:
             rules_of[(ignore_case, literal)] = frozenset(
                 r.id for r in group if any(a in literal for a in r.anchors))
@@ -1135,7 +1194,7 @@ def _find(text: str, active: tuple[Rule, ...], region: str,
     # rules' anchors occur at all: most messages hold none, and spans() per rule costs
     # far more than the regexes themselves. Long texts go straight to each rule.
     gate = _gate(active)
-    triggered = gate.triggered(text, lower) if len(text) < 8192 else None
+    triggered = gate.triggered(text, lower) if len(text) < _LONG else None
     for rule in active:
         if refuse_only and rule.action != "refuse":
             continue
@@ -1149,22 +1208,21 @@ def _find(text: str, active: tuple[Rule, ...], region: str,
 def scan(text: str, config: RedactionConfig | None = None) -> Redaction:
     """Find every rule's matches in `text` and in its JSON-unescaped forms; replace them.
 
-    Forms scanned: the text (unless all of it is one JSON string body), the decoded lines
-    that hold JSON escapes (every rule) and, for JSON inside JSON, those lines decoded once
-    more (refuse rules only: a critical secret two escapes deep still refuses)."""
+    Forms scanned: the text, the decoded lines that hold JSON escapes (every rule) and,
+    for JSON inside JSON, those lines decoded once more (refuse rules only: a critical
+    secret two escapes deep still refuses). Neither form holds everything the other does,
+    not even when the whole text is one JSON string body (see _json_body)."""
     config = config or _DEFAULT
     active = _active(config)
     region = config.phone_region
     hits: list[tuple[int, int, Rule]] = []
     if "\\" not in text or not _ESCAPE.search(text):
         return _apply(text, _find(text, active, region))
-    whole = _json_body(text)
-    if not whole:
-        for s, e, rule in _find(text, active, region):
-            s, e = _align(text, s, e)
-            if s < e:
-                hits.append((s, e, rule))
-    chain = [_View(text, whole=whole)]
+    for s, e, rule in _find(text, active, region):
+        s, e = _align(text, s, e)
+        if s < e:
+            hits.append((s, e, rule))
+    chain = [_View(text, whole=_json_body(text))]
     if "\\" in chain[0].text and _ESCAPE.search(chain[0].text):
         chain.append(_View(chain[0].text))
     for depth, view in enumerate(chain):

@@ -22,8 +22,8 @@ from memvault.crypto.keys import MasterKey
 from memvault.errors import DataError
 from memvault.model.records import ARCHIVE
 from memvault.storage import fsio
-from memvault.storage.layout import VAULT_FILE, UserLayout, users
 from memvault.storage.audit import AuditLog
+from memvault.storage.layout import VAULT_FILE, UserLayout, users
 from memvault.storage.state import STATE_FORMAT, Superseded, UserState
 from memvault.storage.userstore import UserStore
 

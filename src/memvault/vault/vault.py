@@ -150,6 +150,27 @@ class Vault:
             count = index.rebuild(self.entries(state))
         return count
 
+    def rewrite_indexes(self, state: UserState, changed: set[str]) -> int:
+        """Rebuild every index after the files in `changed` were rewritten (or removed),
+        deriving only those files again; the rest is carried over from each index, which
+        must have been current before the change (caller holds the lock)."""
+        layout = self.layout
+        kept = [f for f in [*layout.line_files(), *layout.line_files(archived=True)]
+                if f not in changed]
+
+        def changed_entries() -> Iterator[Entry]:
+            for relpath in sorted(changed):
+                records, locations = self.store.file(relpath)
+                for record in records:
+                    self.linked(record, state)
+                yield from file_entries(records, locations)
+
+        count = 0
+        for index in self.indexes(state.key_version):
+            count = index.rewrite(changed_entries(), changed, kept,
+                                  lambda memory_id: state.superseded_by(memory_id) is not None)
+        return count
+
     def ready_index(self, state: UserState | None = None) -> SearchIndex:
         """The search index, rebuilt first (under the lock) when missing, corrupt or stale."""
         epoch = (state or self.state()).key_version
@@ -322,11 +343,20 @@ class Transaction:
             self._upserts.pop(memory_id, None)
             self._deletes.add(memory_id)
 
-    def rebuild_indexes(self) -> int:
+    def rebuild_indexes(self, changed: set[str] | None = None) -> int:
         """Rebuild every index now, from the files as they are (after changes whose old
         terms must leave the index: deleted Tantivy documents keep their terms until a
-        merge). Later changes in this transaction are queued as usual."""
-        count = self.vault.rebuild_indexes(self.state)
+        merge). With `changed`, the files this transaction rewrote: only those are
+        derived again, when the indexes were current before and nothing else is queued.
+        Later changes in this transaction are queued as usual."""
+        count = -1
+        if changed is not None and self.fresh and not self._upserts and not self._deletes:
+            try:
+                count = self.vault.rewrite_indexes(self.state, changed)
+            except IndexUnavailable:
+                count = -1
+        if count < 0:
+            count = self.vault.rebuild_indexes(self.state)
         self.fresh, self._stale = True, False
         self._upserts.clear()
         self._deletes.clear()

@@ -5,10 +5,12 @@ make one; it is then correct by the same tests the keyed-term index passes."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import pytest
+import tantivy
 
 from memvault.index.base import DerivedIndex, Entry, neighbours
 from memvault.index.keyed import SearchIndex
@@ -27,6 +29,10 @@ def session_entries(texts: list[str], session: str = "s1") -> list[Entry]:
     records = [record(t, session=session) for t in texts]
     return [Entry(r, Location.line(session_file(session), 100 * i), neighbours(records, i))
             for i, r in enumerate(records)]
+
+
+def _superseded(r: Record) -> Record:
+    return dataclasses.replace(r, superseded_by="someone")
 
 
 class DerivedIndexContract:
@@ -69,6 +75,29 @@ class DerivedIndexContract:
         index.apply([], [second.record.memory_id])
         assert index.locate([second.record.memory_id]) == {}
 
+    def test_a_rewrite_gives_what_a_rebuild_gives(self, index: DerivedIndex) -> None:
+        """After a file changes, deriving only that file again (the rest carried over)
+        must leave the index a full rebuild would."""
+        one = session_entries(["alpha beta", "gamma delta", "epsilon zeta", "eta theta"])
+        two = session_entries(["iota kappa", "lambda mu", "nu xi"], session="s2")
+        index.rebuild([*one, *two])
+        # s2 loses its middle turn: its file is rewritten; s1 is untouched.
+        kept = [two[0].record, two[2].record]
+        rewritten = [Entry(r, Location.line(session_file("s2"), 50 * i), neighbours(kept, i))
+                     for i, r in enumerate(kept)]
+        superseded = {one[1].record.memory_id}
+        count = index.rewrite(rewritten, {session_file("s2")}, [session_file("s1")],
+                              lambda memory_id: memory_id in superseded)
+        assert count == len(one) + len(kept) and index.is_current()
+        ids = [e.record.memory_id for e in [*one, *two]]
+        expected = {e.record.memory_id: e.location for e in [*one, *rewritten]}
+        assert index.locate(ids) == expected
+        self.assert_same_as_rebuild(index, [*one, *rewritten], superseded)
+
+    def assert_same_as_rebuild(self, index: DerivedIndex, entries: list[Entry],
+                               superseded: set[str]) -> None:
+        """Each implementation compares what it holds with a fresh rebuild."""
+
     def test_rebuild_keeps_only_what_it_is_given(self, index: DerivedIndex) -> None:
         entries = session_entries(["alpha", "beta", "gamma"])
         index.rebuild(entries)
@@ -78,8 +107,29 @@ class DerivedIndexContract:
 
 
 class TestKeyedTermIndex(DerivedIndexContract):
+    key = os.urandom(32)
+
     def make(self, path: Path) -> DerivedIndex:
-        return SearchIndex(path, os.urandom(32))
+        return SearchIndex(path, self.key)
+
+    def assert_same_as_rebuild(self, index: DerivedIndex, entries: list[Entry],
+                               superseded: set[str]) -> None:
+        assert isinstance(index, SearchIndex)
+        fresh = SearchIndex(index.path.with_name("fresh"), self.key)
+        fresh.rebuild([Entry(e.record, e.location, e.context) for e in entries
+                       if e.record.memory_id not in superseded] +
+                      [Entry(_superseded(e.record), e.location, e.context) for e in entries
+                       if e.record.memory_id in superseded])
+        words = {w for e in entries for w in e.record.content.split()} | {"user", "quokka"}
+        mine, theirs = index.searcher(), fresh.searcher()
+        assert mine.num_docs == theirs.num_docs
+        for word in sorted(words):
+            term = index.analyzer.hash(index.analyzer.tokens(word)[0])
+            for field in ("body", "ctx"):
+                assert mine.doc_freq(field, term) == theirs.doc_freq(field, term), (word, field)
+        flagged = tantivy.Query.term_query(index.open().schema, "superseded", 1)
+        assert [mine.doc(a).get_first("id") for _, a in mine.search(flagged, 10).hits] == \
+            sorted(superseded)
 
     def test_a_rebuild_leaves_no_term_of_what_it_dropped(self, tmp_path: Path) -> None:
         """Deleted Tantivy documents keep their terms until a merge: a rebuild must not."""

@@ -335,6 +335,7 @@ def test_kill_mid_audit_append_does_not_break_the_chain_for_good(seeded, vault_d
     assert verify.verify(open_as("alice")).to_dict()["ok"]
 
 
+@pytest.mark.slow
 def test_many_writers_at_once_lose_nothing(seeded, vault_dir):
     """Several `mem add` processes racing for the same user: every record lands, once."""
     procs = [subprocess.Popen([MEM, "add", f"racing fact {i}"], stdout=subprocess.DEVNULL,

@@ -574,6 +574,7 @@ def test_brief_ages(script_runner: ScriptRunner, vault: Vault, tmp_path: Path) -
                        ("summary", "1y", "Old session summary")]
 
 
+@pytest.mark.slow
 def test_brief_bounds(script_runner: ScriptRunner, vault: Vault) -> None:
     populate_brief(script_runner)
     v = Vault(resolve())

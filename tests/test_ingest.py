@@ -411,6 +411,7 @@ def test_a_secret_cut_by_a_shortened_tool_line_is_not_stored_in_part(
 # --- 2. no secret ever reaches disk ---------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.script_launch_mode("subprocess")  # what the real process prints
 def test_no_secret_reaches_disk_the_index_or_the_terminal(
         script_runner: ScriptRunner, vault: Vault, vault_dir: Path, config_dir: Path,

@@ -322,6 +322,7 @@ def test_a_query_with_no_words_selects_nothing_rather_than_everything(
     assert len(records_of(vault)) == 2
 
 
+@pytest.mark.slow
 def test_a_query_selects_every_match_however_many(vault: Vault) -> None:
     """"Everything a search finds", not the first page of it (it was capped at 10,000)."""
     ingest.add_messages(vault, "s1", [NewMessage(f"walrus sighting {i}", "user", f"m{i}")
@@ -839,6 +840,7 @@ _users = itertools.count()
 
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@pytest.mark.slow
 @given(spec=VAULTS)
 def test_export_import_export_round_trip(vault: Vault, spec: dict[str, Any]) -> None:
     n = next(_users)

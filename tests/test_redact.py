@@ -583,6 +583,7 @@ def test_escape_decoding_and_offsets_agree_with_json() -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(alphabet=st.characters(codec="utf-8"), max_size=400)
        | st.text(alphabet='\\"nu0123456789abcdef+-() .@:/\n', max_size=400))
+@pytest.mark.slow
 def test_scan_never_raises(text: str) -> None:
     result = scan(text)
     assert isinstance(result.text, str)
@@ -605,6 +606,7 @@ _PIECES = st.one_of(
 @given(st.lists(_PIECES, max_size=12).map("".join))
 # One JSON string body: the raw form's "n@0.AA" (the escape's letter, then "@0.AA") is
 # email-shaped, the decoded form (a line break, then "@0.AA") is not; both must be scanned.
+@pytest.mark.slow
 @example("\\n@0.AA")
 def test_redacted_text_never_contains_what_a_redact_rule_matched(text: str) -> None:
     result = scan(text)
@@ -629,6 +631,7 @@ _SECRETISH = st.one_of(
        st.booleans())
 # A key cut after an escaped quote: the key's match must end there, not run on through the
 # closing quote into the next JSON string.
+@pytest.mark.slow
 @example([_pem(random.Random(0))[:60] + '"', ""], False)
 def test_redacting_a_json_line_keeps_it_json(values: list[str], nested: bool) -> None:
     doc: object = {f"k{i}": v for i, v in enumerate(values)}

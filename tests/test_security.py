@@ -135,6 +135,7 @@ def test_flipped_byte_in_state_is_a_data_error(populated, vault_dir):
     path.write_bytes(raw)
 
 
+@pytest.mark.slow
 def test_flipped_byte_in_session_file_is_reported_by_verify(populated, vault_dir, monkeypatch):
     rel = "sessions/s1.jsonl"
     name = f"default/alice/{rel}"

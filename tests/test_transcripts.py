@@ -590,6 +590,7 @@ LINES = st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=7).map(json.dump
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(lines=st.lists(LINES, max_size=12), fmt=st.sampled_from(("auto", *FORMATS)),
        whole=st.booleans())
+@pytest.mark.slow
 def test_json_shaped_input_parses_or_is_a_data_error(lines: list[str], fmt: str,
                                                      whole: bool) -> None:
     if whole:  # one JSON document (the Gemini session and checkpoint shapes)

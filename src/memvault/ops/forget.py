@@ -49,18 +49,19 @@ def select(vault: Vault, ids: list[str], session: str | None = None,
 
 
 def _matching(vault: Vault, state: UserState, filters: Filters) -> list[Record]:
-    """Every record the filters select, through the index (all of them, newest first)."""
-    index = vault.ready_index(state)
-    query, _ = index.build_query("", filters)
-    total = int(index.searcher().num_docs)
-    hits, _ = index.search(query, max(total, 1), recent=True)
-    located = {h.memory_id: h.location for h in hits if h.location is not None}
-    records, stale = vault.read_located(located, state)
-    if stale or len(located) < len(hits):
+    """Every record the filters select, through the index (all of them, newest first).
+    A location that no longer holds its record means a stale index: rebuilt once."""
+    for attempt in (1, 2):
+        index = vault.ready_index(state)
+        query, _ = index.build_query("", filters)
+        hits, _ = index.search(query, max(int(index.searcher().num_docs), 1), recent=True)
+        located = {h.memory_id: h.location for h in hits if h.location is not None}
+        records, stale = vault.read_located(located, state)
+        if not (stale or len(located) < len(hits)) or attempt == 2:
+            break
         with vault.lock():
             vault.rebuild_indexes(vault.store.load_state())
-        return _matching(vault, state, filters)
-    return [records[h.memory_id] for h in hits]
+    return [records[h.memory_id] for h in hits if h.memory_id in records]
 
 
 def _holding_words(vault: Vault, state: UserState, query: str, chosen: list[Record] | None,

@@ -61,16 +61,25 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def _temp_beside(path: Path) -> Path:
+    return path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+
+
+def _write_private(tmp: Path, data: bytes) -> None:
+    """A new 0600 file holding `data`, fsynced."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace `path` with `data`: 0600 temp file beside it, fsync, rename, fsync the dir."""
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+    tmp = _temp_beside(path)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_private(tmp, data)
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except OSError as exc:
@@ -83,7 +92,7 @@ def atomic_write(path: Path, data: bytes) -> None:
 def atomic_writer(path: Path) -> Iterator[BinaryIO]:
     """Stream a file into place: written to a 0600 temp file beside it, fsynced and
     renamed only when the block ends without an error (else the temp file goes)."""
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+    tmp = _temp_beside(path)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     except OSError as exc:
@@ -95,13 +104,11 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
         fsync_dir(path.parent)
-    except OSError as exc:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise _storage_error(path, exc) from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        if isinstance(exc, OSError):
+            raise _storage_error(path, exc) from exc
         raise
 
 
@@ -109,14 +116,9 @@ def create_new(path: Path, data: bytes) -> None:
     """Write a file that must not exist yet, durably and atomically: the data goes to a
     0600 temp file, which is then hard-linked into place (link never replaces a file,
     unlike rename). StorageError when the file exists: nothing is overwritten."""
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+    tmp = _temp_beside(path)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_private(tmp, data)
         try:
             os.link(tmp, path)
         except FileExistsError:

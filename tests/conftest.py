@@ -73,14 +73,17 @@ def open_as(user: str, org: str = "default") -> Vault:
     return Vault(resolve(user=user, org=org))
 
 
-def mem(script_runner: ScriptRunner, *args: str, stdin: str | None = None,
-        cwd: Path | None = None) -> Any:
-    """Run `mem` (in-process unless the test asks for the installed script)."""
-    kwargs: dict[str, Any] = {}
-    if stdin is not None:
-        kwargs["stdin"] = io.StringIO(stdin)
+def mem(script_runner: ScriptRunner, *args: str, stdin: str = "", cwd: Path | None = None,
+        **env: str) -> Any:
+    """Run `mem` (in-process unless the test asks for the installed script). stdin is
+    always a pipe, never the terminal pytest runs in (so nothing asks a question), with
+    the byte buffer a real pipe has (`mem ingest -` reads bytes); `env` adds variables."""
+    kwargs: dict[str, Any] = {
+        "stdin": io.TextIOWrapper(io.BytesIO(stdin.encode()), encoding="utf-8")}
     if cwd is not None:
         kwargs["cwd"] = str(cwd)
+    if env:
+        kwargs["env"] = {**os.environ, **env}
     return script_runner.run(["mem", *args], **kwargs)
 
 

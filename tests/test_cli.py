@@ -5,24 +5,11 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pytest_console_scripts import ScriptRunner
 
-
-def mem(script_runner: ScriptRunner, *args: str, stdin: str | None = None,
-        **env: str) -> Any:
-    kwargs: dict[str, Any] = {}
-    if stdin is not None:
-        import io
-
-        kwargs["stdin"] = io.StringIO(stdin)
-    if env:
-        import os
-
-        kwargs["env"] = {**os.environ, **env}
-    return script_runner.run(["mem", *args], **kwargs)
+from tests.conftest import mem
 
 
 @pytest.fixture

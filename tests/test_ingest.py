@@ -4,7 +4,6 @@ and the proof that no secret ever reaches disk, the index, the log or the termin
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
@@ -37,21 +36,8 @@ def log_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def mem_json(script_runner: ScriptRunner, *args: str, stdin: str | None = None) -> Any:
+def mem_json(script_runner: ScriptRunner, *args: str, stdin: str = "") -> Any:
     result = mem(script_runner, *args, "--json", stdin=stdin)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
-
-
-def piped(script_runner: ScriptRunner, *args: str, stdin: str) -> Any:
-    """`mem ingest -` reads its transcript as bytes (bounded, checked to be UTF-8), as from
-    a pipe: in-process, stdin must have the byte buffer a real one has."""
-    stream = io.TextIOWrapper(io.BytesIO(stdin.encode()), encoding="utf-8")
-    return script_runner.run(["mem", *args], stdin=stream)
-
-
-def piped_json(script_runner: ScriptRunner, *args: str, stdin: str) -> Any:
-    result = piped(script_runner, *args, "--json", stdin=stdin)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -435,7 +421,7 @@ def test_no_secret_reaches_disk_the_index_or_the_terminal(
         mem(script_runner, "ingest", str(plain), "--dry-run"),
         mem(script_runner, "ingest", str(plain), "--dry-run", "--json"),
         mem(script_runner, "ingest", str(plain), "--strict", "--session", "other"),
-        piped(script_runner, "ingest", "-", "--session", "piped", stdin=plain.read_text()),
+        mem(script_runner, "ingest", "-", "--session", "piped", stdin=plain.read_text()),
         mem(script_runner, "add", secrets["auth"], "--type", "instruction"),
         mem(script_runner, "pref", "set", "token", secrets["github"]),
         mem(script_runner, "ingest", "--scan", str(inbox), "--json"),
@@ -492,14 +478,14 @@ def test_missing_file_and_stdin_without_a_session(script_runner: ScriptRunner, v
     missing = mem(script_runner, "ingest", str(tmp_path / "nope.jsonl"))
     assert missing.returncode == 66 and "nope.jsonl" in missing.stderr
     good = (FIXTURES / "jsonl-good.jsonl").read_text()
-    nameless = piped(script_runner, "ingest", "-", stdin=good)
+    nameless = mem(script_runner, "ingest", "-", stdin=good)
     assert nameless.returncode == 2 and "--session" in nameless.stderr
     assert nameless.stdout == ""
     assert not (vault_dir / "default" / "alice").exists()
     # With --session it works, and a transcript that names its session needs none.
-    named = piped_json(script_runner, "ingest", "-", "--session", "piped", stdin=good)
+    named = mem_json(script_runner, "ingest", "-", "--session", "piped", stdin=good)
     assert (named["session_id"], named["messages_added"]) == ("piped", 4)
-    own = piped_json(script_runner, "ingest", "-",
+    own = mem_json(script_runner, "ingest", "-",
                      stdin=(FIXTURES / "claude-code.jsonl").read_text())
     assert own["session_id"] == CLAUDE_SID and own["messages_added"] == 13
 

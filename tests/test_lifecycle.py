@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import itertools
 import json
-import os
 import shutil
 import stat
 import string
@@ -42,7 +41,7 @@ from memvault.ops.recall import search
 from memvault.storage.audit import AuditLog
 from memvault.storage.userstore import UserStore
 from memvault.vault.vault import Vault
-from tests.conftest import open_as
+from tests.conftest import mem, open_as
 
 CANARY = "quokkacanary"
 TAG_CANARY = "canarytag"
@@ -50,16 +49,6 @@ AWS_KEY = "AKIA" + "Q3EGXZ7TB4NVK2PW"  # the shape of an AWS access key id (a cr
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def mem(script_runner: ScriptRunner, *args: str, stdin: str = "", **env: str) -> Any:
-    """Run `mem` (in-process unless the test asks for the installed script). stdin is
-    always a pipe (never the terminal pytest runs in), so commands that ask only on a TTY
-    never ask here."""
-    kwargs: dict[str, Any] = {"stdin": io.StringIO(stdin)}
-    if env:
-        kwargs["env"] = {**os.environ, **env}
-    return script_runner.run(["mem", *args], **kwargs)
 
 
 def mem_json(script_runner: ScriptRunner, *args: str, code: int = 0) -> Any:

@@ -53,9 +53,9 @@ def _records(vault: Vault, state: UserState, category: str,
 
 
 def export(vault: Vault, out: IO[str], fmt: str = "json",
-           categories: list[str] | None = None) -> int:
+           categories: list[str] | None = None) -> ExportResult:
     """Write every record (archived ones marked) and every preference to `out`, in the
-    seed schema; return the number of records."""
+    seed schema (the caller's stream: a file, or stdout when the user asks for it)."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}: choose json or markdown",
                          field="format")
@@ -79,7 +79,7 @@ def export(vault: Vault, out: IO[str], fmt: str = "json",
         total += count
     writer.finish(prefs, total)
     vault.audit_read("export", count=total)
-    return total
+    return ExportResult(total, None)
 
 
 def export_to_file(vault: Vault, path: Path, fmt: str = "json",
@@ -92,7 +92,7 @@ def export_to_file(vault: Vault, path: Path, fmt: str = "json",
         raise NotFound(f"no directory {path.parent} for the export")
     with fsio.atomic_writer(path) as fh:
         text = io.TextIOWrapper(fh, encoding="utf-8", newline="\n", write_through=True)
-        count = export(vault, text, fmt, categories)
+        count = export(vault, text, fmt, categories).record_count
         text.flush()
         text.detach()
     return ExportResult(count, str(path))

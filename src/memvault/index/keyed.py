@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -157,8 +156,7 @@ def date_words(created_at: str) -> str:
 
 def spaced(digests: bytes) -> str:
     """16-byte token digests as the whitespace-separated hex terms of a text field."""
-    text = digests.hex()
-    return " ".join([text[i:i + 32] for i in range(0, len(text), 32)])
+    return digests.hex(" ", 16)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -309,41 +307,41 @@ class SearchIndex:
     # --- documents --------------------------------------------------------------------
 
     def document(self, entry: Entry) -> Any:
-        record, a = entry.record, self.analyzer
-        return self._document(
-            record.memory_id, record.type, record.category,
-            self.seal_loc(record.memory_id, entry.location), _micros(record.created_at),
-            a.digests(record.content),
-            a.digests(record.role or "") if record.type == "message" else b"",
-            [a.digests(text) for text in entry.context],
-            " ".join(a.opaque("tag", t) for t in record.tags),
-            a.opaque("session", record.session_id) if record.session_id else "",
-            entry.location.archived, bool(record.superseded_by))
-
-    def _document(self, memory_id: str, kind: str, category: str, sealed_loc: str,
-                  created: int, text: bytes, role: bytes, context: list[bytes],
-                  tags: str, session: str, archived: bool, superseded: bool) -> Any:
-        """One Tantivy document, from what a record yields once analysed: built from a
-        record (`document`), or carried over from a stored document (`rewrite`)."""
+        """The Tantivy document of a record: its stored fields, then its indexed ones."""
         import tantivy
 
+        record, a = entry.record, self.analyzer
+        created = _micros(record.created_at)
+        text = a.digests(record.content)
+        role = a.digests(record.role or "") if record.type == "message" else b""
+        doc = tantivy.Document(id=record.memory_id, type=record.type,
+                               category=record.category, created=created,
+                               loc=self.seal_loc(record.memory_id, entry.location))
+        doc.add_bytes("text", text)
+        if role:
+            doc.add_bytes("role", role)
+        if record.tags:
+            doc.add_text("tag", " ".join(a.opaque("tag", t) for t in record.tags))
+        if record.session_id:
+            doc.add_text("session", a.opaque("session", record.session_id))
+        return self._indexed(doc, record.type, created, text, role,
+                             [a.digests(c) for c in entry.context], entry.location.archived,
+                             bool(record.superseded_by))
+
+    def _indexed(self, doc: Any, kind: str, created: int, text: bytes, role: bytes,
+                 context: list[bytes], archived: bool, superseded: bool) -> Any:
+        """Add the fields that are searched but not stored, from what is stored: so a
+        document is built the same way from a record (`document`) and carried over from
+        the index (`rewrite`)."""
         body = spaced(text)
         if kind == "message":
             # Speakers and dates are searchable too ("what did Ana say in May?").
             day = datetime.fromtimestamp(created // 1_000_000, UTC)
             body = " ".join(filter(None, (spaced(role), body, self.analyzer.hashed(
                 _day_words(day.year, day.month, day.day)))))
-        doc = tantivy.Document(id=memory_id, body=body, type=kind, category=category,
-                               loc=sealed_loc, created=created)
-        doc.add_bytes("text", text)
-        if role:
-            doc.add_bytes("role", role)
+        doc.add_text("body", body)
         if context:
             doc.add_text("ctx", " ".join(spaced(c) for c in context))
-        if tags:
-            doc.add_text("tag", tags)
-        if session:
-            doc.add_text("session", session)
         doc.add_unsigned("archived", 1 if archived else 0)
         doc.add_unsigned("superseded", 1 if superseded else 0)
         return doc
@@ -404,9 +402,11 @@ class SearchIndex:
                 session = session_of(relpath)
                 if session is None:
                     continue
-                query = Query.term_query(self.open().schema, "session",
-                                         self.analyzer.opaque("session", session))
-                turns = sorted((d for d in self._stored(old, query) if d[1].file == relpath),
+                term = self.analyzer.opaque("session", session)
+                query = Query.term_query(self.open().schema, "session", term)
+                # doc_freq counts deleted documents too: never fewer than the matches.
+                matches = self._stored(old, query, int(old.doc_freq("session", term)))
+                turns = sorted((d for d in matches if d[1].file == relpath),
                                key=lambda d: d[1].offset or 0)
                 texts = [d[0].get_first("text") or b"" for d in turns]
                 for i, stored in enumerate(turns):
@@ -420,9 +420,11 @@ class SearchIndex:
         self.mark_current()
         return count
 
-    def _stored(self, searcher: Any, query: Any) -> Iterator[tuple[Any, Location, str]]:
-        """(stored document, its location, its sealed location) for every match."""
-        total = int(searcher.num_docs)
+    def _stored(self, searcher: Any, query: Any, at_most: int | None = None
+                ) -> Iterator[tuple[Any, Location, str]]:
+        """(stored document, its location, its sealed location) for every match (there
+        are `at_most` of them, when the caller knows: Tantivy sizes its heap by it)."""
+        total = int(searcher.num_docs) if at_most is None else at_most
         if not total:
             return
         for _, address in searcher.search(query, total, count=False).hits:
@@ -435,14 +437,12 @@ class SearchIndex:
 
     def _carried(self, stored: tuple[Any, Location, str], context: list[bytes],
                  superseded: Callable[[str], bool]) -> Any:
-        doc, location, sealed = stored
-        memory_id = doc.get_first("id")
-        return self._document(
-            memory_id, doc.get_first("type"), doc.get_first("category"), sealed,
-            int(doc.get_first("created")),
-            doc.get_first("text") or b"", doc.get_first("role") or b"", context,
-            doc.get_first("tag") or "", doc.get_first("session") or "", location.archived,
-            superseded(memory_id))
+        """A stored document with its searched fields added again (and its superseded
+        flag as it is now): ready for the new index."""
+        doc, location, _ = stored
+        return self._indexed(doc, doc.get_first("type"), int(doc.get_first("created")),
+                             doc.get_first("text") or b"", doc.get_first("role") or b"",
+                             context, location.archived, superseded(doc.get_first("id")))
 
     def _replace(self, fill: Callable[[Any], int]) -> int:
         """Write a new index beside the old one with `fill(writer)`, then swap it in."""
@@ -559,24 +559,18 @@ class SearchIndex:
             clauses.append((Occur.MustNot, term("superseded", 1)))
         return Query.boolean_query(clauses), stems
 
-    def id_digests(self, page: int = 20_000) -> array[int]:
-        """A 64-bit digest of every record id in the index, sorted (for verify's agreement
-        check: 8 bytes a record, read a page at a time)."""
+    def id_lookup(self) -> Callable[[str], bool]:
+        """Whether the index has a term for a record id: a term-dictionary lookup on one
+        searcher, no stored document read (verify asks it of every record)."""
+        searcher = self.searcher()
+        return lambda memory_id: int(searcher.doc_freq("id", memory_id)) > 0
+
+    def holds_live(self, memory_id: str) -> bool:
+        """Whether a live (not deleted) document has this record id."""
         import tantivy
 
-        searcher = self.searcher()
-        total = int(searcher.num_docs)
-        out: array[int] = array("Q")
-        query = tantivy.Query.all_query()
-        for offset in range(0, total, page):
-            result = searcher.search(query, min(page, total - offset), count=False,
-                                     offset=offset)
-            out.extend(id_digest(searcher.doc(a).get_first("id")) for _, a in result.hits)
-        return array("Q", sorted(out))
-
-
-def id_digest(memory_id: str) -> int:
-    return int.from_bytes(hashlib.blake2b(memory_id.encode(), digest_size=8).digest(), "big")
+        query = tantivy.Query.term_query(self.open().schema, "id", memory_id)
+        return int(self.searcher().search(query, 1).count) > 0
 
 
 class IndexWriter:

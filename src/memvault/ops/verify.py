@@ -7,11 +7,13 @@ and to compare with the index), never the records themselves.
 
 from __future__ import annotations
 
+import hashlib
 from array import array
+from collections.abc import Iterator
 
 from memvault.errors import DataError
 from memvault.index.base import IndexUnavailable
-from memvault.index.keyed import id_digest
+from memvault.index.keyed import SearchIndex
 from memvault.model.location import session_of
 from memvault.model.records import ARCHIVE
 from memvault.model.results import Problem, RepairResult, VerifyResult
@@ -21,6 +23,11 @@ from memvault.storage.layout import AUDIT, INDEX, KEYS, STATE
 from memvault.storage.state import UserState
 from memvault.vault import migrations
 from memvault.vault.vault import Vault
+
+
+def id_digest(memory_id: str) -> int:
+    """64 bits of a record id: 8 bytes a record to find one stored twice."""
+    return int.from_bytes(hashlib.blake2b(memory_id.encode(), digest_size=8).digest(), "big")
 
 
 class _Problems:
@@ -58,6 +65,9 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResul
             store.dek(epoch)
         except DataError as exc:
             problems.add(f"{KEYS}/{epoch}.dek", exc.message)
+    index = _current_index(vault, state)
+    indexed = index.id_lookup() if index is not None else None
+    missing = 0  # records the index lacks
     digests: array[int] = array("Q")
     live: dict[str, int] = {}
     archived: dict[str, int] = {}
@@ -85,6 +95,8 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResul
             records += 1
             table[record.type] = table.get(record.type, 0) + 1
             digests.append(id_digest(record.memory_id))
+            if indexed is not None and not indexed(record.memory_id):
+                missing += 1
     digests = array("Q", sorted(digests))
     twice = {a for a, b in zip(digests, digests[1:], strict=False) if a == b}
     if twice:
@@ -95,7 +107,8 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResul
         if state.counted and (state.live, state.archived) != (live, archived):
             problems.add(STATE, "the record counters disagree with the files",
                          severity="warning", repairable=True)
-        _check_index(vault, state, digests, problems)
+        if index is not None:
+            _check_index(vault, index, records, missing, problems)
         try:
             for epoch in sorted(set(store.deks_on_disk()) -
                                 keys_in_use(store, state.key_version)):
@@ -144,31 +157,46 @@ def _check_audit(vault: Vault, state: UserState | None, problems: _Problems) -> 
         problems.add(AUDIT, text, line, "warning", repairable=True)
 
 
-def _check_index(vault: Vault, state: UserState, digests: array[int],
-                 problems: _Problems) -> None:
-    """A current index must hold exactly the vault's records. A missing or stale-marked
-    index is not a problem (it is derived, and rebuilt by the next search); a record the
-    index lacks is (search would never find it); an id the index has but the vault does
-    not is healed by the next search that meets it."""
+def _current_index(vault: Vault, state: UserState | None) -> SearchIndex | None:
+    """The index, if it claims to be current and opens. A missing or stale-marked index
+    is not a problem: it is derived, and rebuilt by the next search."""
+    if state is None:
+        return None
     index = vault.search_index(state.key_version)
-    if not index.stamp.present():
-        return
     try:
-        indexed = index.id_digests()
-    except (IndexUnavailable, ValueError):
+        return index if index.stamp.present() and index.searcher() is not None else None
+    except (IndexUnavailable, ValueError, OSError):
+        return None
+
+
+def _check_index(vault: Vault, index: SearchIndex, records: int, missing: int,
+                 problems: _Problems) -> None:
+    """A current index must hold exactly the vault's records: a record it lacks is an
+    error (search would never find it); a document for a record that no longer exists
+    is a warning (the next search that meets it heals it).
+
+    Term lookups and counts, never every stored document: the first pass (during the
+    scan) counts ids with no term at all; only when the counts disagree does a second
+    pass ask, id by id, for a live document (a deleted one keeps its term)."""
+    live = int(index.searcher().num_docs)
+    if not missing and live == records:
         return
-    missing = extra = i = j = 0
-    while i < len(digests) or j < len(indexed):
-        if j >= len(indexed) or (i < len(digests) and digests[i] < indexed[j]):
-            missing, i = missing + 1, i + 1
-        elif i >= len(digests) or indexed[j] < digests[i]:
-            extra, j = extra + 1, j + 1
-        else:
-            i, j = i + 1, j + 1
+    missing = sum(1 for memory_id in _ids(vault) if not index.holds_live(memory_id))
+    extra = max(0, live - (records - missing))
     if missing or extra:
         problems.add(INDEX, f"the index disagrees with the vault: {missing} records missing "
                      f"from it, {extra} that no longer exist",
                      severity="error" if missing else "warning", repairable=True)
+
+
+def _ids(vault: Vault) -> Iterator[str]:
+    """Every record id, from documents and the clear headers of session lines."""
+    store = vault.store
+    for relpath in store.layout.content_files():
+        if relpath.endswith(".jsonl"):
+            yield from store.line_ids(relpath)
+        else:
+            yield from (r.memory_id for r in store.doc_records(relpath))
 
 
 def repair(vault: Vault) -> RepairResult:

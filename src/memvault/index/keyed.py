@@ -324,16 +324,16 @@ class SearchIndex:
             doc.add_text("tag", " ".join(a.opaque("tag", t) for t in record.tags))
         if record.session_id:
             doc.add_text("session", a.opaque("session", record.session_id))
-        return self._indexed(doc, record.type, created, text, role,
-                             [a.digests(c) for c in entry.context], entry.location.archived,
-                             bool(record.superseded_by))
+        return self._indexed(doc, record.type, created, spaced(text), role,
+                             " ".join(a.hashed(c) for c in entry.context),
+                             entry.location.archived, bool(record.superseded_by))
 
-    def _indexed(self, doc: Any, kind: str, created: int, text: bytes, role: bytes,
-                 context: list[bytes], archived: bool, superseded: bool) -> Any:
+    def _indexed(self, doc: Any, kind: str, created: int, words: str, role: bytes,
+                 context: str, archived: bool, superseded: bool) -> Any:
         """Add the fields that are searched but not stored, from what is stored: so a
         document is built the same way from a record (`document`) and carried over from
-        the index (`rewrite`)."""
-        body = spaced(text)
+        the index (`rewrite`). `words` and `context` are hashed terms, space-separated."""
+        body = words
         if kind == "message":
             # Speakers and dates are searchable too ("what did Ana say in May?").
             day = datetime.fromtimestamp(created // 1_000_000, UTC)
@@ -341,7 +341,7 @@ class SearchIndex:
                 _day_words(day.year, day.month, day.day)))))
         doc.add_text("body", body)
         if context:
-            doc.add_text("ctx", " ".join(spaced(c) for c in context))
+            doc.add_text("ctx", context)
         doc.add_unsigned("archived", 1 if archived else 0)
         doc.add_unsigned("superseded", 1 if superseded else 0)
         return doc
@@ -396,7 +396,8 @@ class SearchIndex:
                 (Occur.MustNot, Query.term_query(self.open().schema, "type", "message"))])
             for stored in self._stored(old, not_messages):
                 if stored[1].file not in changed:
-                    writer.add_document(self._carried(stored, [], superseded))
+                    own = spaced(stored[0].get_first("text") or b"")
+                    writer.add_document(self._carried(stored, own, "", superseded))
                     count += 1
             for relpath in kept_line_files:
                 session = session_of(relpath)
@@ -408,11 +409,12 @@ class SearchIndex:
                 matches = self._stored(old, query, int(old.doc_freq("session", term)))
                 turns = sorted((d for d in matches if d[1].file == relpath),
                                key=lambda d: d[1].offset or 0)
-                texts = [d[0].get_first("text") or b"" for d in turns]
+                words = [spaced(d[0].get_first("text") or b"") for d in turns]
                 for i, stored in enumerate(turns):
                     span = range(i - CONTEXT_NEIGHBOURS, i + CONTEXT_NEIGHBOURS + 1)
-                    context = [texts[j] for j in span if j != i and 0 <= j < len(turns)]
-                    writer.add_document(self._carried(stored, context, superseded))
+                    context = " ".join([words[j] for j in span
+                                        if j != i and 0 <= j < len(turns) and words[j]])
+                    writer.add_document(self._carried(stored, words[i], context, superseded))
                     count += 1
             return count
 
@@ -435,14 +437,14 @@ class SearchIndex:
                 raise IndexUnavailable("a stored location does not open")
             yield doc, location, sealed
 
-    def _carried(self, stored: tuple[Any, Location, str], context: list[bytes],
+    def _carried(self, stored: tuple[Any, Location, str], words: str, context: str,
                  superseded: Callable[[str], bool]) -> Any:
         """A stored document with its searched fields added again (and its superseded
         flag as it is now): ready for the new index."""
         doc, location, _ = stored
         return self._indexed(doc, doc.get_first("type"), int(doc.get_first("created")),
-                             doc.get_first("text") or b"", doc.get_first("role") or b"",
-                             context, location.archived, superseded(doc.get_first("id")))
+                             words, doc.get_first("role") or b"", context,
+                             location.archived, superseded(doc.get_first("id")))
 
     def _replace(self, fill: Callable[[Any], int]) -> int:
         """Write a new index beside the old one with `fill(writer)`, then swap it in."""

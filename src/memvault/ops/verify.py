@@ -162,11 +162,11 @@ def _current_index(vault: Vault, state: UserState | None) -> SearchIndex | None:
     is not a problem: it is derived, and rebuilt by the next search."""
     if state is None:
         return None
-    index = vault.search_index(state.key_version)
     try:
+        index = vault.search_index(state.key_version)
         return index if index.stamp.present() and index.searcher() is not None else None
-    except (IndexUnavailable, ValueError, OSError):
-        return None
+    except (DataError, IndexUnavailable, ValueError, OSError):
+        return None  # an unreadable data key is reported with its file
 
 
 def _check_index(vault: Vault, index: SearchIndex, records: int, missing: int,

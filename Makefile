@@ -21,10 +21,10 @@ demo: $(STAMP) ## A short real tour against a throwaway vault
 
 test: $(STAMP) ## Run the whole test suite (lint first)
 	$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 test-fast: $(STAMP) ## The edit loop: every test but those marked slow, no lint
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n auto -m "not slow"
 
 lint: $(STAMP) ## ruff, mypy --strict, and the layer contracts (import-linter)
 	$(BIN)/ruff check src tests bench scripts

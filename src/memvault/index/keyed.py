@@ -145,15 +145,6 @@ class Analyzer:
         return self.hash(f"\x00{kind}\x00{value}")
 
 
-def date_words(created_at: str) -> str:
-    """Words that let a question about a date find records of that day."""
-    try:
-        dt = parse_time(created_at).astimezone(UTC)
-    except Exception:
-        return ""
-    return _day_words(dt.year, dt.month, dt.day)
-
-
 def spaced(digests: bytes) -> str:
     """16-byte token digests as the whitespace-separated hex terms of a text field."""
     return digests.hex(" ", 16)
@@ -161,6 +152,7 @@ def spaced(digests: bytes) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _day_words(year: int, month: int, day: int) -> str:
+    """Words that let a question about a date find records of that day."""
     weekday = _WEEKDAYS[datetime(year, month, day).weekday()]
     return f"{day} {_MONTHS[month - 1]} {year} {weekday}"
 

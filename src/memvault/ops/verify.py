@@ -8,6 +8,7 @@ and to compare with the index), never the records themselves.
 from __future__ import annotations
 
 import hashlib
+import heapq
 from array import array
 from collections.abc import Iterator
 
@@ -28,6 +29,38 @@ from memvault.vault.vault import Vault
 def id_digest(memory_id: str) -> int:
     """64 bits of a record id: 8 bytes a record to find one stored twice."""
     return int.from_bytes(hashlib.blake2b(memory_id.encode(), digest_size=8).digest(), "big")
+
+
+class _Digests:
+    """Record-id digests in sorted runs of bounded size: 8 bytes a record, and never a
+    Python object per record, however many records there are."""
+
+    RUN = 1 << 16
+
+    def __init__(self) -> None:
+        self.runs: list[array[int]] = []
+        self.pending: list[int] = []
+
+    def add(self, digest: int) -> None:
+        self.pending.append(digest)
+        if len(self.pending) >= self.RUN:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.pending:
+            self.runs.append(array("Q", sorted(self.pending)))
+            self.pending = []
+
+    def repeated(self) -> set[int]:
+        """The digests added more than once (ids stored twice)."""
+        self._flush()
+        twice: set[int] = set()
+        previous = None
+        for digest in heapq.merge(*self.runs):
+            if digest == previous:
+                twice.add(digest)
+            previous = digest
+        return twice
 
 
 class _Problems:
@@ -66,9 +99,7 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResul
         except DataError as exc:
             problems.add(f"{KEYS}/{epoch}.dek", exc.message)
     index = _current_index(vault, state)
-    indexed = index.id_lookup() if index is not None else None
-    missing = 0  # records the index lacks
-    digests: array[int] = array("Q")
+    digests = _Digests()
     live: dict[str, int] = {}
     archived: dict[str, int] = {}
     for relpath in store.layout.content_files():
@@ -94,11 +125,8 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResul
         for record in found:
             records += 1
             table[record.type] = table.get(record.type, 0) + 1
-            digests.append(id_digest(record.memory_id))
-            if indexed is not None and not indexed(record.memory_id):
-                missing += 1
-    digests = array("Q", sorted(digests))
-    twice = {a for a, b in zip(digests, digests[1:], strict=False) if a == b}
+            digests.add(id_digest(record.memory_id))
+    twice = digests.repeated()
     if twice:
         _name_duplicates(vault, twice, problems)
     _check_audit(vault, state, problems)
@@ -108,7 +136,7 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResul
             problems.add(STATE, "the record counters disagree with the files",
                          severity="warning", repairable=True)
         if index is not None:
-            _check_index(vault, index, records, missing, problems)
+            _check_index(vault, index, records, problems)
         try:
             for epoch in sorted(set(store.deks_on_disk()) -
                                 keys_in_use(store, state.key_version)):
@@ -158,29 +186,35 @@ def _check_audit(vault: Vault, state: UserState | None, problems: _Problems) -> 
 
 
 def _current_index(vault: Vault, state: UserState | None) -> SearchIndex | None:
-    """The index, if it claims to be current and opens. A missing or stale-marked index
+    """The index, if it claims to be current. A missing, stale-marked or unreadable index
     is not a problem: it is derived, and rebuilt by the next search."""
     if state is None:
         return None
     try:
         index = vault.search_index(state.key_version)
-        return index if index.stamp.present() and index.searcher() is not None else None
+        return index if index.stamp.present() else None
     except (DataError, IndexUnavailable, ValueError, OSError):
         return None  # an unreadable data key is reported with its file
 
 
-def _check_index(vault: Vault, index: SearchIndex, records: int, missing: int,
+def _check_index(vault: Vault, index: SearchIndex, records: int,
                  problems: _Problems) -> None:
     """A current index must hold exactly the vault's records: a record it lacks is an
     error (search would never find it); a document for a record that no longer exists
     is a warning (the next search that meets it heals it).
 
-    Term lookups and counts, never every stored document: the first pass (during the
-    scan) counts ids with no term at all; only when the counts disagree does a second
-    pass ask, id by id, for a live document (a deleted one keeps its term)."""
-    live = int(index.searcher().num_docs)
-    if not missing and live == records:
-        return
+    Counts first, so that a sound index costs nothing and memory stays flat; only when
+    they disagree is every record id looked up (for a live document: a deleted one keeps
+    its term), never by reading every stored document. (A record missing and another
+    document extra at once, the counts equal, go unnoticed here; the next rebuild heals
+    both.)"""
+    try:
+        live = index.live_count()
+        if live == records:
+            return
+        index.open()
+    except (IndexUnavailable, ValueError, OSError):
+        return  # derived: the next search rebuilds it
     missing = sum(1 for memory_id in _ids(vault) if not index.holds_live(memory_id))
     extra = max(0, live - (records - missing))
     if missing or extra:

@@ -144,7 +144,8 @@ def test_key_file_owned_by_someone_else_is_refused(tmp_path):
         load_master_key(resolve(key_file=path))
 
 
-@pytest.mark.parametrize("value", ["not base64!!", b64(bytes(range(16))), b64(bytes(range(33))), " "],
+@pytest.mark.parametrize("value",
+                         ["not base64!!", b64(bytes(range(16))), b64(bytes(range(33))), " "],
                          ids=["not-base64", "16-bytes", "33-bytes", "blank"])
 def test_malformed_master_key_env_is_a_config_error(monkeypatch, value):
     monkeypatch.setenv("MEM_MASTER_KEY", value)

@@ -254,3 +254,34 @@ def test_every_result_serialises_to_json(vault: Vault, busy_user: dict[str, Any]
     ]
     for result in results:
         json.dumps(result.to_dict())
+
+
+# --- keys are never overwritten ----------------------------------------------------------
+
+
+def test_a_wrapped_data_key_is_never_overwritten(vault: Vault) -> None:
+    from memvault.errors import StorageError
+
+    remember.add(vault, "first", "fact")
+    path = vault.layout.dek_path(1)
+    before = path.read_bytes()
+    with pytest.raises(StorageError, match="never overwritten"):
+        Vault(resolve()).store.new_epoch(1)
+    assert path.read_bytes() == before
+    assert recall.list_records(Vault(resolve()), Filters()).records[0].content == "first"
+
+
+def test_rotation_after_a_rolled_back_state_starts_past_every_key_on_disk(
+        vault: Vault) -> None:
+    from memvault.ops import keys
+
+    remember.add(vault, "sealed under the first key", "fact")
+    old_state = vault.layout.state_path.read_bytes()
+    keys.rotate_key(vault)  # epoch 2
+    remember.add(Vault(resolve()), "sealed under the second key", "fact")
+    vault.layout.state_path.write_bytes(old_state)  # a restored older state says epoch 1
+    result = keys.rotate_key(Vault(resolve()), now=True)
+    assert result.key_version == 3  # not 2: that key is on disk, and data needs it
+    fresh = Vault(resolve())
+    assert sorted(r.content for r in recall.list_records(fresh, Filters()).records) == \
+        ["sealed under the first key", "sealed under the second key"]

@@ -58,7 +58,7 @@ def mem_ranker(conv: Conversation, base: Path) -> tuple[Callable[[str], list[str
 
     def rank(question: str) -> list[str]:
         doc = search(vault, question, Filters(limit=max(KS)))
-        return [r["message_id"] for r in doc["results"]]
+        return [r.message_id or "" for r in doc.results]
 
     return rank, ingest_s
 

@@ -25,10 +25,11 @@ def record(text: str, kind: str = "message", session: str = "s1") -> Record:
                   role="user", created_at=stamp, updated_at=stamp)
 
 
-def session_entries(texts: list[str], session: str = "s1") -> list[Entry]:
+def session_entries(texts: list[str], session: str = "s1",
+                    archived: bool = False) -> list[Entry]:
     records = [record(t, session=session) for t in texts]
-    return [Entry(r, Location.line(session_file(session), 100 * i), neighbours(records, i))
-            for i, r in enumerate(records)]
+    return [Entry(r, Location.line(session_file(session, archived), 100 * i),
+                  neighbours(records, i)) for i, r in enumerate(records)]
 
 
 def _superseded(r: Record) -> Record:
@@ -80,13 +81,19 @@ class DerivedIndexContract:
         must leave the index a full rebuild would."""
         one = session_entries(["alpha beta", "gamma delta", "epsilon zeta", "eta theta"])
         two = session_entries(["iota kappa", "lambda mu", "nu xi"], session="s2")
+        # s1 also has archived turns, and a summary of it (in CLAUDE.md, same session):
+        # neither is a turn of s1's live file, nor a neighbour of one.
+        old = session_entries(["omicron pi", "rho sigma"], archived=True)
+        summary = Entry(record("tau upsilon", kind="summary"), Location.doc("CLAUDE.md"))
+        one += [*old, summary]
         index.rebuild([*one, *two])
         # s2 loses its middle turn: its file is rewritten; s1 is untouched.
         kept = [two[0].record, two[2].record]
         rewritten = [Entry(r, Location.line(session_file("s2"), 50 * i), neighbours(kept, i))
                      for i, r in enumerate(kept)]
         superseded = {one[1].record.memory_id}
-        count = index.rewrite(rewritten, {session_file("s2")}, [session_file("s1")],
+        count = index.rewrite(rewritten, {session_file("s2")},
+                              [session_file("s1"), session_file("s1", archived=True)],
                               lambda memory_id: memory_id in superseded)
         assert count == len(one) + len(kept) and index.is_current()
         ids = [e.record.memory_id for e in [*one, *two]]

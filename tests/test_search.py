@@ -52,7 +52,8 @@ RESULT_FIELDS = {"memory_id", "category", "type", "content", "snippet", "score",
 DOC_FIELDS = {"results", "total_searched", "query_time_ms"}
 TEXT_FIELDS = ("id", "body", "ctx", "type", "category", "tag", "session", "loc")
 HASHED_FIELDS = ("body", "ctx", "tag", "session")
-STORED_FIELDS = {"id", "type", "category", "created", "loc", "tag", "session", "text", "role"}
+STORED_FIELDS = {"id", "type", "category", "created", "loc", "tag", "session", "text", "role",
+                 "archived", "pos"}
 HEX128 = re.compile(r"[0-9a-f]{32}")
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 LOC = re.compile(r"CLAUDE\.md|preferences\.json|(sessions|archive)/[^/@]+\.jsonl@\d+")
@@ -288,6 +289,9 @@ def test_index_holds_no_plaintext_terms_or_values(vault: Vault) -> None:
         assert UUID.fullmatch(memory_id) and SEALED.fullmatch(sealed)
         location = index.open_loc(memory_id, sealed)  # opens with the key
         assert isinstance(location, Location) and LOC.fullmatch(str(location))
+        # In clear only what the vault's files show anyway: where a line starts.
+        assert doc["pos"] == [location.offset or 0]
+        assert doc["archived"] == [int(location.archived)]
         assert index.locate([memory_id]) == {memory_id: location}
         assert index.open_loc(str(uuid.uuid4()), sealed) is None  # bound to its record
 
@@ -768,13 +772,13 @@ def test_deleted_index_is_rebuilt_with_the_same_results(corpus: Corpus,
 
 
 def corrupt_term_dict(vault: Vault, where: str) -> bytes | None:
-    """A one-byte change to the (single) term dictionary that Tantivy accepts when opening
+    """A one-byte change to a segment's term dictionary that Tantivy accepts when opening
     the index but fails on when running mem's queries ("query"), or that makes Tantivy
     panic when opening it ("panic"). Found by trying on a scratch copy, as the bytes
     depend on the random index key."""
     directory = index_dir(vault)
     queries = [search_index(vault).build_query(q, Filters())[0] for q in PROBES]
-    (term,) = directory.glob("*.term")
+    term = largest_term_dict(directory)
     pristine = term.read_bytes()
     scratch = directory.with_name("scratch-index")
     try:
@@ -802,6 +806,11 @@ def corrupt_term_dict(vault: Vault, where: str) -> bytes | None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return None
+
+
+def largest_term_dict(directory: Path) -> Path:
+    """The term dictionary of the index's largest segment (a rebuild may write several)."""
+    return max(directory.glob("*.term"), key=lambda p: p.stat().st_size)
 
 
 PROBES = ["luna", '"mock the clock"', "", "what is the name of my dog?"]
@@ -835,8 +844,7 @@ def break_index(vault: Vault, how: str) -> None:
         data = corrupt_term_dict(vault, how.rsplit(" ", 1)[1])
         if data is None:
             pytest.skip(f"no single-byte change makes this Tantivy fail on {how}")
-        (term,) = path.glob("*.term")
-        replace_bytes(term, data)
+        replace_bytes(largest_term_dict(path), data)
     else:
         raise AssertionError(how)
 

@@ -47,6 +47,11 @@ class DataError(MemError):
     exit_code = EX_DATAERR
 
 
+class NotTranscript(DataError):
+    """An input that is not a transcript mem stores (an agent's log or settings file, the
+    transcript of an agent that only restates its session). A scan reports and passes it."""
+
+
 class NotFound(MemError):
     """A memory id, session, user, vault or input file does not exist."""
 

@@ -10,7 +10,6 @@ data (index/base.py): `rebuild` recreates it from the vault at any time.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import hmac
 import json
@@ -27,12 +26,14 @@ from memvault.crypto import envelope
 from memvault.crypto.keys import location_key
 from memvault.index.base import Entry, IndexUnavailable, Stamp
 from memvault.model.location import Location, session_of
-from memvault.model.records import CONTEXT_NEIGHBOURS, Filters, parse_time
+from memvault.model.records import ARCHIVE, CONTEXT_NEIGHBOURS, TYPE_HOME, Filters, parse_time
 from memvault.storage import fsio
 
-INDEX_FORMAT = 3  # 2: `loc` sealed (it names the session); 3: token digests stored
+INDEX_FORMAT = 4  # 2: `loc` sealed (it names the session); 3: token digests stored;
+# 4: a line's offset and the archived flag stored, so a rewrite opens no location
 META_FILE = "mem-index.json"
 WRITER_HEAP = 32_000_000
+REBUILD_THREADS = 2
 MAX_TOKEN_CHARS = 40
 CTX_BOOST = 0.7  # neighbouring turns help, but a turn's own words count most
 PHRASE_BOOST = 2.0
@@ -150,7 +151,6 @@ def spaced(digests: bytes) -> str:
     return digests.hex(" ", 16)
 
 
-@functools.lru_cache(maxsize=4096)
 def _day_words(year: int, month: int, day: int) -> str:
     """Words that let a question about a date find records of that day."""
     weekday = _WEEKDAYS[datetime(year, month, day).weekday()]
@@ -171,6 +171,7 @@ class SearchIndex:
         self.analyzer = Analyzer(key)
         self._loc_key = location_key(key)
         self._index: Any = None
+        self._days: dict[int, str] = {}
         self.stamp = Stamp(path)
 
     # --- the derived-index protocol --------------------------------------------------
@@ -235,8 +236,12 @@ class SearchIndex:
         sb.add_text_field("tag", stored=True, tokenizer_name="whitespace", index_option="basic")
         sb.add_text_field("session", stored=True, tokenizer_name="raw", index_option="basic")
         sb.add_integer_field("created", stored=True, indexed=True, fast=True)
-        sb.add_unsigned_field("archived", indexed=True, fast=True)
+        sb.add_unsigned_field("archived", stored=True, indexed=True, fast=True)
         sb.add_unsigned_field("superseded", indexed=True, fast=True)
+        # Stored only: where a line starts in its file, so that a rewrite orders a
+        # session's turns without opening their sealed locations. The offsets are no
+        # news: the line file shows them to anyone who can read the index.
+        sb.add_unsigned_field("pos", stored=True, indexed=False)
         # Stored only (sealed); never searched, so its terms need no index.
         sb.add_text_field("loc", stored=True, tokenizer_name="raw", index_option="basic")
         # Stored only: the digests of a record's words and speaker, in order, so that a
@@ -306,9 +311,12 @@ class SearchIndex:
         created = _micros(record.created_at)
         text = a.digests(record.content)
         role = a.digests(record.role or "") if record.type == "message" else b""
+        location = entry.location
         doc = tantivy.Document(id=record.memory_id, type=record.type,
                                category=record.category, created=created,
-                               loc=self.seal_loc(record.memory_id, entry.location))
+                               loc=self.seal_loc(record.memory_id, location))
+        doc.add_unsigned("archived", 1 if location.archived else 0)
+        doc.add_unsigned("pos", location.offset or 0)
         doc.add_bytes("text", text)
         if role:
             doc.add_bytes("role", role)
@@ -318,25 +326,32 @@ class SearchIndex:
             doc.add_text("session", a.opaque("session", record.session_id))
         return self._indexed(doc, record.type, created, spaced(text), role,
                              " ".join(a.hashed(c) for c in entry.context),
-                             entry.location.archived, bool(record.superseded_by))
+                             bool(record.superseded_by))
 
     def _indexed(self, doc: Any, kind: str, created: int, words: str, role: bytes,
-                 context: str, archived: bool, superseded: bool) -> Any:
+                 context: str, superseded: bool) -> Any:
         """Add the fields that are searched but not stored, from what is stored: so a
         document is built the same way from a record (`document`) and carried over from
         the index (`rewrite`). `words` and `context` are hashed terms, space-separated."""
         body = words
         if kind == "message":
             # Speakers and dates are searchable too ("what did Ana say in May?").
-            day = datetime.fromtimestamp(created // 1_000_000, UTC)
-            body = " ".join(filter(None, (spaced(role), body, self.analyzer.hashed(
-                _day_words(day.year, day.month, day.day)))))
+            body = " ".join(filter(None, (spaced(role), body, self._day_terms(created))))
         doc.add_text("body", body)
         if context:
             doc.add_text("ctx", context)
-        doc.add_unsigned("archived", 1 if archived else 0)
         doc.add_unsigned("superseded", 1 if superseded else 0)
         return doc
+
+    def _day_terms(self, created: int) -> str:
+        """The hashed words of a time's day (a session's turns share a few days)."""
+        number = created // 86_400_000_000
+        terms = self._days.get(number)
+        if terms is None:
+            day = datetime.fromtimestamp(created // 1_000_000, UTC)
+            terms = self.analyzer.hashed(_day_words(day.year, day.month, day.day))
+            self._days[number] = terms
+        return terms
 
     @contextlib.contextmanager
     def writer(self) -> Iterator[IndexWriter]:
@@ -386,27 +401,31 @@ class SearchIndex:
             not_messages = Query.boolean_query([
                 (Occur.Must, Query.all_query()),
                 (Occur.MustNot, Query.term_query(self.open().schema, "type", "message"))])
-            for stored in self._stored(old, not_messages):
-                if stored[1].file not in changed:
-                    own = spaced(stored[0].get_first("text") or b"")
-                    writer.add_document(self._carried(stored, own, "", superseded))
+            for doc in self._stored(old, not_messages):
+                kind = doc.get_first("type")
+                if kind in TYPE_HOME and TYPE_HOME[kind][0] not in changed:
+                    own = spaced(doc.get_first("text") or b"")
+                    writer.add_document(self._carried(doc, own, "", superseded))
                     count += 1
             for relpath in kept_line_files:
                 session = session_of(relpath)
                 if session is None:
                     continue
+                archived = 1 if relpath.startswith(ARCHIVE + "/") else 0
                 term = self.analyzer.opaque("session", session)
                 query = Query.term_query(self.open().schema, "session", term)
                 # doc_freq counts deleted documents too: never fewer than the matches.
                 matches = self._stored(old, query, int(old.doc_freq("session", term)))
-                turns = sorted((d for d in matches if d[1].file == relpath),
-                               key=lambda d: d[1].offset or 0)
-                words = [spaced(d[0].get_first("text") or b"") for d in turns]
-                for i, stored in enumerate(turns):
+                # The session's summaries (in CLAUDE.md) and its other file are not turns.
+                turns = sorted((d for d in matches if d.get_first("archived") == archived
+                                and d.get_first("type") == "message"),
+                               key=lambda d: d.get_first("pos") or 0)
+                words = [spaced(d.get_first("text") or b"") for d in turns]
+                for i, doc in enumerate(turns):
                     span = range(i - CONTEXT_NEIGHBOURS, i + CONTEXT_NEIGHBOURS + 1)
                     context = " ".join([words[j] for j in span
                                         if j != i and 0 <= j < len(turns) and words[j]])
-                    writer.add_document(self._carried(stored, words[i], context, superseded))
+                    writer.add_document(self._carried(doc, words[i], context, superseded))
                     count += 1
             return count
 
@@ -415,28 +434,23 @@ class SearchIndex:
         return count
 
     def _stored(self, searcher: Any, query: Any, at_most: int | None = None
-                ) -> Iterator[tuple[Any, Location, str]]:
-        """(stored document, its location, its sealed location) for every match (there
-        are `at_most` of them, when the caller knows: Tantivy sizes its heap by it)."""
+                ) -> Iterator[Any]:
+        """The stored document of every match (there are `at_most` of them, when the
+        caller knows: Tantivy sizes its heap by it)."""
         total = int(searcher.num_docs) if at_most is None else at_most
         if not total:
             return
         for _, address in searcher.search(query, total, count=False).hits:
-            doc = searcher.doc(address)
-            memory_id, sealed = doc.get_first("id"), doc.get_first("loc")
-            location = self.open_loc(memory_id, sealed)
-            if location is None:
-                raise IndexUnavailable("a stored location does not open")
-            yield doc, location, sealed
+            yield searcher.doc(address)
 
-    def _carried(self, stored: tuple[Any, Location, str], words: str, context: str,
+    def _carried(self, doc: Any, words: str, context: str,
                  superseded: Callable[[str], bool]) -> Any:
         """A stored document with its searched fields added again (and its superseded
-        flag as it is now): ready for the new index."""
-        doc, location, _ = stored
+        flag as it is now): ready for the new index. Its sealed location is carried as
+        it is: the index was current, and a reader that finds it stale rebuilds."""
         return self._indexed(doc, doc.get_first("type"), int(doc.get_first("created")),
                              words, doc.get_first("role") or b"", context,
-                             location.archived, superseded(doc.get_first("id")))
+                             superseded(doc.get_first("id")))
 
     def _replace(self, fill: Callable[[Any], int]) -> int:
         """Write a new index beside the old one with `fill(writer)`, then swap it in."""
@@ -445,7 +459,9 @@ class SearchIndex:
             shutil.rmtree(leftover, ignore_errors=True)
         tmp = self.path.with_name(f"{self.path.name}.new-{os.getpid()}")
         index = self.create_empty(tmp)
-        writer = index.writer(heap_size=WRITER_HEAP, num_threads=1)
+        # Two indexing threads: the documents come from one Python thread, and Tantivy
+        # indexes them (and flushes the segments) on the others.
+        writer = index.writer(heap_size=2 * WRITER_HEAP, num_threads=REBUILD_THREADS)
         count = fill(writer)
         writer.commit()
         writer.wait_merging_threads()

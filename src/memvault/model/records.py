@@ -120,6 +120,7 @@ class Record:
     message_id: str | None = None
     channel: str | None = None
     role: str | None = None
+    name: str | None = None  # the speaker's name, for a message of a multi-party chat
     supersedes: str | None = None
     compacted_from: list[str] = field(default_factory=list)
     created_at: str = ""
@@ -139,8 +140,13 @@ class Record:
         return TYPE_HOME[self.type][0]
 
     def stored(self) -> dict[str, Any]:
-        """The fields written inside the envelope (by hand: asdict's deep copy is slow)."""
-        return {name: getattr(self, name) for name in _STORED}
+        """The fields written inside the envelope (by hand: asdict's deep copy is slow).
+        A speaker's name is written only when there is one, so records without stay
+        byte for byte as earlier releases wrote them."""
+        doc = {name: getattr(self, name) for name in _STORED}
+        if doc["name"] is None:
+            del doc["name"]
+        return doc
 
     def to_dict(self) -> dict[str, Any]:
         """The public shape (show, list, export): stored fields plus derived ones."""
@@ -175,6 +181,7 @@ class NewMessage:
     created_at: str | None = None
     tags: list[str] = field(default_factory=list)
     channel: str | None = None
+    name: str | None = None  # who spoke, when the role alone does not say (a chat's members)
 
 
 @dataclass

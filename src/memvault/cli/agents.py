@@ -100,7 +100,7 @@ def brief(
 
     def human(o: Output) -> None:
         if result.brief:
-            sys.stdout.write(result.brief)
+            o.text(result.brief)
         else:
             o.info("nothing to brief yet: add preferences, facts or context first")
 

@@ -1,4 +1,10 @@
-"""The one output object: data to stdout (JSON or Rich for people), everything else to stderr."""
+"""The one output object: data to stdout (JSON or Rich for people), everything else to stderr.
+
+Nothing printed here acts on the terminal: every string for people goes through
+for_terminal (control characters shown as `\\x1b`, never sent raw) and is given to Rich
+as a Text (never parsed as markup or emoji codes); JSON escapes control characters, C1
+and DEL included (json_for_terminal: json.dumps leaves those raw with ensure_ascii=False).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+from memvault.text.sanitize import for_terminal, json_for_terminal
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -43,30 +51,43 @@ class Output:
         if hasattr(doc, "to_dict"):
             doc = doc.to_dict()
         if self.json_mode or human is None:
-            sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n")
+            sys.stdout.write(json_for_terminal(
+                json.dumps(doc, ensure_ascii=False, indent=2, default=str)) + "\n")
         else:
             human(self)
 
     def line(self, text: str) -> None:
         """A plain data line on stdout (ids, values): no markup, no wrapping."""
-        sys.stdout.write(text + "\n")
+        sys.stdout.write(for_terminal(text) + "\n")
+
+    def text(self, text: str) -> None:
+        """Stored text on stdout as it is (a brief): no markup, no wrapping, no newline
+        added, and no control character acting on the terminal."""
+        sys.stdout.write(for_terminal(text))
 
     def info(self, text: str) -> None:
-        self.err.print(text, markup=False)
+        from rich.text import Text
+
+        self.err.print(Text(for_terminal(text)))
 
     def warn(self, text: str) -> None:
-        self.err.print(f"warning: {text}", style="yellow", markup=False)
+        from rich.text import Text
+
+        self.err.print(Text(f"warning: {for_terminal(text)}", style="yellow"))
 
     def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]],
               title: str | None = None) -> None:
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(title=title, show_lines=False, header_style="bold")
+        heading = Text(for_terminal(title), style="table.title") if title else None
+        table = Table(title=heading, show_lines=False, header_style="bold")
         for column in columns:
             # Ids are copied into other commands: never wrap them (nor short fields).
             table.add_column(column, overflow="fold", no_wrap=column in NO_WRAP)
         for row in rows:
-            table.add_row(*("" if v is None else str(v) for v in row))
+            # Cells are Text: a stored "[bold]" is shown, never taken for markup.
+            table.add_row(*(Text("" if v is None else for_terminal(str(v))) for v in row))
         self.out.print(table)
 
 
@@ -74,4 +95,4 @@ def error_line(message: str) -> None:
     """The error boundary's single stderr line (no Rich: it must work when all else failed)."""
     colour = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
     prefix = "\033[31mmem: error:\033[0m " if colour else "mem: error: "
-    sys.stderr.write(prefix + message.replace("\n", " ") + "\n")
+    sys.stderr.write(prefix + for_terminal(message.replace("\n", " ")) + "\n")

@@ -1,14 +1,21 @@
-"""How records and results look to people (the JSON shapes come from the core)."""
+"""How records and results look to people (the JSON shapes come from the core).
+
+Stored text is shown as it is, never acted on: every string from the vault goes through
+for_terminal (a control character left in it is shown as `\\x1b`, never sent to the
+terminal) and is printed as a rich Text, so that `[bold]` or `:smile:` in a memory is
+text too, never Rich markup or an emoji code. Output.table and Output.line do the same.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from memvault.cli.output import Output
+from memvault.text.sanitize import for_terminal
 
 
 def _one_line(text: str, width: int = 80) -> str:
-    flat = " ".join(text.split())
+    flat = " ".join(for_terminal(text).split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
@@ -18,12 +25,12 @@ def _card(out: Output, head: list[str], body: str) -> None:
     from rich.text import Text
 
     line = Text()
-    line.append(head[0], style="bold cyan")
+    line.append(for_terminal(head[0]), style="bold cyan")
     for part in head[1:]:
         if part:
-            line.append("  " + part, style="dim" if part.startswith("[") else "")
+            line.append("  " + for_terminal(part), style="dim" if part.startswith("[") else "")
     out.out.print(line, soft_wrap=True)
-    out.out.print(Text("    " + body), soft_wrap=False, overflow="fold")
+    out.out.print(Text("    " + for_terminal(body)), soft_wrap=False, overflow="fold")
 
 
 def records_table(out: Output, records: list[dict[str, Any]]) -> None:
@@ -37,10 +44,12 @@ def records_table(out: Output, records: list[dict[str, Any]]) -> None:
 
 
 def record_detail(out: Output, record: dict[str, Any]) -> None:
+    from rich.text import Text
+
     rows = [[k, v if not isinstance(v, list) else ", ".join(map(str, v))]
             for k, v in record.items() if k != "content" and v not in (None, [], "")]
     out.table(["field", "value"], rows)
-    out.out.print(record["content"], markup=False, highlight=False)
+    out.out.print(Text(for_terminal(record["content"])))
 
 
 def mapping(out: Output, doc: dict[str, Any], title: str | None = None) -> None:

@@ -3,6 +3,12 @@
 Everything that stores text (add, pref set, ingest, import, and compaction's summaries)
 passes through here first, before any lock is taken or any file touched:
 
+- clean: terminal escape sequences and control characters (but newline and tab) are
+  removed from the text first (text.sanitize.clean), in `_scan`, the one place every
+  way in shares, so that redaction sees what will be stored and nothing stored can act on
+  a terminal when printed. It is not a redaction: nothing is counted or reported. Names
+  (tags, preference keys) are refused instead when they hold a control character: a name
+  changed behind the user's back would no longer be found by the name they typed.
 - refuse: a critical secret (private key, bearer token, cloud or provider key) is never
   stored. A single item (add, pref, an import) is refused whole; a transcript message
   holding one is withheld, or the whole transcript is refused when `strict`.
@@ -17,11 +23,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from memvault.config import Settings
-from memvault.errors import ConfigError, Refused, UsageError
+from memvault.errors import ConfigError, DataError, MemError, Refused, UsageError
 from memvault.model.records import NewMessage
+from memvault.text.sanitize import clean, has_control
 
 if TYPE_CHECKING:
-    from memvault.text.redact import RedactionConfig
+    from memvault.text.redact import Redaction, RedactionConfig
 
 
 @dataclass
@@ -65,40 +72,53 @@ class AdmissionPolicy:
             self._config = redaction_config(self._doc, self._where)
         return self._config
 
-    def admit(self, text: str, what: str = "the text") -> str:
-        """One item: refused (Refused, exit 77, nothing stored) when it holds a secret;
-        otherwise returned with personal data masked."""
+    def _scan(self, text: str) -> Redaction:
+        """The one way text is admitted: cleaned of terminal controls, then scanned for
+        secrets and personal data (admit, admit_all and screen all come through here)."""
         from memvault.text.redact import scan
 
-        result = scan(text, self.config)
+        return scan(clean(text), self.config)
+
+    def admit(self, text: str, what: str = "the text") -> str:
+        """One item: refused (Refused, exit 77, nothing stored) when it holds a secret;
+        otherwise returned cleaned of terminal controls, with personal data masked."""
+        result = self._scan(text)
         if not result.clean:
             rules = ", ".join(sorted(set(result.refused)))
             raise Refused(f"refused: {what} holds a secret ({rules}); nothing was stored")
         return result.text
 
-    def admit_key(self, key: str) -> str:
-        """A preference key is a name: it may hold neither a secret nor personal data."""
+    def admit_key(self, key: str, error: type[MemError] = UsageError) -> str:
+        """A preference key is a name: it may hold neither a control character, nor a
+        secret, nor personal data."""
+        admit_name(key, "preference key", error)
         if self.admit(key, "the preference key") != key:
-            raise UsageError("a preference key must not hold personal data")
+            raise error("a preference key must not hold personal data")
         return key
+
+    def admit_tags(self, tags: Sequence[str], error: type[MemError] = UsageError) -> None:
+        """Tags are names: one holding a control character is refused (`error`: UsageError
+        for what the user typed, DataError for what a file holds)."""
+        for tag in tags:
+            admit_name(tag, "tag", error)
 
     def admit_all(self, texts: Sequence[str], what: str) -> list[str]:
         """Several items that stand or fall together (an import): any secret refuses all."""
-        from memvault.text.redact import scan
-
-        results = [scan(text, self.config) for text in texts]
+        results = [self._scan(text) for text in texts]
         if not all(r.clean for r in results):
             raise Refused(f"{what} holds a secret; nothing was imported")
         return [r.text for r in results]
 
     def screen(self, messages: Sequence[NewMessage], strict: bool = False) -> Screened:
-        """Transcript messages: each holding a secret is withheld (with `strict`, the
-        whole transcript is refused); personal data is masked in the others."""
-        from memvault.text.redact import scan
-
+        """Transcript messages, cleaned of terminal controls: each holding a secret is
+        withheld (with `strict`, the whole transcript is refused); personal data is
+        masked in the others. A message left empty by the cleaning (it was only escape
+        sequences) is dropped, like an empty one; a tag holding a control character
+        refuses the transcript (DataError), as a tag holding a space does."""
         out = Screened()
         for message in messages:
-            result = scan(message.content, self.config)
+            self.admit_tags(message.tags, DataError)
+            result = self._scan(message.content)
             out.add_counts(result.counts)
             if not result.clean:
                 if strict:
@@ -108,5 +128,14 @@ class AdmissionPolicy:
                                   field="strict")
                 out.withheld += 1
                 continue
-            out.kept.append(replace(message, content=result.text))
+            if not result.text.strip():
+                continue
+            name = clean(message.name) if message.name else message.name
+            out.kept.append(replace(message, content=result.text, name=name))
         return out
+
+
+def admit_name(name: str, what: str, error: type[MemError] = UsageError) -> None:
+    """A name (tag, preference key) holding a terminal control character is refused."""
+    if has_control(name):
+        raise error(f"invalid {what} {name!r}: it holds a control character")

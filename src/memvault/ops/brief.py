@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from memvault.model.records import BEHAVIORAL_TYPES, DOC_FILES, Record, now_iso, parse_time
 from memvault.model.results import Brief, BriefEntry
 from memvault.ops import prefs
+from memvault.text.sanitize import clean
 from memvault.vault.vault import Vault
 
 WARNING = (
@@ -42,7 +43,9 @@ def age(created_at: str, now: datetime) -> str:
 
 
 def _one_line(text: str) -> str:
-    flat = " ".join(text.split())
+    # Cleaned again: a record stored before admission cleaned escapes must not reach
+    # the agent's context (or a terminal) with them.
+    flat = " ".join(clean(text).split())
     return flat if len(flat) <= MAX_ENTRY_CHARS else flat[: MAX_ENTRY_CHARS - 1] + "…"
 
 

@@ -28,9 +28,10 @@ from memvault.model.records import (
 )
 from memvault.model.results import ExportResult, ImportResult
 from memvault.ops import prefs as prefs_ops
-from memvault.ops.admission import AdmissionPolicy
+from memvault.ops.admission import AdmissionPolicy, admit_name
 from memvault.storage import fsio
 from memvault.storage.state import Superseded, UserState
+from memvault.text.sanitize import for_terminal, json_for_terminal
 from memvault.vault.vault import Vault
 
 EXPORT_VERSION = "1.0"
@@ -114,7 +115,7 @@ class _Json:
 
     def record(self, record: Record) -> None:
         self.out.write(("\n" if self.first_record else ",\n") + "        " +
-                       json.dumps(record.to_dict(), ensure_ascii=False))
+                       json_for_terminal(json.dumps(record.to_dict(), ensure_ascii=False)))
         self.first_record = False
 
     def end(self, category: str, count: int) -> None:
@@ -123,11 +124,15 @@ class _Json:
 
     def finish(self, prefs: dict[str, str], total: int) -> None:
         self.out.write("\n  },\n  \"preferences\": " +
-                       json.dumps(prefs, ensure_ascii=False, indent=4).replace("\n", "\n  ") +
+                       json_for_terminal(json.dumps(prefs, ensure_ascii=False, indent=4))
+                       .replace("\n", "\n  ") +
                        f',\n  "record_count": {total}\n}}\n')
 
 
 class _Markdown:
+    """A page for people, who may `cat` it: stored text goes through for_terminal, so a
+    control character left in an old record is shown as `\\x1b`, never sent raw."""
+
     def __init__(self, out: IO[str], head: dict[str, Any]) -> None:
         self.out = out
         out.write(f"# Memory of {head['org_id']}/{head['user_id']}\n\n"
@@ -140,8 +145,8 @@ class _Markdown:
         flags = [r.type, r.created_at[:10]] + (["archived"] if r.archived else [])
         flags += ["superseded"] if r.superseded_by else []
         where = f" (session {r.session_id})" if r.session_id else ""
-        self.out.write(f"- **{', '.join(flags)}**{where}: " + " ".join(r.content.split()) +
-                       "\n")
+        line = f"- **{', '.join(flags)}**{where}: " + " ".join(r.content.split())
+        self.out.write(for_terminal(line) + "\n")
 
     def end(self, category: str, count: int) -> None:
         self.out.write(f"\n{count} records.\n\n")
@@ -149,7 +154,8 @@ class _Markdown:
     def finish(self, prefs: dict[str, str], total: int) -> None:
         if prefs:
             self.out.write("## Preference settings\n\n" +
-                           "".join(f"- `{k}`: {v}\n" for k, v in prefs.items()) + "\n")
+                           "".join(for_terminal(f"- `{k}`: {v}") + "\n"
+                                   for k, v in prefs.items()) + "\n")
         self.out.write(f"{total} records in all.\n")
 
 
@@ -232,6 +238,10 @@ def import_text(vault: Vault, raw: str) -> ImportResult:
     """Restore an export: every record keeps its id; what is already there is skipped."""
     items, prefs = _parse_import(raw)
     policy = AdmissionPolicy(vault.settings)
+    for record, _ in items:
+        policy.admit_tags(record.tags, DataError)
+    for key in prefs:
+        admit_name(key, "preference key", DataError)
     texts = [record.content for record, _ in items] + [t for kv in prefs.items() for t in kv]
     admitted = policy.admit_all(texts, "the import file")
     for (record, _), masked in zip(items, admitted, strict=False):

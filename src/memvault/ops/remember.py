@@ -15,6 +15,7 @@ from memvault.model.records import (
     Record,
     check_type,
     clean_tags,
+    normalise_time,
     now_iso,
     uuid7,
 )
@@ -27,8 +28,9 @@ from memvault.vault.vault import Transaction, Vault
 def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
         importance: float = 0.5, session: str | None = None, supersedes: str | None = None,
         message_id: str | None = None, role: str | None = None,
-        channel: str | None = None) -> AddResult:
-    """Store one record; identical content (same user and type) is stored once."""
+        channel: str | None = None, created_at: str | None = None) -> AddResult:
+    """Store one record; identical content (same user and type) is stored once.
+    `created_at` dates it in the past (an agent's summary of an old session)."""
     check_type(kind)
     if not text.strip():
         raise UsageError("nothing to add: the text is empty")
@@ -44,7 +46,11 @@ def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
         role = role or "user"
     if session is not None:
         validate_name("session", session)
-    text = AdmissionPolicy(vault.settings).admit(text)
+    policy = AdmissionPolicy(vault.settings)
+    policy.admit_tags(tags)
+    text = policy.admit(text)
+    if not text.strip():
+        raise UsageError("nothing to add: the text holds only terminal control characters")
     digest = content_hash(text)
     home, category = TYPE_HOME[kind]
     with vault.transaction() as tx:
@@ -68,7 +74,7 @@ def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
                 tx.audit("add", [prior.memory_id], [tx.hash_of(digest)], type=kind,
                          deduplicated=True)
                 return AddResult(prior, deduplicated=True)
-        stamp = now_iso()
+        stamp = normalise_time(created_at) if created_at else now_iso()
         record = Record(
             memory_id=uuid7(), org_id=vault.org, user_id=vault.user, type=kind,
             content=text, content_hash=digest, category=category, tags=tags,

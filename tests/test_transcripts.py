@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memvault.errors import DataError, UsageError
+from memvault.errors import DataError, NotTranscript, UsageError
 from memvault.text.transcripts import FORMATS, Transcript, detect, parse
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
@@ -35,18 +36,27 @@ def jsonl(*lines: object) -> str:
 
 @pytest.mark.parametrize(("name", "fmt"), [
     ("claude-code.jsonl", "claude-code"),
+    ("claude-parallel-tools.jsonl", "claude-code"),
+    ("claude-subagent.jsonl", "claude-code"),
+    ("claude-harness.jsonl", "claude-code"),
+    ("claude-compaction.jsonl", "claude-code"),
+    ("claude-unlinked.jsonl", "claude-code"),
+    ("claude-torn-tail.jsonl", "claude-code"),
     ("codex-rollout.jsonl", "codex"),
     ("codex-legacy.jsonl", "codex"),
     ("gemini-session.jsonl", "gemini"),
     ("gemini-legacy.json", "gemini"),
     ("gemini-checkpoint.json", "gemini"),
+    ("gemini-checkpoint-context.json", "gemini"),
+    ("gemini-model-records.jsonl", "gemini"),
     ("jsonl-good.jsonl", "jsonl"),
+    ("jsonl-speakers.jsonl", "jsonl"),
     ("jsonl-bad-json.jsonl", "jsonl"),
     ("jsonl-missing-content.jsonl", "jsonl"),
 ])
 def test_detect_each_fixture(name: str, fmt: str) -> None:
     assert detect(fixture(name)) == fmt
-    if not name.startswith("jsonl-") or name == "jsonl-good.jsonl":
+    if not name.startswith("jsonl-") or name in ("jsonl-good.jsonl", "jsonl-speakers.jsonl"):
         assert parse(fixture(name)).format == fmt
 
 
@@ -148,15 +158,19 @@ def test_claude_code_fixture() -> None:
     assert t.format == "claude-code"
     assert t.session_id == CLAUDE_SESSION
     assert rows(t.messages) == CLAUDE_MESSAGES
+    # Without Claude Code's preamble, at the summary's own time.
     assert rows(t.summaries) == [(
         "summary",
-        "This session is being continued from a previous conversation that ran out of "
-        "context. The conversation is summarized below:\nAnalysis: the user asked why "
-        "tests/test_auth.py::test_login is flaky.\nSummary: the token fixture used "
-        "datetime.now() with a one-second expiry; it now uses FROZEN_NOW.",
+        "Analysis: the user asked why tests/test_auth.py::test_login is flaky.\nSummary: the "
+        "token fixture used datetime.now() with a one-second expiry; it now uses FROZEN_NOW.",
         "u-008", "2025-06-01T10:30:00.500Z")]
-    # summary line, file-history-snapshot, isMeta, 2 rewound, sidechain, torn line,
-    # unknown type, non-JSON line, compact boundary, API error
+    assert t.ignored == {
+        "title": 1,  # the `summary` line (a session title)
+        "file history": 1, "meta": 1, "abandoned branch": 2, "sidechain": 1,
+        "not json": 2,  # a line torn mid-file, and a traceback
+        "unknown type": 1, "system": 1,  # the compact boundary
+        "synthetic": 1,  # the API error
+    }
     assert t.skipped == 11
 
 
@@ -245,7 +259,8 @@ def test_claude_old_compaction_summary_without_the_flag() -> None:
         claude_line("u2", "u1", "user", "carry on"),
     ))
     assert [m.content for m in t.messages] == ["carry on"]
-    assert [(m.role, m.message_id) for m in t.summaries] == [("summary", "u1")]
+    assert rows(t.summaries) == [("summary", "Summary: things happened.", "u1",
+                                  "2025-06-01T10:00:00Z")]
 
 
 def test_claude_synthetic_and_meta_entries_are_not_messages() -> None:
@@ -257,14 +272,15 @@ def test_claude_synthetic_and_meta_entries_are_not_messages() -> None:
                      "content": [{"type": "text", "text": "No response requested."}]}},
     ))
     assert [m.content for m in t.messages] == ["hi"]
-    assert t.skipped == 2
+    assert t.ignored == {"meta": 1, "synthetic": 1}
 
 
-def test_claude_subagent_file_holds_no_message() -> None:
-    lines = [claude_line("s1", None, "user", "search for X", isSidechain=True),
-             claude_line("s2", "s1", "assistant", [{"type": "text", "text": "found"}],
-                         isSidechain=True)]
-    with pytest.raises(DataError, match=r"no claude-code messages .*2 lines"):
+def test_claude_nothing_to_store_says_why() -> None:
+    lines = [claude_line("u1", None, "user", "<system-reminder>x</system-reminder>"),
+             claude_line("u2", "u1", "user", "[Request interrupted by user]"),
+             claude_line("u3", "u2", "user", "hi", isMeta=True)]
+    with pytest.raises(DataError, match=r"^no claude-code messages in the transcript \(3 "
+                       r"lines or entries skipped: 2 harness text, 1 meta\)$"):
         parse(jsonl(*lines))
 
 
@@ -273,6 +289,184 @@ def test_claude_lone_surrogates_are_replaced() -> None:
     t = parse(line + "\n")
     assert t.messages[0].content == "bad \ufffd text"
     t.messages[0].content.encode("utf-8")
+
+
+# Each parallel tool call's result chains to its own tool_use line, off the path from the
+# last turn; the abandoned branch (u-02, a-06, r-04) stays out.
+def test_claude_parallel_tool_results_are_all_kept() -> None:
+    t = parse(fixture("claude-parallel-tools.jsonl"))
+    stamp = "2026-02-11T10:0{}Z".format
+    assert rows(t.messages) == [
+        ("user", "Check both config files and the test log.", "u-01", stamp("0:00.000")),
+        ("assistant", "Reading all three.\n[tool Read] /p/a.toml\n[tool Read] /p/b.toml\n"
+         "[tool Bash] tail -1 test.log", "msg_A", stamp("0:02.000")),
+        ("tool", "alpha = 1", "r-01", stamp("0:03.000")),
+        ("tool", "beta = 2", "r-02", stamp("0:03.100")),
+        ("tool", "3 passed in 0.02s", "r-03", stamp("0:03.200")),
+        ("assistant", "alpha is 1, beta is 2 and the tests pass.", "msg_B", stamp("0:05.000")),
+        ("user", "Actually keep it, and rename it to c.toml.", "u-03", stamp("2:00.000")),
+        # a-08 is off the parent chain too (r-05 answers a-07): its message id brings it in.
+        ("assistant", "[tool Bash] git mv b.toml c.toml\n[tool Bash] git status --short",
+         "msg_D", stamp("2:02.000")),
+        ("tool", "R b.toml -> c.toml", "r-06", stamp("2:03.000")),  # file order
+        ("tool", "exit code 0", "r-05", stamp("2:03.100")),
+        ("assistant", "Renamed b.toml to c.toml.", "msg_E", stamp("2:05.000")),
+    ]
+    assert t.ignored == {"progress": 1, "abandoned branch": 3}
+
+
+def test_claude_a_result_answered_on_the_branch_is_not_taken_twice() -> None:
+    use = {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}
+    result = [{"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"}]
+    t = parse(jsonl(
+        claude_line("u1", None, "user", "list"),
+        claude_line("a1", "u1", "assistant", [use], mid="m1"),
+        claude_line("r0", "a1", "user", result),  # an earlier copy, off the branch
+        claude_line("r1", "a1", "user", result),
+        claude_line("a2", "r1", "assistant", [{"type": "text", "text": "One file."}]),
+    ))
+    assert [(m.role, m.message_id) for m in t.messages] == [
+        ("user", "u1"), ("assistant", "m1"), ("tool", "r1"), ("assistant", "msg_a2")]
+    assert t.ignored == {"abandoned branch": 1}
+
+
+def test_claude_a_torn_last_line_is_counted_apart_and_read_once_whole() -> None:
+    text = fixture("claude-torn-tail.jsonl")
+    assert not text.endswith("\n")
+    t = parse(text)
+    assert [m.message_id for m in t.messages] == ["u-01", "msg_A", "r-01", "msg_B"]
+    assert t.ignored == {"torn last line": 1}
+    # The same garbage once a newline follows it is not torn: it is garbage.
+    assert parse(text + "\n").ignored == {"not json": 1}
+    # The writer finishes the line: the same messages keep their ids, one is added.
+    torn = text.rsplit("\n", 1)[1]
+    whole = text[: -len(torn)] + jsonl(claude_line("u-02", "a-03", "user", "And lint?"))
+    grown = parse(whole)
+    assert rows(grown.messages)[:4] == rows(t.messages)
+    assert rows(grown.messages)[4][:3] == ("user", "And lint?", "u-02")
+    assert grown.ignored == {}
+
+
+@pytest.mark.parametrize("name", ["claude-parallel-tools.jsonl", "claude-harness.jsonl",
+                                  "claude-compaction.jsonl", "claude-code.jsonl",
+                                  "codex-rollout.jsonl", "gemini-session.jsonl"])
+def test_a_prefix_gives_the_same_messages_the_same_ids(name: str) -> None:
+    text = fixture(name)
+    whole = {m.message_id: m for m in [*parse(text).messages, *parse(text).summaries]}
+    ends = [i + 1 for i, c in enumerate(text) if c == "\n"]
+    cuts = sorted({*ends, *(e - 40 for e in ends if e > 40)})  # whole lines, and torn ones
+    for cut in cuts:
+        try:
+            part = parse(text[:cut])
+        except DataError:
+            continue  # nothing to store yet
+        for m in [*part.messages, *part.summaries]:
+            assert m.message_id is not None
+            same = whole.get(m.message_id)
+            if same is None:  # only what the whole file shows was abandoned
+                continue
+            # The same message: it may only have grown (more lines of one API message).
+            assert (m.role, m.created_at) == (same.role, same.created_at), (cut, m)
+            assert same.content.startswith(m.content), (cut, m)
+        torn = not text[:cut].endswith("\n")
+        assert part.ignored.get("torn last line", 0) == torn, cut
+
+
+def test_claude_subagent_file_belongs_to_the_parent_session() -> None:
+    t = parse(fixture("claude-subagent.jsonl"))
+    assert t.session_id == "0d6e4b1a-7c2f-4e58-9b3d-1a2b3c4d5e6f"  # the parent's sessionId
+    assert [(m.role, m.content, m.message_id, m.channel) for m in t.messages] == [
+        ("user", "Find where the retry limit is set.", "s-01", "subagent:a4f1c2e"),
+        ("assistant", "[tool Grep] retry_limit", "msg_S1", "subagent:a4f1c2e"),
+        ("tool", "src/net.py:12: retry_limit = 5", "s-03", "subagent:a4f1c2e"),
+        ("assistant", "It is 5, set in src/net.py line 12.", "msg_S2", "subagent:a4f1c2e"),
+    ]
+    assert t.ignored == {}
+
+
+def test_claude_sidechain_turns_in_a_main_file_are_not_the_main_conversation() -> None:
+    t = parse(jsonl(
+        claude_line("u1", None, "user", "hi"),
+        claude_line("s1", None, "user", "search for X", isSidechain=True, agentId="a1"),
+        claude_line("a1", "u1", "assistant", [{"type": "text", "text": "hello"}]),
+    ))
+    assert [(m.content, m.channel) for m in t.messages] == [("hi", None), ("hello", None)]
+    assert t.ignored == {"sidechain": 1}
+
+
+@pytest.mark.parametrize("agent", ["acompact-9f8e7d", "a77e0b1"])
+def test_claude_compaction_agent_is_not_a_transcript(agent: str) -> None:
+    # Recognised by its agent id, and by its task when the id does not say.
+    text = fixture("claude-compaction-agent.jsonl").replace("acompact-9f8e7d", agent)
+    for fmt in ("auto", "claude-code"):
+        with pytest.raises(NotTranscript, match="compaction agent"):
+            parse(text, fmt)
+
+
+def test_claude_harness_text_is_not_the_users_words() -> None:
+    t = parse(fixture("claude-harness.jsonl"))
+    assert [(m.role, m.content, m.message_id) for m in t.messages] == [
+        ("user", "/review src/net.py --strict", "h-01"),  # the slash command typed
+        ("tool", "\x1b[1mReviewing\x1b[22m src/net.py", "h-02"),  # what it printed
+        ("assistant", "[tool Read] /p/src/net.py", "msg_H1"),
+        ("tool", "retry_limit = 5", "h-05"),
+        ("user", "Make the retry limit configurable.", "h-08"),  # its system-reminder gone
+        ("assistant", "Done: RETRY_LIMIT is read from the environment.", "msg_H2"),
+        ("user", "/model opus", "h-11"),  # Claude Code 2.x: system local_command lines
+        ("tool", "Unknown model: opus", "h-12"),
+        ("user", "!git status --short", "h-13"),  # bash mode
+        ("tool", "M src/net.py", "h-14"),
+        ("user", "/exit", "h-15"),
+    ]
+    # the interrupt, the task notification, an unflagged caveat, "(no content)"
+    assert t.ignored == {"meta": 1, "thinking": 1, "harness text": 4}
+
+
+@pytest.mark.parametrize(("said", "kept"), [
+    ("[Request interrupted by user]", []),
+    ("[Request interrupted by user for tool use]", []),
+    ("<system-reminder>a</system-reminder>before<system-reminder>b\nc</system-reminder> after",
+     [("user", "before after")]),
+    ("<command-message>init is analyzing</command-message>", []),
+    ("<command-name>init</command-name><command-args></command-args>", [("user", "/init")]),
+    ("<local-command-stdout></local-command-stdout>", []),
+    ("an unclosed <system-reminder> stays", [("user", "an unclosed <system-reminder> stays")]),
+    ("quote [Request interrupted by user] mid-line", [
+        ("user", "quote [Request interrupted by user] mid-line")]),
+])
+def test_claude_harness_rules(said: str, kept: list[tuple[str, str]]) -> None:
+    lines = [claude_line("u0", None, "user", "start"), claude_line("u1", "u0", "user", said)]
+    t = parse(jsonl(*lines))
+    assert [(m.role, m.content) for m in t.messages[1:]] == kept
+    assert t.ignored == ({} if kept else {"harness text": 1})
+
+
+def test_claude_compaction_summary_keeps_only_its_body() -> None:
+    t = parse(fixture("claude-compaction.jsonl"))
+    assert rows(t.summaries) == [(
+        "summary", "Summary:\n1. Primary Request and Intent:\n   The user asked for retries in "
+        "the HTTP client.\n\n2. Current Work:\n   Exponential backoff was added to src/http.py.",
+        "s-01", "2026-02-11T11:00:00.500Z")]
+    assert [m.message_id for m in t.messages] == ["u-01", "msg_A", "u-02", "msg_B"]
+    assert t.ignored == {"system": 1}  # the compact boundary
+
+
+def test_claude_entries_without_links_are_read_in_file_order() -> None:
+    t = parse(fixture("claude-unlinked.jsonl"))
+    assert [(m.role, m.content, m.message_id) for m in t.messages] == [
+        ("user", "Which port does the dev server use?", "x-01"),
+        ("assistant", "Port 4000, set in config/dev.exs.", "msg_X1"),
+        ("user", "Change it to 4001.", "x-03"),
+        ("assistant", "Changed to 4001.", "msg_X2"),
+    ]
+    assert t.ignored == {}
+
+
+def test_claude_entries_without_uuids_have_no_ids() -> None:
+    t = parse(jsonl({"type": "user", "message": {"role": "user", "content": "a"}},
+                    {"type": "assistant", "message": {"role": "assistant", "content": "b"}}))
+    assert [(m.role, m.content, m.message_id) for m in t.messages] == [
+        ("user", "a", None), ("assistant", "b", None)]
 
 
 # --- Codex CLI ---------------------------------------------------------------------------
@@ -312,7 +506,10 @@ def test_codex_rollout_fixture() -> None:
         "summary", "The user asked why `make test` fails on a clean checkout: pytest-cov "
         "was missing from requirements-dev.txt; it was added.",
         f"{s}:17", "2025-10-29T01:20:00.000Z")]
-    # developer, AGENTS.md, environment_context, event_msg x4, turn_context, reasoning, torn
+    assert t.ignored == {"system prompt": 1,  # the developer message
+                         "harness text": 2,  # AGENTS.md, environment_context
+                         "event": 3, "settings": 1, "thinking": 1,
+                         "not json": 1}  # a line torn mid-file
     assert t.skipped == 9
 
 
@@ -328,7 +525,7 @@ def test_codex_legacy_rollout_fixture() -> None:
         ("assistant", "Two: app.py and setup.py.", f"{s}:8", start),
     ]
     assert t.summaries == []
-    assert t.skipped == 3  # two state markers and a reasoning item
+    assert t.ignored == {"state": 2, "thinking": 1}
 
 
 @pytest.mark.parametrize("injected", [
@@ -389,7 +586,8 @@ def test_gemini_session_log_fixture() -> None:
          "m-10", "2026-02-10T23:58:20.000Z"),
     ]
     assert t.summaries == []
-    assert t.skipped == 4  # the info notice, two rewound messages, a torn line
+    # the info notice, two rewound messages, a line torn mid-file
+    assert t.ignored == {"notice": 1, "abandoned branch": 2, "not json": 1}
 
 
 def test_gemini_legacy_session_fixture() -> None:
@@ -406,7 +604,7 @@ def test_gemini_legacy_session_fixture() -> None:
         ("assistant", 'Node 20.11 or newer: package.json sets `"engines": {"node": '
          '">=20.11"}`.', "2f1c5e7a-3b9d-4e2a-8c6f-0a1b2c3d4e5f", "2025-12-03T06:36:20.000Z"),
     ]
-    assert t.skipped == 1  # the warning notice
+    assert t.ignored == {"notice": 1}  # the warning notice
 
 
 def test_gemini_checkpoint_fixture() -> None:
@@ -424,7 +622,8 @@ def test_gemini_checkpoint_fixture() -> None:
         ("assistant", "Renamed `foo` to `parse_config` in src/config.py; nothing else called it.",
          "turn-8", None),
     ]
-    assert t.skipped == 2  # Gemini CLI's set-up turn and the model's acknowledgement
+    # Gemini CLI's set-up turn and the model's acknowledgement
+    assert t.ignored == {"harness text": 2}
 
 
 def test_gemini_bare_history_and_compression_summary() -> None:
@@ -451,9 +650,59 @@ def test_gemini_user_words_are_what_was_typed() -> None:
 
 
 def test_gemini_subagent_log_is_refused() -> None:
-    with pytest.raises(DataError, match="subagent"):
+    with pytest.raises(NotTranscript, match="subagent"):
         parse(jsonl({"sessionId": "g", "projectHash": "h", "kind": "subagent"},
                     {"id": "1", "type": "user", "content": "look for X"}))
+
+
+def test_gemini_checkpoint_environment_is_not_a_user_message() -> None:
+    t = parse(fixture("gemini-checkpoint-context.json"))
+    assert rows(t.messages) == [
+        ("user", "Why does make test fail?", "turn-2", None),
+        ("assistant", "The test target passes --cov, which needs pytest-cov.", "turn-3", None),
+    ]
+    assert t.ignored == {"harness text": 1}  # the <session_context> turn
+
+
+def test_gemini_session_context_before_a_prompt_in_one_turn_leaves_the_prompt() -> None:
+    history = [{"role": "user", "parts": [{"text": "<session_context>\nenv\n</session_context>"
+                                                   "\n\nfix the build"}]}]
+    assert rows(parse(json.dumps(history)).messages) == [("user", "fix the build", "turn-1",
+                                                          None)]
+
+
+def test_gemini_prompt_log_is_not_a_transcript() -> None:
+    text = fixture("gemini-logs.json")
+    with pytest.raises(NotTranscript, match="logs.json"):
+        detect(text)
+    for fmt in ("auto", "gemini"):
+        with pytest.raises(NotTranscript, match="logs.json"):
+            parse(text, fmt)
+    compact = json.dumps(json.loads(text))  # however it is written
+    with pytest.raises(NotTranscript):
+        parse(compact)
+
+
+def test_gemini_model_records_are_the_assistants() -> None:
+    t = parse(fixture("gemini-model-records.jsonl"))
+    assert (t.format, t.session_id) == ("gemini", "6a1f0e2b-9c3d-4e5f-8a7b-0c1d2e3f4a5b")
+    assert rows(t.messages) == [
+        ("user", "Why does make test fail?", "g-1", "2026-02-11T10:01:00.000Z"),
+        ("assistant", "The test target passes --cov, which needs pytest-cov.", "g-2",
+         "2026-02-11T10:01:05.000Z"),
+    ]
+    assert t.ignored == {}
+    # Detected from a record alone, too.
+    assert detect(jsonl({"id": "g-2", "type": "model", "content": "hi"})) == "gemini"
+
+
+@pytest.mark.parametrize("name", ["codex-rollout.jsonl", "gemini-session.jsonl"])
+def test_a_torn_last_line_is_counted_in_every_agent_format(name: str) -> None:
+    text = fixture(name)
+    before = parse(text)
+    after = parse(text + '{"timestamp": "2026-02-11T00:0')
+    assert rows(after.messages) == rows(before.messages)
+    assert after.ignored == {**before.ignored, "torn last line": 1}
 
 
 # --- generic jsonl -----------------------------------------------------------------------
@@ -517,6 +766,42 @@ def test_jsonl_malformed_lines(line: object, error: str) -> None:
         parse(text, "jsonl")
 
 
+def test_jsonl_speakers() -> None:
+    t = parse(fixture("jsonl-speakers.jsonl"))
+    assert [(m.role, m.name, m.content, m.message_id) for m in t.messages] == [
+        ("user", "alice", "Can we move the standup to 10:00?", None),
+        ("user", "Bob Ng", "Fine by me.", None),  # `speaker`, and no role: a user
+        ("assistant", None, "I'll move the invite to 10:00.", None),
+        ("assistant", "calendar-bot", "Standup moved.", "m4"),
+    ]
+    assert t.ignored == {}
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    ({**GOOD, "name": ""}, "'name' must be a string of 1-128 characters without control"),
+    ({**GOOD, "name": "   "}, "'name' must be a string of 1-128"),
+    ({**GOOD, "name": 7}, "'name' must be a string of 1-128"),
+    ({**GOOD, "name": "x" * 129}, "'name' must be a string of 1-128"),
+    ({**GOOD, "speaker": "bob\nsmith"}, "'speaker' must be a string of 1-128"),
+    ({**GOOD, "speaker": "bell\x07"}, "'speaker' must be a string of 1-128"),
+    ('{"role": "user", "name": "bad \\udc80", "content": "x"}', "'name' must be a string"),
+    ({**GOOD, "name": "alice", "speaker": "bob"}, "'name' and 'speaker' are the same field"),
+    ({"name": "alice"}, "'content' must be a non-empty string"),
+    ({"name": "alice", "role": "human", "content": "x"}, "role 'human' is not one of"),
+])
+def test_jsonl_bad_speakers(line: object, error: str) -> None:
+    with pytest.raises(DataError, match=f"^line 3: {error}") as caught:
+        parse(jsonl(GOOD, "", line), "jsonl")
+    assert "\n" not in caught.value.message
+
+
+def test_jsonl_speaker_edge_cases() -> None:
+    t = parse(jsonl({**GOOD, "name": "x" * 128}, {**GOOD, "name": " Ana ", "speaker": " Ana "},
+                    {**GOOD, "name": None}, {**GOOD, "role": None, "speaker": "Zoë"}))
+    assert [(m.role, m.name) for m in t.messages] == [
+        ("user", "x" * 128), ("user", "Ana"), ("user", None), ("user", "Zoë")]
+
+
 def test_jsonl_nothing_partial_even_when_the_bad_line_is_last() -> None:
     with pytest.raises(DataError, match="line 4"):
         parse(jsonl(GOOD, GOOD, GOOD, "{"), "jsonl")
@@ -542,6 +827,17 @@ def test_timestamps_are_normalised_to_z_when_utc(given: str, stored: str) -> Non
 
 
 # --- robustness --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(
+    p.name for p in FIXTURES.iterdir() if p.suffix in (".json", ".jsonl")
+    and not p.name.startswith(("jsonl-bad", "jsonl-duplicate", "jsonl-missing", "jsonl-not"))
+    and p.name not in ("gemini-logs.json", "claude-compaction-agent.jsonl")))
+def test_ignored_lines_are_counted_under_short_reasons(name: str) -> None:
+    t = parse(fixture(name))
+    assert t.skipped == sum(t.ignored.values())
+    for reason, count in t.ignored.items():
+        assert re.fullmatch(r"[a-z][a-z ]{1,20}[a-z]", reason) and count > 0, reason
+
 
 def check(text: str, fmt: str) -> None:
     try:

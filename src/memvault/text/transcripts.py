@@ -7,34 +7,77 @@ for the user's words, a Gemini rewind removes what it rewound. Tool calls and re
 are kept as short lines, so that what the agent did stays searchable without filling
 the vault with file dumps.
 
-Agents' files are read leniently (a torn or foreign line is skipped and counted): they
-are written by programs whose formats change without notice. The generic `jsonl`
-format is read strictly, since a person or a script wrote it: one bad line refuses the
-whole file, naming the line.
+Agents' files are read leniently: they are written by programs whose formats change
+without notice, and often while mem reads them. A line that yields no message is never
+dropped silently: it is counted in `Transcript.ignored` under a short reason ("not
+json", "torn last line", "abandoned branch", "harness text", "thinking", "meta", ...),
+and `Transcript.skipped` is their total. The last line of a file being written may be
+torn (no newline yet, not valid JSON): it is ignored as "torn last line", and read once
+it is whole. Message ids come from the file itself (uuids, API message ids, record ids,
+line numbers of append-only files), never from what was read so far: parsing a prefix
+of a file and then the whole file gives the same message the same id (its content may
+have grown, when later lines of one API message were merged in).
+
+The generic `jsonl` format is read strictly, since a person or a script wrote it: one
+bad line refuses the whole file, naming the line.
 
 Formats, as their sources define them:
 - Claude Code: ~/.claude/projects/<dir>/<session>.jsonl, one entry per line, linked
   by uuid/parentUuid (a rewind leaves the abandoned branch in the file; a compaction
-  starts a new root whose logicalParentUuid points back).
+  starts a new root whose logicalParentUuid points back). The conversation is the
+  branch from the last turn back to the root, plus the results of its tool calls:
+  the lines of one API message share its message id and are merged into one message,
+  and the results of a batch of parallel tool calls each chain to their own tool_use
+  line, off that branch, so a tool_result line is kept when its tool_use_id is one of
+  the branch's tool_use blocks (file order is kept). A file whose entries carry no
+  parentUuid/logicalParentUuid at all (another tool writing Claude Code's shape) is
+  read whole, in file order.
+  <session>/subagents/agent-<id>.jsonl (every entry isSidechain) is a subagent's
+  conversation: its messages belong to the parent session (the entries' sessionId)
+  with channel "subagent:<agentId>". Claude Code's compaction agent (its prompt asks
+  for a summary of the conversation so far) only restates the session: NotTranscript.
+  Harness text in user lines is not the user's words: `[Request interrupted by user…]`
+  lines, `<system-reminder>`, `<task-notification>` (with its "Read the output file…"
+  line), `<command-message>` and `<local-command-caveat>` blocks are removed (the rest
+  of the line is kept) and a line left empty is ignored as "harness text". A slash
+  command (`<command-name>/x</command-name>` + `<command-args>a</command-args>`) is
+  the user message "/x a"; a bash-mode command (`<bash-input>`) is "!cmd"; what the
+  user saw (`<local-command-stdout>`, `-stderr>`, `<bash-stdout>`, `<bash-stderr>`) is
+  a tool message, shortened like a tool result ("(no content)" is no content).
+  Claude Code 2.x writes local commands as `system` entries (subtype local_command):
+  they are read the same way. A compaction summary is stored without Claude Code's
+  preamble ("This session is being continued…") and closing instructions ("If you
+  need specific details…", "Please continue the conversation…"), with its own time.
 - Codex CLI: ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl, `{timestamp, type, payload}`
   lines (session_meta, response_item, event_msg, turn_context, compacted); older files
-  start with a bare `{id, timestamp, instructions}` line followed by bare items.
+  start with a bare `{id, timestamp, instructions}` line followed by bare items. The IDE
+  extension's "# Context from my IDE setup:" preamble is cut down to the request.
 - Gemini CLI: ~/.gemini/tmp/<hash>/chats/session-*.json (one JSON document) or
-  session-*.jsonl (a metadata line, message records, `$set` and `$rewindTo` records);
-  `/chat save` checkpoints (`{history: Content[]}` or a bare Content[]).
+  session-*.jsonl (a metadata line, message records, `$set` and `$rewindTo` records;
+  `type` "gemini" or "model" is the model's); `/chat save` checkpoints
+  (`{history: Content[]}` or a bare Content[]), whose first turn is Gemini CLI's
+  environment (`<session_context>…`, or older "This is the Gemini CLI…" and the
+  model's "Got it" reply): not stored. `logs.json` (the prompts typed, without the
+  replies) and subagent logs are NotTranscript.
+- jsonl (generic): `{"id"?, "role", "name"?, "content", "timestamp"?, "tags"?}` per
+  line. `name` is the speaker, as in OpenAI's chat format, `speaker` an alias (a string
+  of 1-128 characters without control characters); a line with a name and no role is
+  the user's.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import unicodedata
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
-from memvault.errors import DataError, UsageError
+from memvault.errors import DataError, NotTranscript, UsageError
 from memvault.model.records import MAX_CONTENT, MAX_TAG, ROLES, NewMessage
 
 FORMATS = ("claude-code", "codex", "gemini", "jsonl")
@@ -49,6 +92,18 @@ SHELLS = frozenset({"bash", "sh", "zsh", "dash", "fish"})
 TURN_ROLES = ("user", "assistant")
 # Older Claude Code wrote the compaction summary without the isCompactSummary flag.
 CLAUDE_CONTINUED = "This session is being continued from a previous conversation"
+# The closing lines Claude Code adds after a compaction summary: instructions, not summary.
+CLAUDE_SUMMARY_TAIL = ("If you need specific details from before compaction",
+                       "Please continue the conversation from where we left",
+                       "Continue the conversation from where it left off",
+                       "Recent messages are preserved verbatim.")
+# The task Claude Code gives its compaction agent (agent-acompact-*.jsonl).
+CLAUDE_COMPACT_PROMPT = "Your task is to create a detailed summary of the conversation so far"
+# Entries that are Claude Code's bookkeeping, not turns, with the reason they are ignored.
+CLAUDE_NOISE = {"progress": "progress", "file-history-snapshot": "file history",
+                "file-history-delta": "file history", "queue-operation": "queue",
+                "summary": "title", "custom-title": "title", "system": "system"}
+CLAUDE_NO_OUTPUT = "(no content)"
 
 CODEX_LINES = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
 CODEX_ITEMS = ("message", "reasoning", "function_call", "function_call_output",
@@ -58,29 +113,66 @@ CODEX_ITEMS = ("message", "reasoning", "function_call", "function_call_output",
 CODEX_INJECTED = ("<environment_context>", "<user_instructions>",
                   "# agents.md instructions for ", "<turn_aborted>", "<context_update>",
                   "<user_shell_command>", "<skill", "<subagent_notification>")
+# The IDE extension wraps the request in its context: the request follows the marker.
+CODEX_IDE = "# Context from my IDE setup:"
+CODEX_REQUEST = "## My request for Codex:"
 
-GEMINI_TYPES = ("user", "gemini", "info", "error", "warning")
+GEMINI_TYPES = ("user", "gemini", "model", "info", "error", "warning")
+GEMINI_MODEL = ("gemini", "model")
 # What Gemini CLI puts at the start of a chat's history, and its compression summary.
 GEMINI_SETUP = "This is the Gemini CLI. We are setting up the context for our chat."
+GEMINI_CONTEXT = "<session_context>"
 GEMINI_ACK = "Got it. Thanks for the"
 GEMINI_SNAPSHOT = "<state_snapshot>"
+# The keys of a logs.json entry (Gemini CLI's list of prompts typed).
+GEMINI_LOG_KEYS = frozenset({"sessionId", "messageId", "message"})
 
-JSONL_FIELDS = ("id", "role", "content", "timestamp", "tags")
+JSONL_FIELDS = ("id", "role", "name", "speaker", "content", "timestamp", "tags")
+MAX_NAME = 128
 _UTC_SUFFIX = re.compile(r"(?:[Zz]|[+-]00:?00)$")
 _WORD = re.compile(r"\S+")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
+# Claude Code's harness text inside user lines (see the module docstring).
+_HARNESS_BLOCK = re.compile(
+    r"<(system-reminder|task-notification|command-message|local-command-caveat)>.*?</\1>"
+    r"(?:\s*Read the output file to retrieve the result:[^\n]*)?", re.S)
+_HARNESS_LINE = re.compile(
+    r"^[ \t]*(?:\[Request interrupted by user[^\]\n]*\]|Caveat: The messages below were "
+    r"generated by the user while running local commands\.[^\n]*)[ \t]*$", re.M)
+_COMMAND_TAG = re.compile(
+    r"<(command-name|command-args|bash-input|local-command-stdout|local-command-stderr|"
+    r"bash-stdout|bash-stderr)>(.*?)</\1>", re.S)
+_CONTINUED = re.compile(
+    re.escape(CLAUDE_CONTINUED) + r" that ran out of context\.[ \t]*(?:The conversation is "
+    r"summarized below:|The summary below covers the earlier portion of the conversation\.)?")
+_SESSION_CONTEXT = re.compile(r"<session_context>.*?</session_context>", re.S)
+
 
 @dataclass
 class Transcript:
-    """What one transcript file holds, in conversation order."""
+    """What one transcript file holds, in conversation order.
+
+    `ignored` counts the lines or entries that yielded no message, by reason: "not json",
+    "torn last line" (the file is being written: read it again later), "duplicate line",
+    "abandoned branch" (rewound), "sidechain", "meta", "synthetic", "harness text"
+    (the agent's words in the user's place), "thinking", "empty", "system prompt"; the
+    agents' bookkeeping: "progress", "file history", "queue", "title", "system", "event",
+    "settings", "state", "snapshot", "encrypted summary", "notice"; and "unknown type".
+    """
 
     format: str
     session_id: str | None
     messages: list[NewMessage] = field(default_factory=list)
     # Compaction summaries the agent wrote: its words about the session, not the user's.
     summaries: list[NewMessage] = field(default_factory=list)
-    skipped: int = 0
+    # Lines or entries that yielded no message, by reason ("not json": 2, ...).
+    ignored: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def skipped(self) -> int:
+        """How many lines or entries yielded no message (the total of `ignored`)."""
+        return sum(self.ignored.values())
 
 
 def detect(text: str) -> str:
@@ -89,7 +181,8 @@ def detect(text: str) -> str:
 
 
 def parse(text: str, fmt: str = "auto") -> Transcript:
-    """Parse one transcript; DataError (one line) when it is malformed or holds no message."""
+    """Parse one transcript; DataError (one line) when it is malformed or holds no message,
+    NotTranscript when it is a file of an agent's that is not a conversation to store."""
     text = text.removeprefix("\ufeff")
     doc: dict[str, Any] | list[Any] | None = None
     if fmt == "auto":
@@ -107,8 +200,11 @@ def parse(text: str, fmt: str = "auto") -> Transcript:
     else:
         transcript = _gemini(text, doc if doc is not None else _document(text))
     if not transcript.messages and not transcript.summaries:
+        why = ", ".join(f"{n} {reason}" for reason, n in
+                        sorted(transcript.ignored.items(), key=lambda kv: (-kv[1], kv[0])))
         raise DataError(f"no {fmt} messages in the transcript "
-                        f"({transcript.skipped} lines or entries skipped)")
+                        f"({transcript.skipped} lines or entries skipped{': ' if why else ''}"
+                        f"{why})")
     return _scrub(transcript)
 
 
@@ -118,8 +214,10 @@ def _sniff(text: str) -> tuple[str, dict[str, Any] | list[Any] | None]:
     if not text.strip():
         raise DataError("the transcript is empty")
     doc = _document(text)
-    if doc is not None and _gemini_document(doc):
-        return "gemini", doc
+    if doc is not None:
+        _refuse_gemini_log(doc)
+        if _gemini_document(doc):
+            return "gemini", doc
     objects = 0
     for _, line in islice(_lines(text), SNIFF_LINES):
         obj = _object(line)
@@ -168,88 +266,160 @@ def _gemini_document(doc: dict[str, Any] | list[Any]) -> bool:
     return isinstance(doc.get("history"), list)
 
 
+def _refuse_gemini_log(doc: dict[str, Any] | list[Any]) -> None:
+    """Gemini CLI's logs.json lists the prompts typed, without the replies: not a chat."""
+    if isinstance(doc, list) and doc and all(
+            isinstance(entry, dict) and GEMINI_LOG_KEYS <= entry.keys() for entry in doc):
+        raise NotTranscript("a Gemini CLI prompt log (logs.json), not a transcript: it lists "
+                            "the prompts typed, without the replies")
+
+
 # --- Claude Code ---------------------------------------------------------------------------
 
 def _claude(text: str) -> Transcript:
+    ignored: Counter[str] = Counter()
     entries: list[dict[str, Any]] = []
     where: dict[str, int] = {}  # uuid → index in entries
-    skipped = 0
-    for _, line in _lines(text):
-        obj = _object(line)
-        uuid = obj.get("uuid") if obj is not None else None
-        if obj is None or (isinstance(uuid, str) and uuid in where):
-            skipped += 1  # garbage, or an entry written twice
-            continue
+    for _, obj in _objects(text, ignored):
+        uuid = obj.get("uuid")
         if isinstance(uuid, str):
+            if uuid in where:
+                ignored["duplicate line"] += 1  # an entry written twice
+                continue
             where[uuid] = len(entries)
         entries.append(obj)
-    chain, leaf = _claude_chain(entries, where)
+    # A subagent's own file: every turn is a sidechain (of the parent session).
+    turns = [e for e in entries if _claude_turn(e)]
+    sub = bool(turns) and all(e.get("isSidechain") is True for e in turns)
+    channel = None
+    if sub:
+        agent = next((a for e in entries if (a := _str(e.get("agentId")))), None)
+        if (agent or "").startswith("acompact") or _claude_compaction_agent(turns):
+            raise NotTranscript("a Claude Code compaction agent transcript: it only restates "
+                                "its session to summarise it")
+        channel = f"subagent:{agent}" if agent and _clean_name(agent) else "subagent"
+    # Other tools write Claude Code's shape without links: their file order is the order.
+    linked = any(isinstance(e.get("parentUuid"), str) or isinstance(e.get("logicalParentUuid"),
+                                                                      str) for e in entries)
+    if linked:
+        branch, leaf = _claude_branch(entries, where, sub)
+    else:
+        branch = set(range(len(entries)))
+        leaf = next((i for i in range(len(entries) - 1, -1, -1)
+                     if _claude_turn(entries[i])), None)
 
     drafts: list[_Draft] = []
     by_message: dict[str, _Draft] = {}  # API message id → its draft, to merge split lines
     summaries: list[NewMessage] = []
     for i, entry in enumerate(entries):
-        if (i not in chain or not _claude_turn(entry) or entry.get("isMeta")
-                or entry.get("isApiErrorMessage")):
-            skipped += 1
+        reason = _claude_ignored(entry, i in branch, sub)
+        if reason:
+            ignored[reason] += 1
+            continue
+        uuid = _str(entry.get("uuid"))
+        stamp = _time(entry.get("timestamp"))
+        if entry.get("type") == "system":  # a local command (Claude Code 2.x)
+            shown = _claude_said(entry["content"])
+            if not shown:
+                ignored["harness text" if entry["content"].strip() else "empty"] += 1
+            drafts.extend(_unit(uuid, stamp, shown))
             continue
         message: dict[str, Any] = entry["message"]
-        uuid = entry["uuid"]
-        stamp = _time(entry.get("timestamp"))
         if entry["type"] == "assistant":
-            if message.get("model") == "<synthetic>":  # Claude Code's words, not the model's
-                skipped += 1
-                continue
             mid = _str(message.get("id")) or uuid
-            draft = by_message.get(mid)
+            draft = by_message.get(mid) if mid else None
             if draft is None:
-                draft = by_message[mid] = _Draft("assistant", mid, stamp)
+                draft = _Draft("assistant", mid, stamp)
                 drafts.append(draft)
-            added = [draft.add(key, part) for key, part in _claude_blocks(message.get("content"))]
-            skipped += not any(added)
+                if mid:
+                    by_message[mid] = draft
+            reason = _claude_assistant(draft, message.get("content"))
+            if reason:
+                ignored[reason] += 1
             continue
         texts, results = _claude_user_blocks(message.get("content"))
         said = "\n".join(t.strip() for t in texts if t.strip())
+        compacted = bool(said) and (entry.get("isCompactSummary") is True
+                                    or said.startswith(CLAUDE_CONTINUED))
         units: list[tuple[str, str]] = []
-        first = 1
-        if said and (entry.get("isCompactSummary") or said.startswith(CLAUDE_CONTINUED)):
-            summaries.append(NewMessage(content=said, role="summary", message_id=uuid,
+        body = _claude_summary(said) if compacted else ""
+        if body:
+            summaries.append(NewMessage(content=body, role="summary", message_id=uuid,
                                         created_at=stamp))
-            first = 2  # the line's uuid is the summary's
-        elif said:
-            units.append(("user", said))
+        elif said and not compacted:
+            units = _claude_said(said)
         units += [("tool", r) for r in results]
-        skipped += not units and first == 1
-        drafts.extend(_unit(uuid, stamp, units, first))
+        if not units and not body:
+            ignored["harness text" if said and not compacted else "empty"] += 1
+        drafts.extend(_unit(uuid, stamp, units, 2 if compacted else 1))  # #1: the summary
 
     session = None
     if leaf is not None:
         session = _str(entries[leaf].get("sessionId"))
     if session is None:
-        session = next((s for i in sorted(chain) if (s := _str(entries[i].get("sessionId")))),
+        session = next((s for i in sorted(branch) if (s := _str(entries[i].get("sessionId")))),
                        None)
-    return Transcript("claude-code", session, _finish(drafts), summaries, skipped)
+    messages = _finish(drafts)
+    for m in messages:
+        m.channel = channel
+    return Transcript("claude-code", session, messages, summaries, dict(ignored))
 
 
 def _claude_turn(entry: dict[str, Any]) -> bool:
-    return (entry.get("type") in TURN_ROLES and isinstance(entry.get("uuid"), str)
-            and isinstance(entry.get("message"), dict) and not entry.get("isSidechain"))
+    """A user or assistant line, or a local command's line (what the user typed or saw)."""
+    kind = entry.get("type")
+    if kind in TURN_ROLES:
+        return isinstance(entry.get("message"), dict)
+    return (kind == "system" and entry.get("subtype") == "local_command"
+            and isinstance(entry.get("content"), str))
 
 
-def _claude_chain(entries: list[dict[str, Any]],
-                  where: dict[str, int]) -> tuple[set[int], int | None]:
-    """The entries on the path from the last turn back to the root, and that last turn.
+def _claude_ignored(entry: dict[str, Any], on_branch: bool, sub: bool) -> str | None:
+    """Why an entry yields no message, or None when it may yield one."""
+    if not _claude_turn(entry):
+        kind = entry.get("type")
+        return CLAUDE_NOISE.get(kind, "unknown type") if isinstance(kind, str) else "unknown type"
+    if (entry.get("isSidechain") is True) != sub:
+        return "sidechain"  # a subagent's turns written into the parent's file (Claude Code 1.x)
+    if entry.get("isMeta"):
+        return "meta"  # expanded skills and commands, hook context: Claude Code's words
+    message = entry.get("message")
+    if entry.get("isApiErrorMessage") or (isinstance(message, dict)
+                                          and message.get("model") == "<synthetic>"):
+        return "synthetic"  # Claude Code's words, not the model's
+    return None if on_branch else "abandoned branch"
+
+
+def _claude_compaction_agent(turns: list[dict[str, Any]]) -> bool:
+    """Whether the first prompt a subagent was given is Claude Code's compaction task."""
+    for entry in turns:
+        if entry.get("type") == "user" and not entry.get("isMeta"):
+            texts, _ = _claude_user_blocks(entry["message"].get("content"))
+            return "\n".join(texts).lstrip().startswith(CLAUDE_COMPACT_PROMPT)
+    return False
+
+
+def _claude_branch(entries: list[dict[str, Any]], where: dict[str, int],
+                   sub: bool) -> tuple[set[int], int | None]:
+    """The entries of the conversation, and its last turn.
 
     A rewind or an edited prompt leaves the abandoned branch in the file: only what leads
     to the last turn is the conversation. A compaction boundary has no parent but names
     the pre-compaction leaf as its logicalParentUuid. A parent whose line is torn or
     missing is bridged to the nearest earlier entry rather than losing all before it.
+    The branch is then completed along the tool-use graph: Claude Code chains each line
+    of a parallel batch of tool calls to the one before, and each result to its own
+    tool_use line, so the path from the last turn passes through only the last result.
     """
-    leaf = next((i for i in range(len(entries) - 1, -1, -1) if _claude_turn(entries[i])), None)
-    chain: set[int] = set()
+    def live(j: int) -> bool:
+        return (entries[j].get("isSidechain") is True) == sub
+
+    leaf = next((i for i in range(len(entries) - 1, -1, -1)
+                 if _claude_turn(entries[i]) and live(i)), None)
+    branch: set[int] = set()
     i = leaf
-    while i is not None and i not in chain:
-        chain.add(i)
+    while i is not None and i not in branch:
+        branch.add(i)
         parent = entries[i].get("parentUuid") or entries[i].get("logicalParentUuid")
         if not isinstance(parent, str):
             break
@@ -257,25 +427,69 @@ def _claude_chain(entries: list[dict[str, Any]],
             i = where[parent]
         else:
             i = next((j for j in range(i - 1, -1, -1)
-                      if isinstance(entries[j].get("uuid"), str)
-                      and not entries[j].get("isSidechain")), None)
-    return chain, leaf
+                      if isinstance(entries[j].get("uuid"), str) and live(j)), None)
+    # Every line of an API message on the branch (its other tool_use lines), ...
+    messages = {mid for i in branch if (mid := _claude_message_id(entries[i]))}
+    uses: set[str] = set()
+    answered: set[str] = set()
+    for j, entry in enumerate(entries):
+        if j in branch or (live(j) and _claude_message_id(entry) in messages):
+            branch.add(j)
+            uses.update(_claude_ids(entry, "assistant", "tool_use", "id"))
+            answered.update(_claude_ids(entry, "user", "tool_result", "tool_use_id"))
+    # ... and the result of each of their tool calls not answered on the branch itself.
+    waiting = uses - answered
+    for j, entry in enumerate(entries):
+        if j not in branch and live(j) and waiting:
+            results = _claude_ids(entry, "user", "tool_result", "tool_use_id")
+            if results & waiting:
+                branch.add(j)
+                waiting -= results
+    return branch, leaf
 
 
-def _claude_blocks(content: Any) -> Iterator[tuple[str, str]]:
-    """An assistant line's parts, each with a key that spots a block written twice."""
+def _claude_message_id(entry: dict[str, Any]) -> str | None:
+    message = entry.get("message")
+    if entry.get("type") != "assistant" or not isinstance(message, dict):
+        return None
+    return _str(message.get("id"))
+
+
+def _claude_ids(entry: dict[str, Any], kind: str, block: str, key: str) -> set[str]:
+    """The ids (`key`) of the `block` blocks of a `kind` line."""
+    message = entry.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if entry.get("type") != kind or not isinstance(content, list):
+        return set()
+    return {b[key] for b in content
+            if isinstance(b, dict) and b.get("type") == block and _str(b.get(key))}
+
+
+def _claude_assistant(draft: _Draft, content: Any) -> str | None:
+    """Add an assistant line's parts to its message; why it added nothing, else None."""
     if isinstance(content, str):
-        yield "text:" + content, content
-        return
+        return None if draft.add("text:" + content, content) else "empty"
+    added = thinking = repeated = False
     for block in content if isinstance(content, list) else []:
         if not isinstance(block, dict):
             continue
         kind = block.get("type")
+        key = part = ""
         if kind == "text" and isinstance(block.get("text"), str):
-            yield "text:" + block["text"], block["text"]
-        elif kind in ("tool_use", "server_tool_use"):  # thinking blocks are dropped
-            line = _tool_line(block.get("name"), block.get("input"))
-            yield "tool:" + (_str(block.get("id")) or line), line
+            key, part = "text:" + block["text"], block["text"]
+        elif kind in ("tool_use", "server_tool_use"):
+            part = _tool_line(block.get("name"), block.get("input"))
+            key = "tool:" + (_str(block.get("id")) or part)
+        elif kind in ("thinking", "redacted_thinking"):
+            thinking = True  # the model's private reasoning: not the conversation
+            continue
+        if draft.add(key, part):
+            added = True
+        elif key in draft.seen:
+            repeated = True
+    if added:
+        return None
+    return "duplicate line" if repeated else "thinking" if thinking else "empty"
 
 
 def _claude_user_blocks(content: Any) -> tuple[list[str], list[str]]:
@@ -298,6 +512,49 @@ def _claude_user_blocks(content: Any) -> tuple[list[str], list[str]]:
     return texts, results
 
 
+def _claude_said(text: str) -> list[tuple[str, str]]:
+    """What a user line (or a local command's line) says, as (role, content) units in
+    order, without Claude Code's harness text."""
+    text = _HARNESS_LINE.sub("", _HARNESS_BLOCK.sub("", text)).strip()
+    units: list[tuple[str, str]] = []
+    command: int | None = None  # the unit of the last slash command, for its arguments
+
+    def plain(piece: str) -> None:
+        if piece.strip():
+            units.append(("user", piece.strip()))
+
+    start = 0
+    for match in _COMMAND_TAG.finditer(text):
+        plain(text[start:match.start()])
+        start = match.end()
+        tag, body = match.group(1), match.group(2).strip()
+        if tag == "command-name" and body:
+            units.append(("user", body if body.startswith("/") else "/" + body))
+            command = len(units) - 1
+        elif tag == "command-args":
+            if body and command is not None:
+                units[command] = ("user", f"{units[command][1]} {body}")
+        elif tag == "bash-input" and body:
+            units.append(("user", "!" + body))
+        elif tag.endswith(("stdout", "stderr")):
+            out = _squash(body, TOOL_OUTPUT_CHARS)
+            if out and out != CLAUDE_NO_OUTPUT:
+                units.append(("tool", out))
+    plain(text[start:])
+    return units
+
+
+def _claude_summary(text: str) -> str:
+    """A compaction summary without Claude Code's preamble and closing instructions."""
+    match = _CONTINUED.match(text)
+    lines = (text[match.end():] if match else text).strip().split("\n")
+    while lines and lines[-1].strip().startswith(CLAUDE_SUMMARY_TAIL):
+        lines.pop()
+        while lines and not lines[-1].strip():
+            lines.pop()
+    return "\n".join(lines).strip()
+
+
 # --- Codex CLI -----------------------------------------------------------------------------
 
 def _codex(text: str) -> Transcript:
@@ -305,18 +562,15 @@ def _codex(text: str) -> Transcript:
     started: str | None = None
     drafts: list[_Draft] = []
     summaries: list[_Draft] = []
-    skipped = 0
-    for number, line in _lines(text):
-        obj = _object(line)
-        if obj is None:
-            skipped += 1
-            continue
+    ignored: Counter[str] = Counter()
+    for number, obj in _objects(text, ignored):
         kind = obj.get("type")
         stamp = _time(obj.get("timestamp"))
+        reason: str | None = None
         if kind in CODEX_LINES and "payload" in obj:
             payload = obj["payload"]
             if not isinstance(payload, dict):
-                skipped += 1
+                reason = "unknown type"
             elif kind == "session_meta":
                 if session is None and _str(payload.get("id")):
                     session = payload["id"]
@@ -326,36 +580,41 @@ def _codex(text: str) -> Transcript:
                 if summary.add("", _str(payload.get("message")) or ""):
                     summaries.append(summary)
                 else:
-                    skipped += 1
+                    reason = "empty"
             elif kind == "response_item":
-                skipped += not _codex_item(payload, number, stamp, drafts)
+                reason = _codex_item(payload, number, stamp, drafts)
             else:  # event_msg repeats the items; turn_context is settings
-                skipped += 1
+                reason = "event" if kind == "event_msg" else "settings"
         elif "record_type" in obj:
-            skipped += 1
+            reason = "state"
         elif kind is None and "role" not in obj and _str(obj.get("id")) and session is None:
             session = obj["id"]  # the bare first line of an older rollout
             started = stamp
         else:
-            skipped += not _codex_item(obj, number, stamp, drafts)
+            reason = _codex_item(obj, number, stamp, drafts)
+        if reason:
+            ignored[reason] += 1
     for draft in (*drafts, *summaries):
         # Rollout items carry no id: their line in this (append-only) file is one.
         draft.message_id = f"{session}:{draft.line}" if session else None
         draft.created_at = draft.created_at or started
-    return Transcript("codex", session, _finish(drafts), _finish(summaries), skipped)
+    return Transcript("codex", session, _finish(drafts), _finish(summaries), dict(ignored))
 
 
 def _codex_item(item: dict[str, Any], number: int, stamp: str | None,
-                drafts: list[_Draft]) -> bool:
-    """Add what one response item says; False when it says nothing worth keeping."""
+                drafts: list[_Draft]) -> str | None:
+    """Add what one response item says; why it says nothing worth keeping, else None."""
     kind = item.get("type")
     role = "assistant"
     if kind == "message":
         texts = [t.strip() for t in _codex_texts(item.get("content")) if t.strip()]
-        if (item.get("role") not in TURN_ROLES
-                or any(t.lower().startswith(CODEX_INJECTED) for t in texts)):
-            return False  # developer/system prompts and Codex's own context messages
+        if item.get("role") not in TURN_ROLES:
+            return "system prompt"  # developer and system messages
+        if any(t.lower().startswith(CODEX_INJECTED) for t in texts):
+            return "harness text"  # Codex's own context messages
         role = str(item["role"])
+        if role == "user":
+            texts = [_codex_request(t) for t in texts]
         content = "\n".join(texts)
     elif kind == "function_call":
         content = _tool_line(item.get("name"), item.get("arguments"))
@@ -370,13 +629,26 @@ def _codex_item(item: dict[str, Any], number: int, stamp: str | None,
     elif kind in ("function_call_output", "custom_tool_call_output"):
         role = "tool"
         content = _codex_output(item.get("output"))
-    else:  # reasoning, snapshots, encrypted compaction
-        return False
+    elif kind == "reasoning":
+        return "thinking"
+    elif kind == "ghost_snapshot":
+        return "snapshot"
+    elif kind in ("compaction", "compaction_summary"):
+        return "encrypted summary"
+    else:
+        return "unknown type"
     draft = _Draft(role, None, stamp, line=number)
     if not draft.add("", content):
-        return False
+        return "empty"
     drafts.append(draft)
-    return True
+    return None
+
+
+def _codex_request(text: str) -> str:
+    """The user's request, without the context the IDE extension puts before it."""
+    if text.startswith(CODEX_IDE) and CODEX_REQUEST in text:
+        return text.split(CODEX_REQUEST, 1)[1].strip()
+    return text
 
 
 def _codex_texts(content: Any) -> list[str]:
@@ -409,26 +681,26 @@ def _codex_output(output: Any) -> str:
 # --- Gemini CLI ----------------------------------------------------------------------------
 
 def _gemini(text: str, doc: dict[str, Any] | list[Any] | None) -> Transcript:
+    if doc is not None:
+        _refuse_gemini_log(doc)
     if isinstance(doc, list):
         return _gemini_history(doc)
     if isinstance(doc, dict) and isinstance(doc.get("messages"), list):
-        return _gemini_records(doc, doc["messages"], 0)
+        return _gemini_records(doc, doc["messages"], Counter())
     if isinstance(doc, dict) and isinstance(doc.get("history"), list):
         return _gemini_history(doc["history"])
     # A session log: replay it as Gemini CLI does (a record written again is an update).
     meta: dict[str, Any] = {}
     records: dict[str, dict[str, Any]] = {}
-    skipped = 0
-    for _, line in _lines(text):
-        obj = _object(line)
-        if obj is None:
-            skipped += 1
-        elif isinstance(obj.get("$rewindTo"), str):
+    ignored: Counter[str] = Counter()
+    for _, obj in _objects(text, ignored):
+        if isinstance(obj.get("$rewindTo"), str):
             ids = list(records)
             cut = ids.index(obj["$rewindTo"]) if obj["$rewindTo"] in ids else 0
             for rid in ids[cut:]:
                 del records[rid]
-            skipped += len(ids) - cut
+            if len(ids) > cut:
+                ignored["abandoned branch"] += len(ids) - cut
         elif isinstance(obj.get("id"), str):
             records[obj["id"]] = obj
         elif isinstance(obj.get("$set"), dict):
@@ -436,26 +708,29 @@ def _gemini(text: str, doc: dict[str, Any] | list[Any] | None) -> Transcript:
         elif isinstance(obj.get("sessionId"), str):
             meta.update(obj)
         else:
-            skipped += 1
+            ignored["unknown type"] += 1
     listed = meta.get("messages")
     chosen = list(records.values()) or (listed if isinstance(listed, list) else [])
-    return _gemini_records(meta, chosen, skipped)
+    return _gemini_records(meta, chosen, ignored)
 
 
-def _gemini_records(meta: dict[str, Any], records: list[Any], skipped: int) -> Transcript:
+def _gemini_records(meta: dict[str, Any], records: list[Any],
+                    ignored: Counter[str]) -> Transcript:
     session = _str(meta.get("sessionId"))
     if meta.get("kind") == "subagent":
-        raise DataError("a Gemini CLI subagent transcript: its work is recorded in the "
-                        "parent session")
+        raise NotTranscript("a Gemini CLI subagent transcript: its work is recorded in the "
+                            "parent session")
     drafts: list[_Draft] = []
     summaries: list[NewMessage] = []
     for record in records:
-        if not isinstance(record, dict) or record.get("type") not in ("user", "gemini"):
-            skipped += 1  # info, error and warning notices are the CLI's, not the chat's
+        kind = record.get("type") if isinstance(record, dict) else None
+        if kind not in ("user", *GEMINI_MODEL) or not isinstance(record, dict):
+            # info, error and warning notices are the CLI's, not the chat's
+            ignored["notice" if kind in GEMINI_TYPES else "unknown type"] += 1
             continue
         mid = _str(record.get("id"))
         stamp = _time(record.get("timestamp"))
-        if record["type"] == "user":
+        if kind == "user":
             # What the user typed, rather than the prompt with @-files expanded.
             shown = record.get("displayContent")
             texts, _, _ = _gemini_parts(shown if shown else record.get("content"))
@@ -465,10 +740,10 @@ def _gemini_records(meta: dict[str, Any], records: list[Any], skipped: int) -> T
                                             created_at=stamp))
                 continue
             draft = _Draft("user", mid, stamp)
-            if draft.add("", said):
-                drafts.append(draft)
+            if not draft.add("", _SESSION_CONTEXT.sub("", said)):
+                ignored["harness text" if said else "empty"] += 1
             else:
-                skipped += 1
+                drafts.append(draft)
             continue
         texts, calls, _ = _gemini_parts(record.get("content"))
         listed = record.get("toolCalls")
@@ -490,46 +765,51 @@ def _gemini_records(meta: dict[str, Any], records: list[Any], skipped: int) -> T
             if result.add("", _gemini_result(call)):
                 results.append(result)
         if not reply.parts and not results:
-            skipped += 1
+            ignored["thinking" if record.get("thoughts") else "empty"] += 1
         drafts += [reply, *results] if reply.parts else results
-    return Transcript("gemini", session, _finish(drafts), summaries, skipped)
+    return Transcript("gemini", session, _finish(drafts), summaries, dict(ignored))
 
 
 def _gemini_history(history: list[Any]) -> Transcript:
     """A `/chat save` checkpoint: the model's Content[] history, without ids or times."""
     drafts: list[_Draft] = []
     summaries: list[NewMessage] = []
-    skipped = 0
+    ignored: Counter[str] = Counter()
     setup = False  # the turn before was Gemini CLI's own set-up, which the model acknowledges
     for n, turn in enumerate(history, 1):
         base = f"turn-{n}"
         was_setup, setup = setup, False
         if not isinstance(turn, dict):
-            skipped += 1
+            ignored["unknown type"] += 1
             continue
         texts, calls, responses = _gemini_parts(turn.get("parts"))
         said = "\n".join(t.strip() for t in texts if t.strip())
         units: list[tuple[str, str]] = []
-        summarised = False
+        reason = "empty"
         if turn.get("role") == "user":
             if said.startswith(GEMINI_SETUP):
-                said, setup = "", True
+                said, setup, reason = "", True, "harness text"
+            elif said.startswith(GEMINI_CONTEXT):  # the environment, then maybe the prompt
+                said, setup, reason = _SESSION_CONTEXT.sub("", said).strip(), True, "harness text"
             elif said.startswith(GEMINI_SNAPSHOT):
                 summaries.append(NewMessage(content=said, role="summary", message_id=base))
-                said, setup, summarised = "", True, True
+                said, setup, reason = "", True, ""
             if said:
                 units.append(("user", said))
             units += [("tool", out) for r in responses if (out := _function_response(r))]
         elif turn.get("role") == "model":
             if was_setup and not calls and said.startswith(GEMINI_ACK):
-                said = ""
+                said, reason = "", "harness text"
             lines = [said] if said else []
             lines += [_tool_line(c.get("name"), c.get("args")) for c in calls]
             if lines:
                 units.append(("assistant", "\n".join(lines)))
-        skipped += not units and not summarised
+        else:
+            reason = "unknown type"
+        if not units and reason:
+            ignored[reason] += 1
         drafts.extend(_unit(base, None, units))
-    return Transcript("gemini", None, _finish(drafts), summaries, skipped)
+    return Transcript("gemini", None, _finish(drafts), summaries, dict(ignored))
 
 
 def _gemini_parts(content: Any) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -598,6 +878,9 @@ def _jsonl(text: str) -> Transcript:
             raise DataError(f"{where}: unknown field {unknown[0]!r} "
                             f"(fields: {', '.join(JSONL_FIELDS)})")
         role, content = obj.get("role"), obj.get("content")
+        name = _jsonl_name(obj, where)
+        if role is None and name is not None:
+            role = "user"  # a chat's member: one of the people, not the assistant
         if not isinstance(role, str) or not role.strip():
             raise DataError(f"{where}: 'role' must be a non-empty string")
         if role not in ROLES:
@@ -629,10 +912,31 @@ def _jsonl(text: str) -> Transcript:
             raise DataError(f"{where}: 'tags' must be a list of tags of 1-{MAX_TAG} "
                             "characters without spaces")
         messages.append(NewMessage(content=content, role=role, message_id=mid,
-                                   created_at=created, tags=[t.strip() for t in tags]))
+                                   created_at=created, tags=[t.strip() for t in tags],
+                                   name=name))
     if not messages:
         raise DataError("the transcript is empty")
-    return Transcript("jsonl", None, messages, [], 0)
+    return Transcript("jsonl", None, messages)
+
+
+def _jsonl_name(obj: dict[str, Any], where: str) -> str | None:
+    """The speaker: `name` (OpenAI's chat format) or its alias `speaker`."""
+    given = [key for key in ("name", "speaker") if obj.get(key) is not None]
+    if len(given) == 2 and obj["name"] != obj["speaker"]:
+        raise DataError(f"{where}: 'name' and 'speaker' are the same field: give one")
+    if not given:
+        return None
+    name = obj[given[0]]
+    if not isinstance(name, str) or not _clean_name(name):
+        raise DataError(f"{where}: {given[0]!r} must be a string of 1-{MAX_NAME} characters "
+                        "without control characters")
+    return name.strip()
+
+
+def _clean_name(name: str) -> bool:
+    """1-128 characters, not all blank, none a control character (nor a lone surrogate)."""
+    return (0 < len(name) <= MAX_NAME and bool(name.strip())
+            and not any(unicodedata.category(c) in ("Cc", "Cs") for c in name))
 
 
 def _good_tag(tag: Any) -> bool:
@@ -669,12 +973,14 @@ class _Draft:
                           message_id=self.message_id, created_at=self.created_at)
 
 
-def _unit(base: str, stamp: str | None, items: list[tuple[str, str]],
+def _unit(base: str | None, stamp: str | None, items: list[tuple[str, str]],
           first: int = 1) -> list[_Draft]:
-    """Drafts for the messages one source entry yields: ids base, base#2, base#3, ..."""
+    """Drafts for the messages one source entry yields: ids base, base#2, base#3, ...
+    (none without a base: the ingest layer derives them from what was said)."""
     drafts = []
     for k, (role, content) in enumerate(items, first):
-        draft = _Draft(role, base if k == 1 else f"{base}#{k}", stamp)
+        mid = None if base is None else base if k == 1 else f"{base}#{k}"
+        draft = _Draft(role, mid, stamp)
         draft.add("", content)
         drafts.append(draft)
     return drafts
@@ -802,6 +1108,23 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
         if line:
             yield number, line
         start = end + 1
+
+
+def _objects(text: str, ignored: Counter[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The JSON object lines of an agent's file, with their numbers; the others counted.
+
+    The last line of a file being written may be torn: without its newline yet, it is
+    not valid JSON. It is counted apart, so that a reader knows to come back for it.
+    """
+    last = text.count("\n") + 1  # the number of a last line without a newline
+    for number, line in _lines(text):
+        obj = _object(line)
+        if obj is not None:
+            yield number, obj
+        elif number == last and _json(line) is None:
+            ignored["torn last line"] += 1
+        else:
+            ignored["not json"] += 1
 
 
 def _document(text: str) -> dict[str, Any] | list[Any] | None:

@@ -1318,10 +1318,10 @@ def test_forgotten_messages_stay_forgotten_when_the_transcript_comes_again(
     target = [r for r in recall.list_records(vault, Filters()).records
               if r.message_id == "t2"]
     forget.forget(vault, ForgetPlan(tuple(target)))
-    added, _, _ = ingest.add_messages(vault, "s1", transcript)  # a hook or a scan again
+    added = ingest.add_messages(vault, "s1", transcript).added  # a hook or a scan again
     assert added == 0
-    added, _, _ = ingest.add_messages(vault, "s1",
-                                      [*transcript, NewMessage("and lunch?", "user", "t4")])
+    added = ingest.add_messages(vault, "s1",
+                                [*transcript, NewMessage("and lunch?", "user", "t4")]).added
     assert added == 1
     assert sorted(r.message_id for r in recall.list_records(vault, Filters()).records) == \
         ["t1", "t3", "t4"]

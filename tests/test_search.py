@@ -84,7 +84,7 @@ def add_messages(vault: Vault, session: str, messages: list[NewMessage]) -> list
     """Append messages to a session; the ids of the records it added, in order (read
     from the session file itself, not through the index)."""
     before = set(session_ids(vault, session))
-    added, _, _ = ingest.add_messages(vault, session, messages)
+    added = ingest.add_messages(vault, session, messages).added
     new = [i for i in session_ids(vault, session) if i not in before]
     assert len(new) == added
     return new

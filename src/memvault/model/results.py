@@ -140,6 +140,7 @@ class IngestResult(Result):
     messages: tuple[Preview, ...] = ()
     summaries: tuple[Preview, ...] = ()
     summaries_added: int = 0
+    messages_updated: int = 0  # stored messages that had grown since (replaced)
 
     def to_dict(self) -> dict[str, Any]:
         doc = super().to_dict()

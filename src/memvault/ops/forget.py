@@ -108,8 +108,9 @@ def forget(vault: Vault, plan: ForgetPlan, now: bool = False) -> ForgetResult:
     with vault.transaction() as tx:
         # Marks first, durably: a crash after this can only leave content that the next
         # forget finds again, never a message that a re-ingest would bring back.
+        # A transcript's messages and its agent's summaries carry their transcript ids.
         marks = {vault.message_mark(r.session_id, r.message_id) for r in targets
-                 if r.type == "message" and r.session_id and r.message_id}
+                 if r.type in ("message", "summary") and r.session_id and r.message_id}
         if marks - tx.state.forgotten:
             tx.state.forgotten |= marks
             tx.save_state()

@@ -11,7 +11,7 @@ import hashlib
 import os
 import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from memvault.config import NAME_RE, validate_name
@@ -107,19 +107,24 @@ def ingest_text(vault: Vault, text: str, name: str | None, fmt: str = "auto",
 
     # Ids first (from what the transcript said), so that messages already stored are
     # skipped before the costly admission scan; only new messages are scanned.
-    added, skipped, would_add = add_messages(vault, session_id, with_ids(transcript.messages),
-                                             admit, dry_run)
-    summaries = admit(transcript.summaries)
+    done = add_messages(vault, session_id, with_ids(vault, transcript.messages), admit,
+                        dry_run)
+    # A summary the user forgot is not brought back by ingesting its transcript again.
+    forgotten = vault.state().forgotten if transcript.summaries else set()
+    summaries = admit([s for s in transcript.summaries if not (
+        s.message_id and vault.message_mark(session_id, s.message_id) in forgotten)])
     if not dry_run:
         for summary in summaries:
+            # Dated when the agent wrote it, in the session's past, not at ingest.
             remember.add(vault, _fit(summary.content), "summary", session=session_id,
-                         message_id=summary.message_id)
+                         message_id=summary.message_id, created_at=summary.created_at)
     return IngestResult(
-        session_id=session_id, format=transcript.format, messages_added=added,
-        messages_skipped=skipped, lines_ignored=transcript.skipped,
+        session_id=session_id, format=transcript.format, messages_added=done.added,
+        messages_updated=done.updated, messages_skipped=done.skipped,
+        lines_ignored=transcript.skipped,
         withheld=screened.withheld,
         redactions=tuple(Redactions(rule, n) for rule, n in sorted(screened.counts.items())),
-        dry_run=dry_run, messages=tuple(_preview(m) for m in would_add),
+        dry_run=dry_run, messages=tuple(_preview(m) for m in done.would_add),
         summaries=tuple(_preview(m) for m in summaries) if dry_run else (),
         summaries_added=0 if dry_run else len(summaries),
     )
@@ -127,71 +132,123 @@ def ingest_text(vault: Vault, text: str, name: str | None, fmt: str = "auto",
 
 def add_messages(vault: Vault, session: str, messages: list[NewMessage],
                  admit: Callable[[list[NewMessage]], list[NewMessage]] | None = None,
-                 dry_run: bool = False) -> tuple[int, int, list[NewMessage]]:
-    """Append a transcript's messages to a session: only those not stored yet.
+                 dry_run: bool = False) -> Added:
+    """Store a transcript's messages in a session: those not stored yet, and those whose
+    id is stored with other content (a message the agent was still writing when the
+    transcript was read last time: its stored line is replaced).
 
     A message is already stored when its message_id is (or, without an id, when the
     same role said the same thing at the same time), and never again once forgotten.
-    `admit` sees only the new messages and may drop some. Returns (added, skipped, the
-    messages that would be added when `dry_run`)."""
+    `admit` sees only new and grown messages and may drop some."""
     validate_name("session", session)
     relpath = session_file(session)
     if dry_run:
         state = vault.state()
         existing = vault.store.read_lines(relpath) if vault.exists() else []
-        fresh, skipped = _unseen(vault, session, existing, messages, state.forgotten)
-        return 0, skipped, admit(fresh) if admit else fresh
+        plan = _plan(vault, session, existing, messages, state.forgotten)
+        fresh = admit(plan.fresh) if admit else plan.fresh
+        return Added(0, 0, plan.skipped, fresh)
     with vault.transaction() as tx:
         scan = tx.store.read_scan(relpath)
         existing = scan.records
-        fresh, skipped = _unseen(vault, session, existing, messages, tx.state.forgotten)
-        fresh = admit(fresh) if admit else fresh
+        plan = _plan(vault, session, existing, messages, tx.state.forgotten)
+        fresh = admit(plan.fresh) if admit else plan.fresh
+        grown = admit(list(plan.grown.values())) if admit and plan.grown else \
+            list(plan.grown.values())
         new = [Record(
             memory_id=uuid7(), org_id=vault.org, user_id=vault.user, type="message",
             content=m.content, content_hash=content_hash(m.content), category="conversation",
             tags=clean_tags(m.tags), session_id=session, message_id=m.message_id,
-            channel=m.channel, role=m.role, created_at=m.created_at or "",
+            channel=m.channel, role=m.role, name=m.name, created_at=m.created_at or "",
             updated_at=m.created_at or "", key_version=tx.epoch,
         ) for m in fresh]
-        if new:
+        updated = _grow(existing, plan.grown, grown, tx.epoch)
+        turns = [*existing, *new]
+        if updated:
+            # Lines after the grown one move: the file is rewritten and indexed again.
+            locations = tx.rewrite(relpath, turns)
+            tx.index(file_entries(turns, locations))
+        elif new:
             locations = [*scan.locations(relpath), *tx.append(relpath, new)]
-            turns = [*existing, *new]
             # The new turns, and the last stored ones, which gain successors as context.
             tx.index(file_entries(turns, locations,
                                   range(max(0, len(existing) - CONTEXT_NEIGHBOURS),
                                         len(turns))))
+        if new or updated:
             tx.state.count("message", len(new))
             tx.touch()
-            tx.audit("ingest", [r.memory_id for r in new],
-                     [tx.hash_of(r.content_hash) for r in new],
-                     session_file=relpath, skipped=skipped)
-    return len(new), skipped, []
+            tx.audit("ingest", [r.memory_id for r in [*new, *updated]],
+                     [tx.hash_of(r.content_hash) for r in [*new, *updated]],
+                     session_file=relpath, skipped=plan.skipped, updated=len(updated))
+    return Added(len(new), len(updated), plan.skipped, [])
 
 
-def _unseen(vault: Vault, session: str, existing: list[Record], messages: list[NewMessage],
-            forgotten: set[str]) -> tuple[list[NewMessage], int]:
-    """The messages not stored yet (with their times normalised), and how many were."""
+@dataclass
+class Added:
+    """What add_messages did: messages added, grown ones replaced, skipped (stored
+    already, forgotten or empty), and what a dry run would add."""
+
+    added: int
+    updated: int
+    skipped: int
+    would_add: list[NewMessage]
+
+
+@dataclass
+class _Plan:
+    fresh: list[NewMessage] = field(default_factory=list)
+    grown: dict[int, NewMessage] = field(default_factory=dict)  # position in the file → new
+    skipped: int = 0
+
+
+def _plan(vault: Vault, session: str, existing: list[Record], messages: list[NewMessage],
+          forgotten: set[str]) -> _Plan:
+    """Sort a transcript's messages (with their times normalised) into new, grown (an id
+    stored with other content) and skipped."""
+    by_id = {r.message_id: i for i, r in enumerate(existing) if r.message_id}
     seen = {_message_key(r.message_id, r.role, r.content_hash, r.created_at)
             for r in existing}
-    fresh: list[NewMessage] = []
-    skipped = 0
+    plan = _Plan()
     for n, m in enumerate(messages, start=1):
         if not m.content.strip() or (m.message_id and forgotten and
                                      vault.message_mark(session, m.message_id) in forgotten):
-            skipped += 1
+            plan.skipped += 1
             continue
         try:
             stamp = normalise_time(m.created_at) if m.created_at else now_iso()
         except UsageError:
             raise DataError(f"message {m.message_id or n} has an invalid time "
                             f"{m.created_at!r}; nothing was stored") from None
-        key = _message_key(m.message_id, m.role, content_hash(m.content), stamp)
+        digest = content_hash(m.content)
+        key = _message_key(m.message_id, m.role, digest, stamp)
+        at = by_id.get(m.message_id) if m.message_id else None
+        if at is not None and existing[at].content_hash != digest and at not in plan.grown:
+            plan.grown[at] = replace(m, created_at=stamp)
+            continue
         if key in seen:
-            skipped += 1
+            plan.skipped += 1
             continue
         seen.add(key)
-        fresh.append(replace(m, created_at=stamp))
-    return fresh, skipped
+        plan.fresh.append(replace(m, created_at=stamp))
+    return plan
+
+
+def _grow(existing: list[Record], grown: dict[int, NewMessage], admitted: list[NewMessage],
+          epoch: int) -> list[Record]:
+    """Give the stored messages that grew their new content (those admission kept); the
+    record keeps its id and first time, so a search hit on it stays valid."""
+    kept = {m.message_id: m for m in admitted}
+    updated = []
+    for at, message in grown.items():
+        new = kept.get(message.message_id)
+        if new is None:
+            continue  # withheld: the stored version stays
+        record = existing[at]
+        record.content, record.content_hash = new.content, content_hash(new.content)
+        record.updated_at = now_iso()
+        record.key_version = epoch
+        updated.append(record)
+    return updated
 
 
 def _message_key(message_id: str | None, role: str | None, digest: str,
@@ -209,19 +266,15 @@ def _fit(text: str) -> str:
     return raw[: MAX_CONTENT - 3].decode(errors="ignore") + "…"
 
 
-def with_ids(messages: list[NewMessage]) -> list[NewMessage]:
+def with_ids(vault: Vault, messages: list[NewMessage]) -> list[NewMessage]:
     """Give each message without an id a stable one, so that ingesting the transcript again
-    (or a longer version of it) stores nothing twice: its position in the transcript and
-    a digest of who spoke when. Never of what was said: the id would let anyone test a
-    guess at text that redaction removed."""
-    out = []
-    for n, m in enumerate(messages, start=1):
-        if m.message_id:
-            out.append(m)
-            continue
-        digest = hashlib.sha256(f"{m.role}\0{m.created_at or ''}".encode()).hexdigest()[:8]
-        out.append(replace(m, message_id=f"n{n}-{digest}"))
-    return out
+    (or a longer one, or another file of the same session) stores nothing twice and
+    nothing less: a keyed hash of who spoke, when, and what was said (SPEC §6). Keyed
+    (with the user's metadata key): the id of a redacted message must not let anyone
+    without the key test a guess at what redaction removed."""
+    return [m if m.message_id else
+            replace(m, message_id=vault.message_digest(m.role, m.created_at, m.content))
+            for m in messages]
 
 
 def _preview(message: NewMessage) -> Preview:

@@ -248,6 +248,13 @@ class Vault:
         """A keyed hash naming one transcript message (forgotten-message marks)."""
         return envelope.keyed_hash(self.audit.key, f"{session}\0{message_id}".encode())
 
+    def message_digest(self, role: str, created_at: str | None, content: str) -> str:
+        """A stable id for a transcript message that has none: a keyed hash of who
+        spoke, when, and what was said."""
+        digest = envelope.keyed_hash(self.audit.key, "\0".join(
+            ("message", role, created_at or "", content)).encode())
+        return f"h-{digest[:24]}"
+
     def path_mark(self, path: bytes) -> str:
         """A keyed hash naming a transcript file (ingest --scan marks)."""
         return envelope.keyed_hash(self.audit.key, path)

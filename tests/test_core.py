@@ -286,3 +286,22 @@ def test_rotation_after_a_rolled_back_state_starts_past_every_key_on_disk(
     fresh = Vault(resolve())
     assert sorted(r.content for r in recall.list_records(fresh, Filters()).records) == \
         ["sealed under the first key", "sealed under the second key"]
+
+
+def test_verify_finds_an_id_stored_twice_across_spilled_runs(tmp_path: Path) -> None:
+    """verify's duplicate-id check keeps a bounded run in memory and spills the rest to
+    an unnamed file: a repeat far apart (in different runs) is still found, and nothing
+    named is left behind."""
+    from memvault.ops.verify import _Digests
+
+    where = tmp_path / "user"
+    where.mkdir()
+    digests = _Digests(where)
+    digests.RUN = 100  # many runs for a few records
+    for n in range(1_000):
+        digests.add(n * 7919 % 1_000_003)
+    digests.add(5 * 7919)  # the sixth one, again, long after its run was spilled
+    digests.add(999 * 7919 % 1_000_003)
+    assert len(digests.runs) == 10
+    assert digests.repeated() == {5 * 7919, 999 * 7919 % 1_000_003}
+    assert list(where.iterdir()) == []

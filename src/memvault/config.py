@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -16,12 +17,23 @@ CONFIG_FILE = "config.yaml"
 DEFAULT_KEY_FILE = "master.key"
 
 
+# Names of the vault's own files beside org and user directories (<vault>/vault.json,
+# <vault>/<org>/audit.jsonl): an org or user named so would take their path. Names that
+# start with "." (.locks, .migrate.lock, temp files) are refused by NAME_RE already.
+# Compared case-folded: on a case-insensitive filesystem "Audit.jsonl" is the same file.
+RESERVED_NAMES = frozenset({"vault.json", "audit.jsonl"})
+
+
 def validate_name(kind: str, value: str) -> str:
-    """Org, user and session names become path components: refuse anything but a plain name."""
+    """Org, user and session names become path components: refuse anything but a plain name,
+    and an org or user name that is the name of a vault file."""
     if not NAME_RE.fullmatch(value) or value in (".", ".."):  # `$` would allow a final "\n"
         raise UsageError(
             f"invalid {kind} name {value!r}: use 1-64 letters, digits, '_', '.' or '-', "
             "starting with a letter or digit", field=kind)
+    if kind in ("org", "user") and value.casefold() in RESERVED_NAMES:
+        raise UsageError(f"invalid {kind} name {value!r}: it is the name of a file of the "
+                         "vault itself", field=kind)
     return value
 
 
@@ -54,6 +66,11 @@ class Setting:
     kind: type
     default: Any
     help: str
+    low: float = 0  # a number's bounds: whatever is outside (NaN, infinities) is refused
+    high: float = 0
+
+
+CONFIG_MAX_BYTES = 1 << 20  # a config file is a few lines: more is not one
 
 
 # Every setting mem reads. A config-file key is the setting's name.
@@ -63,11 +80,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("user", "MEM_USER", str, None, "user name (default: the login name)"),
     Setting("key_file", "MEM_KEY_FILE", Path, None, "master key file"),
     Setting("lock_timeout", "MEM_LOCK_TIMEOUT", float, 10.0,
-            "seconds to wait for the user's lock before exit 75"),
+            "seconds to wait for the user's lock before exit 75", 0, 86400),
+    Setting("key_command_timeout", "MEM_KEY_COMMAND_TIMEOUT", float, 30.0,
+            "seconds MEM_KEY_COMMAND may take (a hook allows it at most 5)", 0.1, 600),
     Setting("brief_max_entries", "MEM_BRIEF_MAX_ENTRIES", int, 50,
-            "most entries in a memory brief"),
+            "most entries in a memory brief", 1, 10_000),
     Setting("brief_max_chars", "MEM_BRIEF_MAX_CHARS", int, 8000,
-            "longest memory brief, in characters"),
+            "longest memory brief, in characters", 100, 1_000_000),
     Setting("redaction", "", dict, None,
             "redaction rules: disable (rule ids), rules (extra rules), phone_region"),
     Setting("log_dir", "MEM_LOG_DIR", Path, None, "where hooks log their failures"),
@@ -124,15 +143,48 @@ class Settings:
         return value if isinstance(value, dict) else {}
 
 
+def _read_text(path: Path) -> str:
+    """The config file's text: a regular file (a FIFO would block, /dev/zero never end;
+    opened without blocking and checked before reading) of at most CONFIG_MAX_BYTES."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"config file {path} is not a regular file")
+        data = fh.read(CONFIG_MAX_BYTES + 1)
+    if len(data) > CONFIG_MAX_BYTES:
+        raise ConfigError(f"config file {path} is larger than {CONFIG_MAX_BYTES >> 20} MiB")
+    return data.decode()
+
+
+def _load_yaml(text: str) -> Any:
+    """YAML without anchors or aliases: a few aliases nested ("billion laughs") expand to
+    more nodes than memory holds once anything walks the result. A config file has no
+    use for them, so they are refused before anything is built."""
+    import yaml
+
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, (yaml.AliasToken, yaml.AnchorToken)):
+            mark = token.start_mark
+            raise yaml.YAMLError(f"anchors and aliases (&, *) are not allowed (line "
+                                 f"{mark.line + 1}, column {mark.column + 1})")
+    return yaml.safe_load(text)
+
+
 def _read_config_file(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text())
+        data = _load_yaml(_read_text(path))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}".splitlines()[0]) from exc
+        reason = exc.strerror if isinstance(exc, OSError) else exc
+        raise ConfigError(f"cannot read config file {path}: {reason}".splitlines()[0]
+                          ) from None
+    except RecursionError:  # nested thousands deep
+        raise ConfigError(f"cannot read config file {path}: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -148,17 +200,38 @@ def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
         if setting.kind is Path:
             return Path(os.path.expanduser(str(raw)))
         if setting.kind in (float, int):
-            value = setting.kind(raw)
-            if value < 0:
-                raise ValueError("negative")
-            return value
+            return _number(setting, raw)
         if setting.kind is dict:
             if not isinstance(raw, dict):
                 raise ValueError("not a mapping")
             return raw
         return str(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"invalid value {raw!r} for {setting.name} ({origin})") from None
+    except (TypeError, ValueError, OverflowError):
+        shown = repr(raw) if len(repr(raw)) <= 40 else repr(raw)[:39] + "…"
+        raise ConfigError(f"invalid value {shown} for {setting.name} ({origin}): "
+                          f"{_expected(setting)}") from None
+
+
+def _number(setting: Setting, raw: Any) -> float | int:
+    """A finite number within the setting's bounds (ValueError otherwise): `.nan`, `.inf`,
+    1e400, true and 2.5 entries are refused, not waited on or overflowed later."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise ValueError("not a number")
+    value = float(raw)  # "1e3", 1000, 1000.0 alike; a huge int raises OverflowError
+    if not math.isfinite(value) or not setting.low <= value <= setting.high:
+        raise ValueError("out of range")
+    if setting.kind is int:
+        if not value.is_integer():
+            raise ValueError("not a whole number")
+        return int(value)
+    return value
+
+
+def _expected(setting: Setting) -> str:
+    if setting.kind in (float, int):
+        kind = "a whole number" if setting.kind is int else "a number"
+        return f"expected {kind} from {setting.low:g} to {setting.high:g}"
+    return f"expected {'a mapping' if setting.kind is dict else 'text'}"
 
 
 def resolve(**flags: Any) -> Settings:

@@ -22,6 +22,7 @@ HINTS = {
     "passphrase": "there is no terminal to ask for it; use MEM_KEY_FILE or "
                   "MEM_KEY_COMMAND for unattended runs",
     "repair": "`mem verify --repair` sets it right",
+    "rebuild-state": "run `mem verify --repair` to rebuild the state from the files",
 }
 
 

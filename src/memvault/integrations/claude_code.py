@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import stat
 import subprocess  # noqa: S404 - runs mem itself, never a shell
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TextIO
 
 from memvault.config import Settings
 from memvault.errors import MemError, UsageError
@@ -27,6 +28,12 @@ HOOK_TIMEOUT_S = 10
 MARKER = "hook claude-code"
 LOG_FILE = "hooks.log"
 MAX_STDIN = 1 << 20
+# MEM_KEY_COMMAND in a hook: well inside the time Claude Code gives the hook, so that a
+# hanging password manager costs the agent this long, never the hook's whole budget.
+HOOK_KEY_COMMAND_TIMEOUT = HOOK_TIMEOUT_S / 2
+# The largest transcript handed to the background ingest: ops/ingest.py reads a Claude
+# Code transcript whole, up to this size.
+MAX_TRANSCRIPT = 256 << 20
 
 
 def log(settings: Settings | None, event: str, outcome: str) -> None:
@@ -58,13 +65,81 @@ def actor(event: str) -> str:
     return f"hook:claude-code:{event}"
 
 
-def handle(settings_factory: Any, stdin: str) -> str | None:
+def run(settings_factory: Any, stdin: BinaryIO | None = None,
+        stdout: TextIO | None = None) -> None:
+    """The whole hook run, from stdin to stdout: reads at most MAX_STDIN + 1 bytes (a
+    larger payload is refused, never read whole), answers, and never raises, whatever
+    stdin and stdout are (closed, a reader gone): a hook exits 0."""
+    data = read_stdin(stdin if stdin is not None else _std_stream("stdin"))
+    output = handle(settings_factory, data)
+    if output:
+        emit(output + "\n", stdout if stdout is not None else _std_stream("stdout"))
+
+
+def _std_stream(name: str) -> Any:
+    """sys.stdin's byte buffer or sys.stdout, or None when the process has none (started
+    with the descriptor closed: its number may then belong to another file, never
+    written to)."""
+    stream = getattr(sys, name, None)
+    if stream is None:
+        return None
+    return getattr(stream, "buffer", None) if name == "stdin" else stream
+
+
+def read_stdin(stream: BinaryIO | None) -> bytes:
+    """At most MAX_STDIN + 1 bytes: enough to know that a payload is too large."""
+    if stream is None:
+        return b""
+    data = bytearray()
+    try:
+        while len(data) <= MAX_STDIN:
+            chunk = stream.read(MAX_STDIN + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except (OSError, ValueError):  # closed, or not readable
+        pass
+    return bytes(data)
+
+
+def emit(text: str, stream: TextIO | None) -> None:
+    """Write the hook's answer; a closed stdout or a reader that went away is no error.
+    After a failed write stdout points at /dev/null, so that the flush at exit cannot
+    fail again (that would exit 120)."""
+    if stream is None:
+        return
+    try:
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+
+def handle(settings_factory: Any, stdin: str | bytes) -> str | None:
     """Handle one hook call; return what to print on stdout (or None). Never raises."""
     event = "unknown"
     settings: Settings | None = None
     try:
         settings = settings_factory()
-        payload = json.loads(stdin[:MAX_STDIN]) if stdin.strip() else None
+        # A key command run from a hook must end well before Claude Code ends the hook.
+        settings.values["key_command_timeout"] = min(
+            float(settings.values.get("key_command_timeout") or HOOK_KEY_COMMAND_TIMEOUT),
+            HOOK_KEY_COMMAND_TIMEOUT)
+        if len(stdin) > MAX_STDIN:
+            log(settings, event, f"ignored: stdin is larger than {MAX_STDIN >> 20} MiB")
+            return None
+        if isinstance(stdin, bytes):
+            try:
+                stdin = stdin.decode()
+            except UnicodeDecodeError:
+                log(settings, event, "ignored: stdin is not UTF-8 text")
+                return None
+        payload = json.loads(stdin) if stdin.strip() else None
         if not isinstance(payload, dict):
             log(settings, event, "ignored: stdin is not a hook JSON object")
             return None
@@ -90,8 +165,12 @@ def _session_start(settings: Settings) -> str | None:
     from memvault.ops.brief import build
     from memvault.vault.vault import Vault
 
+    skipped: list[str] = []
     brief = build(Vault(settings, actor=actor("SessionStart")),
-                  settings.values["brief_max_entries"], settings.values["brief_max_chars"])
+                  settings.values["brief_max_entries"], settings.values["brief_max_chars"],
+                  skipped.append)
+    for problem in skipped:  # file names, ids and reasons: never content
+        log(settings, "SessionStart", f"brief skipped {problem}")
     log(settings, "SessionStart", f"brief with {brief.brief_count} entries")
     if not brief.brief:
         return None
@@ -105,11 +184,18 @@ def _spawn_ingest(settings: Settings, payload: dict[str, Any], event: str) -> No
     if not isinstance(path, str) or not path:
         log(settings, event, "ignored: no transcript_path")
         return
-    argv = [*mem_command(), "ingest", path, "--format", "claude-code", "--quiet",
-            "--vault", str(settings.vault), "--org", settings.org, "--user", settings.user]
+    problem = transcript_problem(path)
+    if problem:
+        log(settings, event, f"ignored: {problem}")
+        return
+    # Options in their --name=value form, and `--` before the path: a path or a session id
+    # that starts with "-" (`--scan=/`) is a value, never an option.
+    argv = [*mem_command(), "ingest", "--format=claude-code", "--quiet",
+            f"--vault={settings.vault}", f"--org={settings.org}", f"--user={settings.user}"]
     session = payload.get("session_id")
     if isinstance(session, str) and session:
-        argv += ["--session", session]
+        argv.append(f"--session={session}")
+    argv += ["--", path]
     env = {**os.environ, "MEM_ACTOR": actor(event)}  # the child's audit entries name us
     fsio.ensure_dir(settings.log_dir)
     with open(settings.log_dir / LOG_FILE, "ab") as errors:  # its one-line errors land here
@@ -118,6 +204,32 @@ def _spawn_ingest(settings: Settings, payload: dict[str, Any], event: str) -> No
             env=env, start_new_session=True, close_fds=True,
         )
     log(settings, event, "ingest started in the background")
+
+
+def transcript_problem(path: str) -> str | None:
+    """Why `path` is not handed to the background ingest, or None. Only a regular file of
+    at most MAX_TRANSCRIPT bytes is: /dev/zero would be read until memory runs out and a
+    FIFO would block the ingest for ever (it checks again when it opens the file: the
+    path may change in between)."""
+    shown = _shown(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return f"no transcript at {shown}"
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        return f"cannot read the transcript at {shown}: " \
+            f"{getattr(exc, 'strerror', None) or 'invalid path'}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"the transcript at {shown} is not a regular file"
+    if st.st_size > MAX_TRANSCRIPT:
+        return f"the transcript at {shown} is larger than {MAX_TRANSCRIPT >> 20} MiB"
+    return None
+
+
+def _shown(path: str, limit: int = 200) -> str:
+    """A path as one log line shows it: control characters replaced, length bounded."""
+    flat = "".join(c if c.isprintable() else "?" for c in path)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 # --- installing into Claude Code's settings.json ---------------------------------------

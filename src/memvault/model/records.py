@@ -58,7 +58,10 @@ def parse_time(value: str) -> datetime:
 def normalise_time(value: str) -> str:
     """An ISO-8601 time as mem stores it: UTC, microseconds, a trailing Z (so that times
     sort as strings). UsageError when it is not a time."""
-    dt = parse_time(value).astimezone(UTC)
+    try:
+        dt = parse_time(value).astimezone(UTC)
+    except OverflowError:  # a valid time that UTC cannot hold (year 1 at +01:00)
+        raise UsageError(f"time {value!r} is out of range") from None
     return dt.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 

@@ -84,9 +84,11 @@ class SearchHit(Result):
 
 @dataclass(frozen=True)
 class SearchResult(Result):
+    _internal: ClassVar[frozenset[str]] = frozenset({"no_words"})
     results: tuple[SearchHit, ...]
     total_searched: int
     query_time_ms: float
+    no_words: bool = False  # the query held no word to search for (so nothing was)
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class PrefList(Result):
 class Redactions(Result):
     rule: str
     count: int
+    action: str = "redacted"  # or "withheld": the message holding it was not stored
 
 
 @dataclass(frozen=True)
@@ -141,9 +144,11 @@ class IngestResult(Result):
     summaries: tuple[Preview, ...] = ()
     summaries_added: int = 0
     messages_updated: int = 0  # stored messages that had grown since (replaced)
+    ignored: tuple[tuple[str, int], ...] = ()  # lines_ignored by reason
 
     def to_dict(self) -> dict[str, Any]:
         doc = super().to_dict()
+        doc["ignored"] = dict(self.ignored)
         if not self.dry_run:
             for key in ("dry_run", "messages", "summaries"):
                 doc.pop(key)
@@ -163,7 +168,13 @@ class ScanResult(Result):
     files_ingested: int
     messages_added: int
     withheld: int
-    errors: tuple[ScanError, ...]
+    errors: tuple[ScanError, ...]  # transcripts not stored: corrupt, or refused whole
+    passed: tuple[ScanError, ...] = ()  # files that are not transcripts, or unreadable
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every transcript found was stored; else the first failure's code."""
+        return self.errors[0].exit_code if self.errors else 0
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 from memvault.config import Settings
-from memvault.errors import NotFound, Refused, UsageError
-from memvault.index.base import IndexUnavailable
-from memvault.model.records import TYPE_HOME
+from memvault.errors import DataError, NotFound, Refused, UsageError
+from memvault.model.records import DOC_FILES, TYPE_HOME, now_iso, uuid7
 from memvault.model.results import (
     AuditProblem,
     AuditResult,
@@ -18,6 +20,7 @@ from memvault.model.results import (
 from memvault.ops import prefs
 from memvault.storage.audit import AuditLog
 from memvault.storage.layout import VAULT_FILE
+from memvault.storage.state import UserState
 from memvault.vault.keysource import create_default_key, key_source_configured, load_master_key
 from memvault.vault.vault import Vault, create_meta
 
@@ -81,6 +84,7 @@ def reindex(vault: Vault) -> ReindexResult:
 
 
 def set_frozen(vault: Vault, frozen: bool) -> FreezeResult:
+    vault.require_user()  # a mistyped name must not create a user
     with vault.transaction(allow_frozen=True) as tx:
         if tx.state.frozen != frozen:
             tx.state.frozen = frozen
@@ -106,22 +110,73 @@ def org_audit(vault: Vault) -> AuditLog:
 
 def destroy(vault: Vault, confirm: str | None) -> DestroyResult:
     """Delete all of a user's memory, index and keys; only an org-level audit record of
-    the destruction remains. Counts come from the state and clear headers: a damaged
-    user can be destroyed too."""
+    the destruction remains.
+
+    Nothing is decrypted and the user's state need not be readable: the counts come from
+    the state's counters, else from the clear headers (and the documents, if they still
+    open), so a damaged user is destroyed too. The plan is recorded beside the user's
+    lock before anything is deleted; a run that was killed at any point is finished by
+    the next one, which writes the org record once (found again by its destroy id)."""
     user = vault.user
     if confirm != user:
         raise Refused(f"destroying {vault.who} needs the user's name as confirmation: it "
                       f"deletes all of {user}'s memory and keys for good; nothing was "
                       "touched", field="confirm")
-    if not vault.exists():
-        raise NotFound(f"user {vault.who} has no memory to destroy")
-    with vault.transaction() as tx:
-        records = sum(tx.state.live.values()) + sum(tx.state.archived.values())
-        try:
-            docs = int(vault.search_index(tx.epoch).searcher().num_docs)
-        except (IndexUnavailable, ValueError, OSError):
-            docs = 0
-        files = tx.store.destroy()
-    audit_id = org_audit(vault).append("user.destroy", user=user, records=records,
-                                       files=files)
-    return DestroyResult(vault.who, records, files, docs, audit_id)
+    store = vault.store
+    with vault.lock():
+        plan = store.destroy_pending()
+        resumed = plan is not None
+        if plan is None:
+            if not store.dir.exists():
+                raise NotFound(f"user {vault.who} has no memory to destroy")
+            plan = _destroy_plan(vault)
+            store.begin_destroy(plan)
+        store.destroy()  # keys first, then the directory
+        org = org_audit(vault)
+        destroy_id = str(plan.get("destroy_id") or uuid7())
+        records, files = int(plan.get("records") or 0), int(plan.get("files") or 0)
+        audit_id = (_org_record(org, destroy_id) if resumed else None) or org.append(
+            "user.destroy", user=user, records=records, files=files, destroy_id=destroy_id)
+        store.end_destroy()
+    return DestroyResult(vault.who, records, files, int(plan.get("index_docs") or 0),
+                         audit_id)
+
+
+def _destroy_plan(vault: Vault) -> dict[str, Any]:
+    """What a destroy is about to delete, counted without decrypting a record."""
+    store = vault.store
+    try:
+        state: UserState | None = store.load_state()
+    except (DataError, FileNotFoundError):
+        state = None
+    if state is not None and state.frozen:
+        raise Refused(f"the memory of {vault.who} is frozen: reads work, writes are "
+                      "refused; nothing was touched", hint="unfreeze")
+    if state is not None and state.counted:
+        records = sum(state.live.values()) + sum(state.archived.values())
+    else:  # no counters: the clear headers of session lines, and what documents open
+        layout = store.layout
+        records = 0
+        for relpath in [*layout.line_files(), *layout.line_files(archived=True)]:
+            with contextlib.suppress(OSError):
+                records += sum(1 for _ in store.line_ids(relpath))
+        for name in DOC_FILES:
+            with contextlib.suppress(DataError, OSError):
+                records += len(store.doc_records(name))
+    epochs = store.deks_on_disk()
+    epoch = state.key_version if state is not None else max(epochs, default=1)
+    try:
+        docs = int(vault.search_index(epoch).searcher().num_docs)
+    except Exception:  # noqa: BLE001 - derived data: a count only, never a reason to stop
+        docs = 0
+    return {"destroy_id": uuid7(), "started_at": now_iso(), "records": records,
+            "files": store.count_files(), "index_docs": docs}
+
+
+def _org_record(org: AuditLog, destroy_id: str) -> str | None:
+    """The audit id of the org record an earlier run of this destroy wrote, if any."""
+    for entry in org.check().entries:
+        if entry.get("op") == "user.destroy" and \
+                (entry.get("detail") or {}).get("destroy_id") == destroy_id:
+            return str(entry.get("audit_id"))
+    return None

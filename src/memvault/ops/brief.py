@@ -11,9 +11,19 @@ session-start hook costs the same with 1,000 stored messages as with 1,000,000.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 
-from memvault.model.records import BEHAVIORAL_TYPES, DOC_FILES, Record, now_iso, parse_time
+from memvault.errors import DataError, MemError
+from memvault.model.records import (
+    BEHAVIORAL_TYPES,
+    DOC_FILES,
+    PREFERENCES,
+    Record,
+    now_iso,
+    parse_time,
+)
 from memvault.model.results import Brief, BriefEntry
 from memvault.ops import prefs
 from memvault.text.sanitize import clean
@@ -49,6 +59,21 @@ def _one_line(text: str) -> str:
     return flat if len(flat) <= MAX_ENTRY_CHARS else flat[: MAX_ENTRY_CHARS - 1] + "…"
 
 
+def _importance(value: object) -> float:
+    """A stored importance as a sortable number (ValueError for anything else: a NaN
+    would not sort)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value):
+        raise ValueError("importance is not a number")
+    return float(value)
+
+
+def _id(memory_id: object) -> str:
+    """A record id as a log line may show it (ids are UUIDs; anything else is damage)."""
+    text = str(memory_id)
+    return text if len(text) <= 40 and text.replace("-", "").isalnum() else "(unreadable id)"
+
+
 def _section(record: Record) -> str | None:
     if record.type in BEHAVIORAL_TYPES:
         return "behavioral"
@@ -59,26 +84,71 @@ def _section(record: Record) -> str | None:
     return None  # messages are transcripts, not brief material
 
 
-def build(vault: Vault, max_entries: int, max_chars: int) -> Brief:
+def build(vault: Vault, max_entries: int, max_chars: int,
+          on_skip: Callable[[str], None] | None = None) -> Brief:
+    """The brief. One malformed entry is left out and named to `on_skip` (file, id and
+    the kind of problem, never content). A document that cannot be read at all (fails
+    authentication, is not a file) is an error, as for every other reader, unless there
+    is an `on_skip` (the SessionStart hook): then it is left out and named too, and the
+    agent still gets everything else. An unreadable state always fails it (its
+    supersede links decide what is current)."""
     now = datetime.now(UTC)
     candidates: dict[str, list[BriefEntry]] = {name: [] for name, _ in SECTIONS}
+
+    def skip(what: str, reason: str) -> None:
+        if on_skip is not None:
+            on_skip(f"{what}: {reason}")
+
+    def malformed(exc: Exception) -> str:
+        # Not the error's message: it may quote the malformed field, which might be
+        # anything (the file's errors name only the file and what is wrong with it).
+        return f"malformed entry ({type(exc).__name__})"
+
     if vault.exists():
         state = vault.state()
         for name in DOC_FILES:
-            for record in vault.store.doc_records(name):
-                section = _section(record)
-                if section is None or state.superseded_by(record.memory_id):
-                    continue
-                candidates[section].append(BriefEntry(
-                    memory_id=record.memory_id, type=record.type, section=section,
-                    content=_one_line(record.content), importance=record.importance,
-                    created_at=record.created_at, age=age(record.created_at, now),
-                    tags=tuple(record.tags)))
-        for key, pref in sorted(prefs.read(vault).items()):
-            candidates["behavioral"].append(BriefEntry(
-                memory_id=None, type="setting", section="behavioral",
-                content=_one_line(f"{key}: {pref['value']}"), importance=0.5,
-                created_at=pref["updated_at"], age=age(pref["updated_at"], now), tags=()))
+            try:
+                stored = (vault.store.read_doc(name) or {}).get("records", [])
+                if not isinstance(stored, list):
+                    raise DataError("its records are not a list")
+            except DataError as exc:
+                if on_skip is None:
+                    raise
+                skip(name, exc.message)
+                continue
+            for raw in stored:
+                try:
+                    record = Record.from_stored(raw)
+                    section = _section(record)
+                    if section is None or state.superseded_by(record.memory_id):
+                        continue
+                    candidates[section].append(BriefEntry(
+                        memory_id=record.memory_id, type=record.type, section=section,
+                        content=_one_line(record.content),
+                        importance=_importance(record.importance),
+                        created_at=record.created_at, age=age(record.created_at, now),
+                        tags=tuple(str(t) for t in record.tags)))
+                except (MemError, TypeError, ValueError, AttributeError,
+                        OverflowError) as exc:
+                    memory_id = raw.get("memory_id") if isinstance(raw, dict) else None
+                    skip(f"{name} record {_id(memory_id)}", malformed(exc))
+        try:
+            settings = sorted(prefs.read(vault).items())
+        except DataError as exc:
+            if on_skip is None:
+                raise
+            skip(PREFERENCES, exc.message)
+            settings = []
+        for key, pref in settings:
+            try:
+                candidates["behavioral"].append(BriefEntry(
+                    memory_id=None, type="setting", section="behavioral",
+                    content=_one_line(f"{key}: {pref['value']}"), importance=0.5,
+                    created_at=str(pref["updated_at"]), age=age(pref["updated_at"], now),
+                    tags=()))
+            except (MemError, TypeError, ValueError, KeyError, AttributeError,
+                    OverflowError) as exc:
+                skip(f"{PREFERENCES} setting", malformed(exc))
     for name, entries in candidates.items():
         # Summaries: most recent first. Others: most important first; among equals the
         # newest, so that a cut drops the oldest.

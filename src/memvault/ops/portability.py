@@ -8,6 +8,7 @@ anything is written, then admits its text like every other way in.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -19,10 +20,12 @@ from memvault.model.location import session_file
 from memvault.model.records import (
     CATEGORIES,
     DOC_FILES,
+    MAX_TAG,
     TYPE_HOME,
     TYPES,
     Record,
     check_category,
+    clean_tags,
     normalise_time,
     now_iso,
 )
@@ -210,6 +213,14 @@ def _parse_import(raw: str) -> tuple[list[tuple[Record, bool]], dict[str, str]]:
                 except (UsageError, TypeError):
                     raise DataError(f"{where}: invalid session_id") from None
             _check_types(record, where)
+            _check_ids(record, where)
+            for tag in record.tags:  # the rule `add` applies (each tag once)
+                try:
+                    clean_tags([tag])
+                except UsageError:
+                    raise DataError(f"{where}: invalid tag {_shown(tag)}: 1-{MAX_TAG} "
+                                    "characters, no whitespace") from None
+            record.tags = clean_tags(record.tags)
             seen.add(record.memory_id)
             out.append((record, bool(item.get("archived"))))
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in prefs.items()):
@@ -217,7 +228,48 @@ def _parse_import(raw: str) -> tuple[list[tuple[Record, bool]], dict[str, str]]:
     total = doc.get("record_count")
     if total != len(out):
         raise DataError(f"record_count says {total} but the file holds {len(out)} records")
+    looped = _supersede_cycle({r.memory_id: r.supersedes for r, _ in out if r.supersedes})
+    if looped is not None:
+        raise DataError(f"record {looped} supersedes itself through a chain of records that "
+                        "supersede each other in a loop: every record of the loop would "
+                        "vanish from list, search and brief")
     return out, prefs
+
+
+# The form of an id mem writes: a UUID (v7), lowercase, with its hyphens.
+ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _check_ids(record: Record, where: str) -> None:
+    """The record's id, and the ids it names (supersedes, compacted_from), have the form
+    of the ids mem writes."""
+    named = [record.memory_id, *([record.supersedes] if record.supersedes else []),
+             *record.compacted_from]
+    for memory_id in named:
+        if not ID_RE.fullmatch(memory_id):
+            raise DataError(f"{where}: {_shown(memory_id)} is not a memory id (a UUID as "
+                            "mem writes it)")
+
+
+def _shown(value: str) -> str:
+    """A value from the file, as an error names it: quoted, and cut when long."""
+    return repr(value if len(value) <= 40 else value[:40] + "...")
+
+
+def _supersede_cycle(links: dict[str, str]) -> str | None:
+    """A record on a loop of `supersedes` links (record → the one it replaces), if any.
+    A link to a record that is not there ends a chain: it is no loop."""
+    done: set[str] = set()
+    for start in links:
+        path: set[str] = set()
+        node: str | None = start
+        while node is not None and node not in done:
+            if node in path:
+                return node
+            path.add(node)
+            node = links.get(node)
+        done |= path
+    return None
 
 
 def _check_types(record: Record, where: str) -> None:

@@ -20,8 +20,12 @@ def settings_of(doc: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def read(vault: Vault) -> dict[str, Any]:
-    """Every preference setting: key → {"value", "updated_at"}."""
-    return settings_of(vault.store.read_doc(PREFERENCES) if vault.exists() else None)
+    """Every preference setting: key → {"value", "updated_at"}. The state is read first:
+    a damaged user (its state lost) or one half destroyed is refused, as by every read."""
+    if not vault.exists():
+        return settings_of(None)
+    vault.state()
+    return settings_of(vault.store.read_doc(PREFERENCES))
 
 
 def set_(vault: Vault, key: str, value: str) -> Pref:

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import os
+import tempfile
 from array import array
 from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
 
 from memvault.errors import DataError
 from memvault.index.base import IndexUnavailable
@@ -22,6 +26,7 @@ from memvault.ops.keys import keys_in_use, retire_unused_keys
 from memvault.storage import fsio
 from memvault.storage.layout import AUDIT, INDEX, KEYS, STATE
 from memvault.storage.state import UserState
+from memvault.storage.userstore import StateMissing
 from memvault.vault import migrations
 from memvault.vault.vault import Vault
 
@@ -32,13 +37,18 @@ def id_digest(memory_id: str) -> int:
 
 
 class _Digests:
-    """Record-id digests in sorted runs of bounded size: 8 bytes a record, and never a
-    Python object per record, however many records there are."""
+    """Record-id digests, 8 bytes a record, sorted in runs of bounded size that are
+    spilled to an unnamed temporary file: memory stays flat however many records there
+    are (the file holds keyed digests of ids, never content, and vanishes with the
+    process)."""
 
     RUN = 1 << 16
+    CHUNK = 1 << 12  # digests read back at a time from each run, while merging
 
-    def __init__(self) -> None:
-        self.runs: list[array[int]] = []
+    def __init__(self, where: Path) -> None:
+        self.where = where
+        self.file: IO[bytes] | None = None
+        self.runs: list[tuple[int, int]] = []  # (offset, count) in the file
         self.pending: list[int] = []
 
     def add(self, digest: int) -> None:
@@ -47,19 +57,39 @@ class _Digests:
             self._flush()
 
     def _flush(self) -> None:
-        if self.pending:
-            self.runs.append(array("Q", sorted(self.pending)))
-            self.pending = []
+        if not self.pending:
+            return
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(dir=self.where)
+        offset = self.file.seek(0, os.SEEK_END)
+        array("Q", sorted(self.pending)).tofile(self.file)
+        self.runs.append((offset, len(self.pending)))
+        self.pending = []
+
+    def _run(self, offset: int, count: int) -> Iterator[int]:
+        assert self.file is not None
+        read = 0
+        while read < count:
+            chunk = array("Q")
+            n = min(self.CHUNK, count - read)
+            self.file.seek(offset + 8 * read)
+            chunk.fromfile(self.file, n)
+            read += n
+            yield from chunk
 
     def repeated(self) -> set[int]:
         """The digests added more than once (ids stored twice)."""
         self._flush()
         twice: set[int] = set()
         previous = None
-        for digest in heapq.merge(*self.runs):
-            if digest == previous:
-                twice.add(digest)
-            previous = digest
+        try:
+            for digest in heapq.merge(*(self._run(o, n) for o, n in self.runs)):
+                if digest == previous:
+                    twice.add(digest)
+                previous = digest
+        finally:
+            if self.file is not None:
+                self.file.close()
         return twice
 
 
@@ -88,6 +118,10 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResul
     files = records = 0
     try:
         state: UserState | None = store.load_state()
+    except StateMissing as exc:  # lost, not new: rebuilt from the files by repair
+        problems.add(STATE, exc.message.removesuffix(", and nothing was read or written"),
+                     repairable=True)
+        state = None
     except DataError as exc:
         problems.add(STATE, exc.message)
         state = None
@@ -99,7 +133,7 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResul
         except DataError as exc:
             problems.add(f"{KEYS}/{epoch}.dek", exc.message)
     index = _current_index(vault, state)
-    digests = _Digests()
+    digests = _Digests(store.layout.dir)
     live: dict[str, int] = {}
     archived: dict[str, int] = {}
     for relpath in store.layout.content_files():
@@ -144,8 +178,8 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResul
                              "interrupted rotation)", severity="warning", repairable=True)
         except DataError:
             pass  # unreadable files are already reported above
-    for leftover in store.dir.glob(fsio.TMP_PREFIX + "*"):
-        problems.add(leftover.name, "temporary file left by an interrupted write",
+    for leftover in store.stale_temps():
+        problems.add(leftover, "temporary file left by an interrupted write",
                      severity="warning", repairable=True)
     ok = not problems.errors
     vault.audit_read("verify", ok=ok, problems=len(problems.items))
@@ -234,9 +268,15 @@ def _ids(vault: Vault) -> Iterator[str]:
 
 
 def repair(vault: Vault) -> RepairResult:
-    """Under the lock: cut torn tails, drop stale temp files and unused keys, recount,
-    rebuild the index. What an interrupted write or rotation left behind is set right."""
+    """Under the lock: drop stale temp files, rebuild a lost state, cut torn tails, drop
+    unused keys, recount, rebuild the index. What an interrupted write or rotation left
+    behind is set right. A user that does not exist is not created (NotFound)."""
+    vault.require_user()
     actions: list[str] = []
+    with vault.lock():
+        actions += [f"removed {rel}, a temporary file left by an interrupted write"
+                    for rel in vault.store.remove_stale_temps()]
+        actions += migrations.rebuild_state(vault.store, vault.audit)
     with vault.transaction(allow_frozen=True) as tx:
         store = tx.store
         for relpath in [*store.layout.line_files(), *store.layout.line_files(archived=True)]:

@@ -11,10 +11,10 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from memvault.crypto import envelope
-from memvault.errors import StorageError
+from memvault.errors import DataError, StorageError
 from memvault.model.records import now_iso, uuid7
 from memvault.storage import fsio
 
@@ -42,6 +42,7 @@ class AuditLog:
         self.key = key
         self.lock_timeout = lock_timeout
         self.head: dict[str, Any] | None = None  # seq and MAC of the last durable entry
+        self.pending: dict[str, Any] | None = None  # ... of the last one not fsynced yet
 
     def _mac(self, body: dict[str, Any]) -> str:
         return envelope.keyed_hash(self.key, _canonical(body), size=32)
@@ -55,7 +56,7 @@ class AuditLog:
         line of a block that does not start the file may be cut, so it is left out; the
         last item is what follows the final newline (b"" unless an append was torn)."""
         try:
-            with self.path.open("rb") as fh:
+            with self._open() as fh:
                 size = fh.seek(0, os.SEEK_END)
                 block = 4096
                 while True:
@@ -69,24 +70,52 @@ class AuditLog:
         except FileNotFoundError:
             return
 
+    def _open(self) -> BinaryIO:
+        """The log, open for reading: a FIFO, a device or a folder in its place is refused
+        (DataError) without blocking."""
+        try:
+            return fsio.open_regular(self.path, self.path.name)
+        except IsADirectoryError:
+            raise DataError(f"{self.path.name} is a folder, not a file") from None
+
+    def _end(self) -> tuple[dict[str, Any] | None, int, int]:
+        """The newest well-formed entry (the one a new entry chains from), the offset just
+        past its line, and the log's size. What follows that offset is a torn tail: an
+        append cut short (no newline), or a damaged or garbage last line. Readers skip
+        it, `verify` reports it, and the next append cuts it (as append_line cuts a torn
+        append). Read from the end in growing blocks: O(1) in the log's length."""
+        try:
+            fh = self._open()
+        except FileNotFoundError:
+            return None, 0, 0
+        with fh:
+            size = fh.seek(0, os.SEEK_END)
+            block = 4096
+            while True:
+                start = max(0, size - block)
+                fh.seek(start)
+                data = fh.read(size - start)
+                stop = data.rfind(b"\n")  # the newline of the last complete line
+                while stop >= 0:
+                    begin = data.rfind(b"\n", 0, stop) + 1
+                    if begin == 0 and start > 0:
+                        break  # the line may begin before this block: read a bigger one
+                    entry = _entry(data[begin:stop])
+                    if entry is not None:
+                        return entry, start + stop + 1, size
+                    stop = begin - 1
+                if start == 0:
+                    return None, 0, size
+                block *= 4
+
     def _last(self) -> dict[str, Any] | None:
-        """The newest complete entry: the one a new entry chains from."""
-        for _, lines in self._tail():
-            # Complete lines only: bytes after the last newline are a torn append (cut by
-            # the next append_line), never the entry to chain from.
-            complete = [ln for ln in lines[:-1] if ln.strip()]
-            if complete:
-                try:
-                    last: dict[str, Any] = json.loads(complete[-1])
-                    return last
-                except ValueError:
-                    return None  # an edited tail; `verify` reports it
-        return None
+        """The newest complete, well-formed entry: the one a new entry chains from."""
+        return self._end()[0]
 
     def last_seq(self) -> int:
         """How many entries the log holds, read from its end (O(1) in its length)."""
         last = self._last()
-        return int(last.get("seq", 0)) if last else 0
+        return int(last["seq"]) if last else 0
 
     def find(self, seq: int) -> dict[str, Any] | None:
         """The entry with this sequence number, read backwards from the end (an anchor is
@@ -94,11 +123,8 @@ class AuditLog:
         for _, lines in self._tail():
             entries = []
             for raw in lines:
-                try:
-                    entry = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(entry, dict):
+                entry = _entry(raw)
+                if entry is not None:
                     entries.append(entry)
             for entry in entries:
                 if entry.get("seq") == seq:
@@ -108,11 +134,20 @@ class AuditLog:
                 return None
         return None
 
+    def sync(self) -> None:
+        """Make the entries appended without an fsync durable, with one (a scan audits
+        each session it stores, then syncs once), and the newest of them the head."""
+        if self.pending is not None:
+            fsio.fsync_file(self.path)
+            self.head, self.pending = self.pending, None
+
     def append(self, op: str, ids: list[str] | None = None, hashes: list[str] | None = None,
                durable: bool = True, **detail: Any) -> str:
         """Append one entry and return its audit id. `detail` must hold no content."""
         with fsio.locked(self.lock_path, self.lock_timeout, "the audit log"):
-            last = self._last()
+            last, end, size = self._end()
+            if end < size:  # a torn or garbage tail: cut, as append_line cuts a torn one
+                fsio.truncate_to(self.path, end)
             body = {
                 "v": AUDIT_FORMAT,
                 "seq": (int(last.get("seq", 0)) + 1) if last else 1,
@@ -134,7 +169,9 @@ class AuditLog:
                 raise StorageError(f"{reason}; the change itself was saved but not audited",
                                    hint="verify") from None
             if durable:
-                self.head = {"seq": body["seq"], "mac": entry["mac"]}
+                self.head, self.pending = {"seq": body["seq"], "mac": entry["mac"]}, None
+            else:
+                self.pending = {"seq": body["seq"], "mac": entry["mac"]}
             return str(body["audit_id"])
 
     def check(self, anchor: dict[str, Any] | None = None,
@@ -147,9 +184,10 @@ class AuditLog:
         anchored: dict[str, Any] | None = None
         number = 0
         try:
-            fh = self.path.open("rb")
+            fh: BinaryIO | None = self._open()
         except FileNotFoundError:
             fh = None
+        garbage: tuple[int, int] | None = None  # unreadable lines no entry followed yet
         for number, raw in enumerate(fh or (), start=1):
             if not raw.endswith(b"\n"):  # an append was interrupted
                 if raw.strip():
@@ -158,23 +196,30 @@ class AuditLog:
                 break
             if not raw.strip():
                 continue
-            try:
-                entry = json.loads(raw)
-                body = {k: v for k, v in entry.items() if k != "mac"}
-                mac = entry["mac"]
-            except (ValueError, AttributeError, KeyError):
-                check.problems.append((number, "unreadable audit entry"))
+            entry = _entry(raw)
+            if entry is None:
+                garbage = (garbage[0], garbage[1] + 1) if garbage else (number, 1)
                 continue
+            if garbage:  # unreadable lines followed by an entry: damage, not a torn end
+                check.problems.append((garbage[0], "unreadable audit entry" + (
+                    f" (and the {garbage[1] - 1} lines after it)" if garbage[1] > 1 else "")))
+                garbage = None
+            body = {k: v for k, v in entry.items() if k != "mac"}
+            mac = entry["mac"]
             if mac != self._mac(body):
                 check.problems.append((number, "audit entry was edited (MAC mismatch)"))
             elif body.get("prev") != prev or body.get("seq") != seq + 1:
                 check.problems.append((number, "audit chain broken: an entry before this "
                                        "one was removed, reordered or edited"))
-            prev, seq = str(mac), int(body.get("seq", seq + 1))
+            prev, seq = str(mac), int(body["seq"])
             if anchor and anchored is None and entry.get("seq") == anchor.get("seq"):
                 anchored = entry
             if keep_entries:
                 check.entries.append(entry)
+        if garbage:
+            # Like a torn append: nothing authenticated is lost by skipping it.
+            check.warnings.append((garbage[0], "unreadable last audit entry (a damaged or "
+                                   "torn end of the log); skipped, the next write cuts it"))
         if fh is not None:
             fh.close()
         if anchor:
@@ -184,6 +229,18 @@ class AuditLog:
             elif anchored.get("mac") != anchor.get("mac"):
                 check.problems.append((None, f"audit entry {anchor.get('seq')} was replaced"))
         return check
+
+
+def _entry(raw: bytes) -> dict[str, Any] | None:
+    """A well-formed entry (an object with an integer seq and a string MAC), else None."""
+    try:
+        entry = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(entry, dict) or type(entry.get("seq")) is not int \
+            or not isinstance(entry.get("mac"), str):
+        return None
+    return entry
 
 
 def _canonical(value: Any) -> bytes:

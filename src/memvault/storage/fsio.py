@@ -10,12 +10,13 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from memvault.errors import Busy, StorageError
+from memvault.errors import Busy, DataError, StorageError
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -25,6 +26,38 @@ TMP_PREFIX = ".tmp-"
 def _storage_error(path: Path, exc: OSError) -> StorageError:
     reason = os.strerror(exc.errno) if exc.errno else str(exc)
     return StorageError(f"cannot write {path}: {reason}; nothing was changed")
+
+
+def open_regular(path: Path, what: str | None = None) -> BinaryIO:
+    """Open a file for reading only if it is a regular file, without ever blocking.
+
+    A FIFO, a device (/dev/zero) or a socket in place of a file would block or never end:
+    the file is opened with O_NONBLOCK (an open of a FIFO returns at once) and fstat'ed
+    before one byte is read. DataError names anything but a regular file; a folder raises
+    IsADirectoryError (as reading one would), other OSErrors (FileNotFoundError...) pass.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(mode):
+            raise DataError(f"{what or path} is not a regular file (a pipe, device or "
+                            "socket); it was not read")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: Path, what: str | None = None, limit: int | None = None) -> bytes:
+    """All of a regular file (see open_regular); DataError past `limit` bytes."""
+    with open_regular(path, what) as fh:
+        data = fh.read() if limit is None else fh.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise DataError(f"{what or path} is larger than {limit} bytes; it was not read")
+    return data
 
 
 def ensure_dir(path: Path) -> None:
@@ -42,6 +75,17 @@ def ensure_dir(path: Path) -> None:
                 continue  # a concurrent writer made it first
             os.chmod(directory, DIR_MODE)  # mkdir's mode is filtered by the umask
             fsync_dir(directory.parent)
+    except OSError as exc:
+        raise _storage_error(path, exc) from exc
+
+
+def fsync_file(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise _storage_error(path, exc) from exc
 
@@ -145,7 +189,11 @@ def append_line(path: Path, line: bytes, sync: bool = True, keep_tail: bool = Fa
     except OSError as exc:
         raise _storage_error(path, exc) from exc
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the write once it is full
+            raise StorageError(f"cannot write {path}: not a regular file; nothing was "
+                               "changed")
+        size = st.st_size
         if size and not keep_tail and os.pread(fd, 1, size - 1) != b"\n":
             size = _drop_torn_tail(fd, size)
         try:
@@ -230,12 +278,29 @@ def remove(path: Path) -> None:
         fsync_dir(path.parent)
 
 
-def remove_stale_temps(directory: Path) -> None:
-    """Remove temp files left by a writer that was killed before its rename."""
-    with contextlib.suppress(OSError):
-        for entry in directory.iterdir():
-            if entry.name.startswith(TMP_PREFIX):
-                entry.unlink()
+def stale_temps(*directories: Path) -> list[Path]:
+    """The temp files in these folders (not below them): what a writer killed before its
+    rename (or, for create_new, before its unlink) left behind."""
+    found: list[Path] = []
+    for directory in directories:
+        with contextlib.suppress(OSError):
+            found += sorted(entry for entry in directory.iterdir()
+                            if entry.name.startswith(TMP_PREFIX) and entry.is_file())
+    return found
+
+
+def remove_stale_temps(*directories: Path) -> list[Path]:
+    """Remove temp files left by writers that were killed before their rename (the caller
+    holds the lock every writer of these folders takes). Returns what was removed."""
+    removed: list[Path] = []
+    for entry in stale_temps(*directories):
+        with contextlib.suppress(OSError):
+            entry.unlink()
+            removed.append(entry)
+    for directory in {entry.parent for entry in removed}:
+        with contextlib.suppress(OSError):
+            fsync_dir(directory)
+    return removed
 
 
 @contextlib.contextmanager

@@ -4,6 +4,8 @@
     <vault>/<org>/audit.jsonl             org records that outlive a user (destroy)
     <vault>/<org>/.locks/<user>.lock      outside the user's directory, so that a lock
                                           outlives what it protects (destroy removes it)
+    <vault>/<org>/.locks/<user>.destroy   a destroy under way (its counts), until its org
+                                          audit record is written: a re-run resumes it
     <vault>/<org>/<user>/{CLAUDE.md, preferences.json, sessions/, archive/, index/,
                           keys/<epoch>.dek, audit.jsonl, state.json}
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from memvault.model.location import LINE_SUFFIX
 from memvault.model.records import ARCHIVE, DOC_FILES, SESSIONS
+from memvault.storage.fsio import TMP_PREFIX
 
 VAULT_FILE = "vault.json"
 KEYS = "keys"
@@ -60,6 +63,10 @@ class UserLayout:
         return self.org_dir / LOCKS / f"{self.user}.audit.lock"
 
     @property
+    def destroy_path(self) -> Path:
+        return self.org_dir / LOCKS / f"{self.user}.destroy"
+
+    @property
     def org_audit_path(self) -> Path:
         return self.org_dir / ORG_AUDIT
 
@@ -90,6 +97,29 @@ class UserLayout:
             return []
         return sorted(f"{prefix}/{p.name}" for p in folder.iterdir()
                       if p.name.endswith(LINE_SUFFIX))
+
+    def temp_dirs(self) -> list[Path]:
+        """Every folder a writer puts its temp files in (fsio: a temp beside the file)."""
+        return [self.dir, self.dir / SESSIONS, self.dir / ARCHIVE, self.keys_dir,
+                self.index_dir]
+
+    def written(self) -> list[str]:
+        """What shows that the user has written before: documents, session or archive
+        files, a data key after the first, the audit log. None of these exists before the
+        first write has saved the state (an interrupted first write leaves at most the
+        folders and keys/1.dek), so with any of them and no state.json, the state was
+        lost: a damaged user, never a new one."""
+        found = [name for name in (*DOC_FILES, AUDIT) if self.path(name).exists()]
+        for folder in (SESSIONS, ARCHIVE):
+            path = self.dir / folder
+            if path.is_dir() and any(not p.name.startswith(TMP_PREFIX)
+                                     for p in path.iterdir()):
+                found.append(folder + "/")
+        if self.keys_dir.is_dir() and any(p.suffix == ".dek" and p.stem.isdigit()
+                                          and int(p.stem) != 1
+                                          for p in self.keys_dir.iterdir()):
+            found.append(KEYS + "/")
+        return found
 
     def content_files(self, include_archive: bool = True) -> Iterator[str]:
         """Every file that holds records, documents first: the one walk over a user."""

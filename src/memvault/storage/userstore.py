@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from memvault.crypto import envelope
 from memvault.crypto.keys import MasterKey, record_key
@@ -25,6 +25,11 @@ from memvault.storage.layout import UserLayout
 from memvault.storage.state import STATE_FORMAT, UserState
 
 DOC_FORMAT = 1
+
+
+class StateMissing(DataError):
+    """state.json is gone but the user has memory: a damaged user, not a new one. Reads
+    and writes refuse it; `verify --repair` rebuilds the state from the files."""
 
 
 @dataclass
@@ -62,7 +67,20 @@ class UserStore:
         return self.layout.dir
 
     def exists(self) -> bool:
-        return self.layout.state_path.exists()
+        """Whether the user has memory: a state, or what only a user with a state can
+        have (then load_state says what is wrong), or a destroy under way."""
+        return (self.layout.state_path.exists() or self.layout.destroy_path.exists()
+                or bool(self.layout.written()))
+
+    def stale_temps(self) -> list[str]:
+        """Temp files a killed writer left in the user's folders, as relative paths."""
+        return [p.relative_to(self.layout.dir).as_posix()
+                for p in fsio.stale_temps(*self.layout.temp_dirs())]
+
+    def remove_stale_temps(self) -> list[str]:
+        """Remove them (the caller holds the user's lock, which every writer takes)."""
+        return [p.relative_to(self.layout.dir).as_posix()
+                for p in fsio.remove_stale_temps(*self.layout.temp_dirs())]
 
     def _name(self, relpath: str) -> str:
         return self.layout.name(relpath)
@@ -81,12 +99,24 @@ class UserStore:
         return state
 
     def load_state(self) -> UserState:
-        """The user's state (FileNotFoundError when the user has none)."""
+        """The user's state. FileNotFoundError only for a new user (nothing written yet);
+        StateMissing when the state is gone but the user's memory is not; DataError while
+        an interrupted destroy is unfinished."""
         path = self.layout.state_path
+        if self.layout.destroy_path.exists():
+            raise DataError(f"user {self.org}/{self.user} is being destroyed: an earlier "
+                            "destroy was interrupted and must finish first",
+                            hint="destroy-again")
         try:
-            doc = json.loads(path.read_bytes())
+            doc = json.loads(fsio.read_regular(path, self._name(path.name)))
             body, mac = doc["state"], doc["mac"]
         except FileNotFoundError:
+            written = self.layout.written()
+            if written:
+                raise StateMissing(
+                    f"{self._name(path.name)} is missing but the user has memory "
+                    f"({', '.join(written)}): the user is damaged, not new, and nothing "
+                    "was read or written", hint="rebuild-state") from None
             raise
         except (OSError, ValueError, KeyError, TypeError):
             raise DataError(f"{self._name(path.name)} is corrupt") from None
@@ -127,7 +157,7 @@ class UserStore:
         if epoch not in self._deks:
             rel = f"keys/{epoch}.dek"
             try:
-                blob = self.layout.dek_path(epoch).read_bytes()
+                blob = _read(self.layout.dek_path(epoch), self._name(rel))
             except FileNotFoundError:
                 raise DataError(
                     f"{self._name(rel)} is missing: data under key version {epoch} "
@@ -156,9 +186,9 @@ class UserStore:
         headers (nothing is decrypted)."""
         path = self.layout.path(relpath)
         if not relpath.endswith(".jsonl"):
-            return {envelope.file_key_version(path.read_bytes())}
+            return {envelope.file_key_version(_read(path, self._name(relpath)))}
         versions: set[int] = set()
-        with path.open("rb") as fh:
+        with _open(path, self._name(relpath)) as fh:
             for raw in fh:
                 if raw.endswith(b"\n"):
                     try:
@@ -172,7 +202,7 @@ class UserStore:
     def line_ids(self, relpath: str) -> Iterator[str]:
         """The record ids of a line file, from the clear headers (nothing is decrypted)."""
         try:
-            fh = self.layout.path(relpath).open("rb")
+            fh = _open(self.layout.path(relpath), self._name(relpath))
         except FileNotFoundError:
             return
         with fh:
@@ -188,7 +218,7 @@ class UserStore:
     def read_doc(self, relpath: str) -> dict[str, Any] | None:
         """Decrypt a whole-file envelope; None when the file does not exist yet."""
         try:
-            blob = self.layout.path(relpath).read_bytes()
+            blob = _read(self.layout.path(relpath), self._name(relpath))
         except FileNotFoundError:
             return None
         name = self._name(relpath)
@@ -279,7 +309,7 @@ class UserStore:
                          if r.memory_id == memory_id), None)
         assert location.offset is not None
         try:
-            with self.layout.path(location.file).open("rb") as fh:
+            with _open(self.layout.path(location.file), self._name(location.file)) as fh:
                 fh.seek(location.offset)
                 raw = fh.readline()
         except OSError:
@@ -316,7 +346,7 @@ class UserStore:
         """Read every record of a line file, collecting problems instead of raising."""
         scan = LineScan()
         try:
-            data = self.layout.path(relpath).read_bytes()
+            data = _read(self.layout.path(relpath), self._name(relpath))
         except FileNotFoundError:
             return scan
         archived = relpath.startswith(ARCHIVE + "/")
@@ -395,14 +425,54 @@ class UserStore:
         for _, records, _ in self.files(include_archive):
             yield from records
 
+    # --- destroy ----------------------------------------------------------------------------
+
+    def count_files(self) -> int:
+        folder = self.layout.dir
+        return sum(1 for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+
+    def destroy_pending(self) -> dict[str, Any] | None:
+        """The plan of a destroy that began and has not finished (None: none began). An
+        unreadable plan is an empty one: the destroy still finishes."""
+        try:
+            plan = json.loads(self.layout.destroy_path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {}
+        return plan if isinstance(plan, dict) else {}
+
+    def begin_destroy(self, plan: dict[str, Any]) -> None:
+        """Record a destroy before anything is deleted (beside the lock, outside the user's
+        directory): until it is finished, the user is neither readable nor re-created."""
+        fsio.ensure_dir(self.layout.destroy_path.parent)
+        fsio.atomic_write(self.layout.destroy_path, json.dumps(plan).encode() + b"\n")
+
+    def end_destroy(self) -> None:
+        fsio.remove(self.layout.destroy_path)
+
     def destroy(self) -> int:
         """Delete the user's directory, wrapped keys first (so that an interruption still
-        leaves nothing readable). Returns the number of files deleted."""
+        leaves nothing readable). Nothing is read or decrypted: a damaged user goes too,
+        and a second call after an interruption finishes the job. Returns the number of
+        files deleted."""
         import shutil
 
-        files = sum(1 for p in self.layout.dir.rglob("*") if p.is_file())
-        for epoch in self.deks_on_disk():
-            self.remove_dek(epoch)
+        files = self.count_files()
+        # Every file of keys/ first: a wrapped key, and the temp file a killed create_new
+        # left beside it (a copy, or a second link, of that key).
+        keys = self.layout.keys_dir
+        try:
+            for path in sorted(keys.iterdir()) if keys.is_dir() else ():
+                if path.is_file() or path.is_symlink():
+                    path.unlink()
+            if keys.is_dir():
+                fsio.fsync_dir(keys)
+        except OSError as exc:
+            raise StorageError(f"cannot delete the data keys of {self.org}/{self.user}: "
+                               f"{exc.strerror}", hint="destroy-again") from None
+        self._deks.clear()
+        self._record_keys.clear()
         try:
             shutil.rmtree(self.layout.dir)
             fsio.fsync_dir(self.layout.dir.parent)
@@ -414,9 +484,24 @@ class UserStore:
         return files
 
 
+def _open(path: Path, name: str) -> BinaryIO:
+    """A vault file open for reading. A FIFO, a device or a folder in its place is
+    refused (DataError) without blocking: a planted FIFO must not hang every reader.
+    FileNotFoundError passes to the caller."""
+    try:
+        return fsio.open_regular(path, name)
+    except IsADirectoryError:
+        raise DataError(f"{name} is a folder, not a file") from None
+
+
+def _read(path: Path, name: str) -> bytes:
+    with _open(path, name) as fh:
+        return fh.read()
+
+
 def _last_byte(path: Path) -> bytes | None:
     try:
-        with path.open("rb") as fh:
+        with _open(path, path.name) as fh:
             size = fh.seek(0, os.SEEK_END)
             if size == 0:
                 return None

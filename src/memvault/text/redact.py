@@ -902,6 +902,11 @@ def rule_from_config(doc: dict[str, Any]) -> Rule:
                           ) from None
     if pattern.fullmatch(""):
         raise ConfigError(f"redaction rule {rule_id!r}: pattern matches the empty string")
+    if _nested_repeat(source):
+        raise ConfigError(f"redaction rule {rule_id!r}: pattern repeats a repetition (like "
+                          "(a+)+ or (\\w+\\s?)*), which can take exponential time on some "
+                          "text; write it without the nested repetition, or make the inner "
+                          "one possessive (a++)")
     examples: dict[str, tuple[str, ...]] = {}
     for key in ("positives", "negatives"):
         value = doc.get(key, [])
@@ -917,6 +922,59 @@ def rule_from_config(doc: dict[str, Any]) -> Rule:
         if rule.spans(text):
             raise ConfigError(f"redaction rule {rule_id!r}: negative example {i} is matched")
     return rule
+
+
+def _nested_repeat(source: str) -> bool:
+    """Whether a pattern repeats (more than once) something that has a variable length
+    itself: `(a+)+`, `(\\w+\\s?)*`, `(x{1,3})+`. Python's backtracking engine can take time
+    exponential in the text's length on such a pattern, and a user rule runs on every
+    text mem stores, under the user's lock. (Possessive repeats and atomic groups do not
+    backtrack into their body: allowed.) Uses the stdlib's own regex parser."""
+    import importlib
+
+    parser: Any = importlib.import_module("re._parser")
+    c: Any = importlib.import_module("re._constants")
+    repeats = (c.MAX_REPEAT, c.MIN_REPEAT)
+
+    def variable(items: Any) -> bool:
+        """Whether the items contain a repeat that matches a variable number of times."""
+        return any(walk(items, inside=True))
+
+    def children(op: Any, av: Any) -> list[Any]:
+        if op in repeats or op is c.POSSESSIVE_REPEAT:
+            return [av[2]]
+        if op is c.SUBPATTERN:
+            return [av[3]]
+        if op is c.BRANCH:
+            return list(av[1])
+        if op in (c.ASSERT, c.ASSERT_NOT):
+            return [av[1]]
+        if op is c.GROUPREF_EXISTS:
+            return [b for b in av[1:] if b is not None]
+        if op is c.ATOMIC_GROUP:
+            return [av]
+        return []
+
+    def walk(items: Any, inside: bool) -> Iterator[bool]:
+        """Yields True for each repeat of variable count (inside: any, at all)."""
+        for op, av in items:
+            if op in repeats:
+                low, high, body = av
+                if inside and high != low:
+                    yield True
+                    continue
+                if high > 1 and variable(body):
+                    yield True
+                    continue
+            if op is c.POSSESSIVE_REPEAT or op is c.ATOMIC_GROUP:
+                continue  # never backtracks into its body
+            for child in children(op, av):
+                yield from walk(child, inside)
+
+    try:
+        return any(walk(parser.parse(source), inside=False))
+    except (ImportError, AttributeError):  # a Python whose parser moved: compile decides
+        return False
 
 
 _DEFAULT = RedactionConfig()

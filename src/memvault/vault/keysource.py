@@ -8,11 +8,15 @@ passphrase raises PassphraseNeeded, and a surface that can ask does.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
 import stat
 import subprocess  # noqa: S404 - MEM_KEY_COMMAND runs without a shell
+import time
 from pathlib import Path
+from typing import Literal
 
 from memvault.config import DEFAULT_KEY_FILE, Settings, config_dir
 from memvault.crypto import envelope
@@ -23,10 +27,12 @@ from memvault.crypto.keys import (
     open_with_passphrase,
     seal_with_passphrase,
 )
-from memvault.errors import ConfigError, PassphraseNeeded
+from memvault.errors import ConfigError, DataError, PassphraseNeeded
 from memvault.storage import fsio
 
-KEY_COMMAND_TIMEOUT = 30.0
+KEY_COMMAND_TIMEOUT = 30.0  # the default of the key_command_timeout setting
+KEY_OUTPUT_LIMIT = 64 * 1024  # a key is 44 characters of base64; a key file a few hundred
+Problem = Literal["timeout", "too long", "interrupted"] | None  # a key command's failure
 
 
 def default_key_path() -> Path:
@@ -53,9 +59,15 @@ def check_private(path: Path) -> None:
 def _read_key_file(path: Path, passphrase: str | None = None) -> bytes:
     check_private(path)
     try:
-        text = path.read_text()
+        # Never a FIFO (it would block) nor a device (/dev/zero never ends).
+        text = fsio.read_regular(path, f"key file {path}", KEY_OUTPUT_LIMIT).decode()
+    except IsADirectoryError:
+        raise ConfigError(f"key file {path} is a folder, not a file") from None
+    except DataError as exc:
+        raise ConfigError(exc.message) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read key file {path}: {exc}") from None
+        reason = exc.strerror if isinstance(exc, OSError) else "not text"
+        raise ConfigError(f"cannot read key file {path}: {reason}") from None
     if is_passphrase_file(text):
         if passphrase is None:
             raise PassphraseNeeded(f"key file {path} is passphrase-protected",
@@ -64,20 +76,72 @@ def _read_key_file(path: Path, passphrase: str | None = None) -> bytes:
     return decode_key(text, f"key file {path}")
 
 
-def _run_key_command(command: str) -> bytes:
-    argv = shlex.split(command)
+def _run_key_command(command: str, timeout: float = KEY_COMMAND_TIMEOUT) -> bytes:
+    """Run the key command (no shell) in its own process group, for at most `timeout`
+    seconds and KEY_OUTPUT_LIMIT bytes of output. On a time-out the whole group is
+    killed: a password manager's helpers must not outlive the run (or hold its stdout
+    open, which would make a plain wait hang past the time-out)."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:  # an unbalanced quote
+        raise ConfigError(f"MEM_KEY_COMMAND cannot be parsed: {exc}") from None
     if not argv:
         raise ConfigError("MEM_KEY_COMMAND is empty")
     try:
-        proc = subprocess.run(  # noqa: S603 - the user's own command, no shell
-            argv, capture_output=True, timeout=KEY_COMMAND_TIMEOUT, check=False,
-            stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(  # noqa: S603 - the user's own command, no shell
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except (OSError, ValueError) as exc:
         raise ConfigError(f"MEM_KEY_COMMAND failed to run: {exc}") from None
+    assert proc.stdout is not None
+    output = b""
+    problem: Problem = "interrupted"  # until _read_until says otherwise
+    try:
+        output, problem = _read_until(proc, proc.stdout.fileno(), time.monotonic() + timeout)
+    finally:
+        proc.stdout.close()
+        if problem is not None:  # not reaped yet, so its group id cannot have been reused
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the command and its children
+        proc.wait()
+    if problem == "timeout":
+        raise ConfigError(f"MEM_KEY_COMMAND did not answer within {timeout:g}s; it and "
+                          "its child processes were stopped")
+    if problem == "too long":
+        raise ConfigError(f"MEM_KEY_COMMAND printed more than {KEY_OUTPUT_LIMIT} bytes; "
+                          "that is not a key")
     if proc.returncode != 0:
         raise ConfigError(f"MEM_KEY_COMMAND exited with status {proc.returncode}")
-    return decode_key(proc.stdout.decode(errors="replace"), "MEM_KEY_COMMAND output")
+    return decode_key(output.decode(errors="replace"), "MEM_KEY_COMMAND output")
+
+
+def _read_until(proc: subprocess.Popen[bytes], fd: int, deadline: float
+                ) -> tuple[bytes, Problem]:
+    """The command's stdout up to its end (or a problem: "timeout", "too long"), and its
+    exit; never past `deadline`."""
+    import selectors
+
+    output = bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return bytes(output), "timeout"
+            if not selector.select(left):
+                continue
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            output += chunk
+            if len(output) > KEY_OUTPUT_LIMIT:
+                return bytes(output), "too long"
+    try:
+        proc.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return bytes(output), "timeout"
+    return bytes(output), None
 
 
 def key_source_configured(settings: Settings) -> bool:
@@ -96,7 +160,8 @@ def load_master_key(settings: Settings, passphrase: str | None = None) -> Master
         return MasterKey(_read_key_file(key_file, passphrase), f"key file {key_file} ({where})")
     command = os.environ.get("MEM_KEY_COMMAND")
     if command:
-        return MasterKey(_run_key_command(command), "MEM_KEY_COMMAND")
+        timeout = float(settings.values.get("key_command_timeout") or KEY_COMMAND_TIMEOUT)
+        return MasterKey(_run_key_command(command, timeout), "MEM_KEY_COMMAND")
     env_key = os.environ.get("MEM_MASTER_KEY")
     if env_key:
         return MasterKey(decode_key(env_key, "MEM_MASTER_KEY"), "MEM_MASTER_KEY")

@@ -83,6 +83,43 @@ def upgrade_user(store: UserStore, state: UserState, audit: AuditLog) -> bool:
     return True
 
 
+def rebuild_state(store: UserStore, audit: AuditLog) -> list[str]:
+    """Rebuild a lost state.json from what is on disk (caller holds the user's lock), and
+    say what could not be recovered. [] when there is nothing to rebuild: the state is
+    there, the user is new, or a destroy is under way (it must finish instead).
+
+    From the files: the counters and supersede links (decrypting every record; if a file
+    is unreadable they stay empty and are recounted by a later repair) and the key
+    version (the highest data key on disk: every write seals under the newest). Lost for
+    good: the frozen flag (left unfrozen), the keyed marks of forgotten messages and of
+    scanned transcripts. The audit anchor is the log's head after a `repair` entry that
+    says the state was rebuilt (appended first: the anchor names a durable entry)."""
+    layout = store.layout
+    if layout.state_path.exists() or layout.destroy_path.exists() or not layout.written():
+        return []
+    epochs = store.deks_on_disk()
+    state = UserState(key_version=max(epochs) if epochs else 1)
+    actions = [f"rebuilt the missing state.json from the files (key version "
+               f"{state.key_version})"]
+    counted = True
+    try:
+        recount(store, state)
+    except DataError as exc:
+        counted = False
+        actions.append(f"could not count the records ({exc.message}); the counters are "
+                       "recounted once the file is readable")
+    actions.append("the frozen flag was lost with the state: the user is left unfrozen "
+                   "(freeze again if it was frozen)")
+    actions.append("the marks of forgotten messages were lost with the state and cannot be "
+                   "recovered: re-ingesting a transcript may store forgotten messages again")
+    audit.append("repair", state="rebuilt", key_version=state.key_version,
+                 records=sum(state.live.values()) + sum(state.archived.values())
+                 if counted else None)
+    state.audit_head = audit.head
+    store.save_state(state)
+    return actions
+
+
 def _user_state_2(root: Path, master: MasterKey, lock_timeout: float, actor: str) -> None:
     for org, user in list(users(root)):
         layout = UserLayout(root, org, user)

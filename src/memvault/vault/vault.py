@@ -39,7 +39,7 @@ VAULT_FORMAT = 1
 def read_meta(root: Path) -> dict[str, Any]:
     path = root / VAULT_FILE
     try:
-        meta = json.loads(path.read_text())
+        meta = json.loads(fsio.read_regular(path))  # a FIFO there must not block
     except FileNotFoundError:
         raise NotFound(f"no vault at {root}", hint="init") from None
     except (OSError, ValueError, UnicodeDecodeError):
@@ -265,7 +265,7 @@ class Vault:
     def transaction(self, allow_frozen: bool = False) -> Iterator[Transaction]:
         """Hold the user's lock for one write; create the user on their first write."""
         with self.lock():
-            fsio.remove_stale_temps(self.layout.dir)
+            self.store.remove_stale_temps()
             created = False
             if not self.store.exists():
                 self.store.create()
@@ -407,8 +407,10 @@ class Transaction:
         return epoch
 
     def audit(self, op: str, ids: list[str] | None = None, hashes: list[str] | None = None,
-              **detail: Any) -> str:
-        audit_id = self.vault.audit.append(op, ids, hashes, **detail)
+              durable: bool = True, **detail: Any) -> str:
+        """Append an audit entry; one not `durable` now is fsynced when the transaction
+        ends, before the anchor that names it is saved."""
+        audit_id = self.vault.audit.append(op, ids, hashes, durable=durable, **detail)
         self._audited = True
         return audit_id
 
@@ -418,6 +420,7 @@ class Transaction:
     def close(self, ok: bool) -> None:
         try:
             if self._audited and self.store.exists():
+                self.vault.audit.sync()
                 self._anchor()
             if self._dirty and self.store.exists():
                 self.save_state()

@@ -1,7 +1,11 @@
 """Ingest speed: `mem ingest` of a 20,000-message (about 5 MB) transcript against a floor
 process that only parses each line, encrypts it, writes them with one fsync, and indexes
 HMAC tokens with one Tantivy commit (target ≤ 3× the floor); and how fast a SessionEnd
-hook returns to Claude Code (which cancels it after 1.5 s by default)."""
+hook returns to Claude Code (which cancels it after 1.5 s by default).
+
+With MEM_BENCH_CODEX_GB=1 (opt-in: it writes and reads GBs), a Codex rollout of that many
+GB, mostly tool outputs, read as a stream: seconds, messages/s and peak RSS, next to a
+rollout a quarter of its size (peak RSS should be flat: the ratio near 1)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,9 @@ from common import BIN, report, run_timed, throwaway_env
 from locomo import load
 
 MESSAGES = 20_000
+CODEX_MESSAGES = 6000  # short messages among the tool outputs of a generated rollout
+CODEX_OUTPUT = 2 << 20  # bytes of one tool output
+CODEX_TOO_LONG = 2  # outputs longer than the longest line read (counted, not read)
 HOOK_MESSAGES = 2_000  # the transcript each SessionEnd hands to its background ingest
 TARGET_RATIO = 3.0
 HOOK_BUDGET_MS = 1500.0
@@ -140,8 +147,101 @@ def main(rounds: int = 3) -> dict[str, object]:
     doc = {"messages": MESSAGES, "bytes": size, "floor_s": floor, "mem_ingest_s": ours,
            "ratio": ours / floor, "reingest_s": again, "session_end_hook_ms": hook,
            "hook_ms_all": hook_ms, "rounds": rounds}
+    gigabytes = float(os.environ.get("MEM_BENCH_CODEX_GB") or 0)
+    if gigabytes > 0:
+        doc["codex_stream"] = codex_stream(env, work, gigabytes)
     report("ingest", doc)
     return doc
+
+
+def make_codex_rollout(path: Path, size: int) -> int:
+    """A Codex rollout of about `size` bytes: CODEX_MESSAGES short messages among tool
+    outputs of CODEX_OUTPUT bytes, and CODEX_TOO_LONG longer than the longest line mem
+    reads. Returns how many messages mem stores from it."""
+    from memvault.text.transcripts import MAX_LINE
+
+    stamp = "2026-03-02T10:00:00.000Z"
+
+    def line(payload: dict[str, object]) -> bytes:
+        return json.dumps({"timestamp": stamp, "type": "response_item",
+                           "payload": payload}).encode() + b"\n"
+
+    def output(call: str, size: int) -> bytes:
+        return line({"type": "function_call_output", "call_id": call,
+                     "output": "Exit code: 0\nOutput:\n" + "row,1234,paid\n" * (size // 14)})
+
+    head, tail = output("CALL", CODEX_OUTPUT).split(b"CALL")
+    outputs = max(1, (size - CODEX_TOO_LONG * (MAX_LINE + (1 << 20))) // len(head + tail))
+    turns = [t.text for c in load() for t in c.turns]
+    with path.open("wb") as fh:
+        fh.write(json.dumps({"timestamp": stamp, "type": "session_meta", "payload": {
+            "id": "019b0000-0000-7000-8000-0000000bench", "timestamp": stamp}}).encode()
+            + b"\n")
+        said = 0
+        for i in range(outputs):
+            fh.write(head + f"call_{i}".encode() + tail)
+            if i < CODEX_TOO_LONG:
+                fh.write(output(f"long_{i}", MAX_LINE + (1 << 20)))
+            while said < CODEX_MESSAGES * (i + 1) // outputs:
+                role = "user" if said % 2 == 0 else "assistant"
+                kind = "input_text" if role == "user" else "output_text"
+                fh.write(line({"type": "message", "role": role, "content": [
+                    {"type": kind, "text": turns[said % len(turns)]}]}))
+                said += 1
+    return outputs + CODEX_MESSAGES
+
+
+# Spawns the command and writes its peak RSS to a file: from this (larger) process the
+# child's peak would count this one's memory (Linux keeps the larger at exec).
+LAUNCHER = """
+import os, sys
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as fh:
+    fh.write(str(usage.ru_maxrss * 1024))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def run_measured(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
+    """Seconds, peak RSS (bytes) of that process alone, and its stdout."""
+    with tempfile.TemporaryDirectory() as tmp:
+        rss = Path(tmp) / "rss"
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(rss), *argv], env=env,
+                              capture_output=True, check=False)
+        elapsed = time.perf_counter() - started
+        if proc.returncode != 0:
+            raise RuntimeError(f"{argv} failed: {proc.stderr.decode()[-400:]}")
+        return elapsed, int(rss.read_text()), proc.stdout.decode()
+
+
+def codex_stream(env: dict[str, str], work: Path, gigabytes: float) -> dict[str, object]:
+    """A Codex rollout of `gigabytes` GB and one of a quarter of that, each ingested once by
+    a fresh user: seconds, messages/s, peak RSS; their RSS ratio shows memory is flat."""
+    mem = str(BIN / "mem")
+    rows: dict[str, dict[str, float]] = {}
+    for label, size in (("quarter", gigabytes / 4), ("full", gigabytes)):
+        path = work / f"codex-{label}.jsonl"
+        messages = make_codex_rollout(path, int(size * (1 << 30)))
+        file_bytes = path.stat().st_size
+        seconds, rss, out = run_measured(
+            [mem, "ingest", str(path), "--json", "--user", f"codex-{label}"], env)
+        added = json.loads(out)["messages_added"]
+        if added != messages:
+            raise RuntimeError(f"{label}: {added} of {messages} messages stored")
+        path.unlink()
+        rows[label] = {"bytes": file_bytes, "messages": messages, "seconds": seconds,
+                       "messages_per_s": messages / seconds,
+                       "mb_per_s": file_bytes / seconds / 1e6,
+                       "peak_rss_mib": rss / (1 << 20)}
+        print(f"codex rollout {file_bytes / 1e6:,.0f} MB, {messages} messages: "
+              f"{seconds:.1f} s, {messages / seconds:,.0f} messages/s, "
+              f"{file_bytes / seconds / 1e6:,.0f} MB/s, peak RSS {rss / (1 << 20):.0f} MiB")
+    ratio = rows["full"]["peak_rss_mib"] / rows["quarter"]["peak_rss_mib"]
+    print(f"peak RSS, {gigabytes:g} GB rollout / {gigabytes / 4:g} GB one: {ratio:.2f} "
+          "(flat: near 1)")
+    return {**rows, "gigabytes": gigabytes, "rss_ratio": ratio}
 
 
 def wait_quiet(env: dict[str, str]) -> None:

@@ -4,16 +4,18 @@ question words OR-ed) computed in the same run over the same turns."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from common import report
+from common import BIN, report
 from locomo import CATEGORIES, Conversation, load
 
 KS = (5, 10, 25)
@@ -39,22 +41,29 @@ def baseline_ranker(conv: Conversation) -> Callable[[str], list[str]]:
 
 
 def mem_ranker(conv: Conversation, base: Path) -> tuple[Callable[[str], list[str]], float]:
+    """Each LoCoMo session goes in the way a user's chat export would: a generic JSONL file
+    (speakers as `name`, OpenAI's chat convention) through `mem ingest`. Questions are
+    asked through the search operation the CLI runs, in this process (a process per
+    question would time the interpreter's start, not the search)."""
     from memvault.config import resolve
-    from memvault.model.records import Filters, NewMessage
-    from memvault.ops.ingest import add_messages
+    from memvault.model.records import Filters
     from memvault.ops.recall import search
     from memvault.vault.vault import Vault
 
-    vault = Vault(resolve(user=conv.sample_id))
-    started = time.perf_counter()
-    sessions: dict[str, list[NewMessage]] = {}
+    sessions: dict[str, list[dict[str, str]]] = {}
     for t in conv.turns:
         sessions.setdefault(t.session, []).append(
-            NewMessage(content=t.text, role=t.speaker, message_id=t.dia_id,
-                       created_at=t.created_at))
-    for session, messages in sessions.items():
-        add_messages(vault, session, messages)
+            {"id": t.dia_id, "role": "user", "name": t.speaker, "content": t.text,
+             "timestamp": t.created_at})
+    started = time.perf_counter()
+    for session, rows in sessions.items():
+        path = base / f"{conv.sample_id}-{session}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        subprocess.run([str(BIN / "mem"), "ingest", str(path), "--format", "jsonl",
+                        "--session", session, "--user", conv.sample_id, "--quiet"],
+                       check=True, env=os.environ.copy())
     ingest_s = time.perf_counter() - started
+    vault = Vault(resolve(user=conv.sample_id))
 
     def rank(question: str) -> list[str]:
         doc = search(vault, question, Filters(limit=max(KS)))

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pytest_console_scripts import ScriptRunner
 
 from memvault.vault.vault import Vault
@@ -145,3 +146,66 @@ def test_a_forgotten_agent_summary_is_not_brought_back_by_ingesting_again(
     assert again["summaries_added"] == 0
     assert run_json(script_runner, "list", "--type", "summary")["records"] == []
     assert "kestrel" not in mem(script_runner, "brief").stdout
+
+
+def test_every_ignored_line_is_reported_with_its_reason(
+        script_runner: ScriptRunner, vault: Vault, tmp_path: Path) -> None:
+    rows = claude_lines()
+    path = tmp_path / f"{SESSION}.jsonl"
+    # A line being written when the file was read: no newline yet, not whole JSON.
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"type": "assist')
+    doc = run_json(script_runner, "ingest", str(path))
+    assert doc["ignored"].get("torn last line") == 1
+    assert doc["lines_ignored"] == sum(doc["ignored"].values())
+    again = mem(script_runner, "ingest", str(path), "--dry-run")
+    assert "1 torn last line" in again.stderr and "lines ignored" in again.stderr
+
+
+# --- small things a user runs into ---------------------------------------------------------
+
+
+def test_version(script_runner: ScriptRunner) -> None:
+    from importlib.metadata import version
+
+    result = mem(script_runner, "--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"mem {version('memvault')}"
+
+
+def test_text_starting_with_a_dash_is_added_after_double_dash(
+        script_runner: ScriptRunner, vault: Vault) -> None:
+    added = mem(script_runner, "add", "--", "-rf removes a whole tree")
+    assert added.returncode == 0, added.stderr
+    hits = run_json(script_runner, "search", "removes tree")["results"]
+    assert [h["content"] for h in hits] == ["-rf removes a whole tree"]
+
+
+def test_a_query_without_a_searchable_word_says_so(
+        script_runner: ScriptRunner, vault: Vault) -> None:
+    assert mem(script_runner, "add", "the ferry leaves at noon").returncode == 0
+    for query in ("???", "x" * 50):  # punctuation; one token too long to be a word
+        result = mem(script_runner, "search", query, "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["results"] == []  # not the most recent items
+        assert "no words to search for" in result.stderr
+    # An empty query still lists the most recent items (SPEC §5).
+    assert len(run_json(script_runner, "search", "")["results"]) == 1
+
+
+def test_a_session_is_ingested_with_its_subagents(script_runner: ScriptRunner, vault: Vault,
+                                                  tmp_path: Path) -> None:
+    """What the SessionEnd hook hands over is the main transcript: the subagents' work,
+    kept beside it, is stored with the session; the compaction agent's restatement is
+    not."""
+    real = Path(__file__).resolve().parents[2] / "shared" / "bench-data" / "transcripts"
+    main = real / "claude-code" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+    if not main.exists():
+        pytest.skip("the shared bench data is not here")
+    report = run_json(script_runner, "ingest", str(main))
+    records = run_json(script_runner, "list", "--session", report["session_id"],
+                       "--type", "message", "--limit", "10000")["records"]
+    channels = {r["channel"] for r in records}
+    assert channels == {None, "subagent:a881341"}
+    assert report["messages_added"] == len(records)
+    again = run_json(script_runner, "ingest", str(main))
+    assert again["messages_added"] == 0

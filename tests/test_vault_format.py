@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memvault.config import resolve
 from memvault.crypto import envelope as crypto
@@ -469,3 +471,18 @@ def test_independent_key_files(v: Vectors) -> None:
     plain = AESGCM(kek).decrypt(base64.b64decode(doc["nonce"]), base64.b64decode(doc["ct"]),
                                 v["passphrase_aad"].encode())
     assert plain == v.b("master_key")
+
+
+@given(memory_id=st.text(max_size=40), ts=st.text(max_size=40),
+       key_version=st.integers(min_value=1, max_value=2**31))
+def test_a_line_envelope_is_the_json_the_format_names(memory_id: str, ts: str,
+                                                     key_version: int) -> None:
+    """The line is written by hand for speed: it must be byte for byte the compact JSON
+    of its fields, in order, whatever an imported id or time holds."""
+    nonce = bytes(range(12))
+    line = crypto.seal_line(bytes(32), key_version, "o", "u", "sessions/s.jsonl", memory_id,
+                            ts, b"{}", nonce=nonce)
+    doc = json.loads(line)
+    expected = {"v": 1, "kv": key_version, "id": memory_id, "ts": ts,
+                "n": base64.b64encode(nonce).decode(), "ct": doc["ct"]}
+    assert line == json.dumps(expected, separators=(",", ":")).encode() + b"\n"

@@ -23,6 +23,23 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"mem {version('memvault')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True,
+        help="Print the version and exit.")) -> None:
+    """An encrypted, searchable memory vault for AI assistants, owned by its user."""
+
+
 commands.register(app)
 agents.register(app)
 lifecycle.register(app)

@@ -52,15 +52,18 @@ def ingest(
             out.data(summary, lambda o: o.info(
                 f"{summary.files_ingested} of {summary.files_scanned} transcripts ingested, "
                 f"{summary.messages_added} messages added, {summary.withheld} withheld"))
+        for skipped in summary.passed:
+            out.warn(f"{skipped.file}: skipped: {skipped.error}")
         for error in summary.errors:
             out.warn(f"{error.file}: {error.error}")
-        if summary.errors:
-            raise typer.Exit(65)
+        if summary.exit_code:
+            raise typer.Exit(summary.exit_code)
         return
     assert source is not None
     if source == "-":
-        text = core.decode(sys.stdin.buffer.read(core.MAX_TRANSCRIPT + 1), "stdin")
-        result = core.ingest_text(v, text, None, format_, session, dry_run, strict)
+        # Read as a stream (a Codex rollout of any size, plain or zstd), not whole.
+        result = core.ingest_stream(v, sys.stdin.buffer, "stdin", None, format_, session,
+                                    dry_run, strict)
     else:
         result = core.ingest_file(v, Path(source), format_, session, dry_run, strict)
     if quiet and not json:
@@ -72,10 +75,15 @@ def ingest(
                 o.line(f"[{m.role}] {' '.join(m.content.split())[:200]}")
         verb, count = ("would add", len(result.messages)) if dry_run else \
             ("added", result.messages_added)
-        o.info(f"session {result.session_id}: {verb} {count} messages, "
+        updated = f", {result.messages_updated} grown" if result.messages_updated else ""
+        summaries = f", {result.summaries_added} summaries" if result.summaries_added else ""
+        o.info(f"session {result.session_id}: {verb} {count} messages{updated}{summaries}, "
                f"{result.messages_skipped} skipped, {result.withheld} withheld")
         for r in result.redactions:
-            o.info(f"  redacted {r.count} × {r.rule}")
+            o.info(f"  {r.action} {r.count} × {r.rule}")
+        if result.ignored:
+            reasons = ", ".join(f"{n} {reason}" for reason, n in result.ignored)
+            o.info(f"  {result.lines_ignored} lines ignored: {reasons}")
 
     out.data(result, human)
 
@@ -96,7 +104,8 @@ def brief(
     chars = max_chars if max_chars is not None else v.settings.values["brief_max_chars"]
     if entries < 1 or chars < 100:
         raise UsageError("--max-entries must be at least 1 and --max-chars at least 100")
-    result = build(v, entries, chars)
+    out = Output(json)
+    result = build(v, entries, chars)  # a damaged document fails it (the hook skips it)
 
     def human(o: Output) -> None:
         if result.brief:
@@ -104,7 +113,7 @@ def brief(
         else:
             o.info("nothing to brief yet: add preferences, facts or context first")
 
-    Output(json).data(result, human)
+    out.data(result, human)
 
 
 hook_app = typer.Typer(help="Hook handlers that agents call (always exit 0).",
@@ -117,15 +126,9 @@ def hook_claude_code(
     key_file: KeyFileOpt = None,
 ) -> None:
     """Read a Claude Code hook event on stdin and act on it; never fails the agent."""
-    from memvault.integrations.claude_code import handle
+    from memvault.integrations.claude_code import run
 
-    try:
-        stdin = sys.stdin.read()
-    except (OSError, UnicodeDecodeError):
-        stdin = ""
-    output = handle(lambda: context.settings(vault, org, user, key_file), stdin)
-    if output:
-        sys.stdout.write(output + "\n")
+    run(lambda: context.settings(vault, org, user, key_file))
 
 
 hooks_app = typer.Typer(help="Install mem's hooks into an agent's settings.",

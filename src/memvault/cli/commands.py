@@ -53,7 +53,9 @@ def init(
 
 
 def add(
-    text: Annotated[str, typer.Argument(help="What to remember, or - to read stdin.")],
+    text: Annotated[str, typer.Argument(
+        help="What to remember, or - to read stdin. Text that starts with - goes after "
+        "--: mem add -- '-rf removes a tree'.")],
     type_: Annotated[str, typer.Option(
         "--type", "-t", help="fact, preference, instruction, correction, context, pattern, "
         "summary or message.")] = "fact",
@@ -71,9 +73,19 @@ def add(
     from memvault.ops import remember
 
     if text == "-":
+        # Bytes, decoded strictly: a text stream decodes what is not UTF-8 into lone
+        # surrogates, which fail later, when the text is encrypted. Never all of a pipe:
+        # a record's limit, a final "\r\n" and one byte (add checks the exact limit).
+        from memvault.model.records import MAX_CONTENT
+
+        stream = getattr(sys.stdin, "buffer", None)
+        raw = stream.read(MAX_CONTENT + 3) if stream is not None else b""
+        if len(raw) > MAX_CONTENT + 2:
+            raise UsageError(f"the text is larger than {MAX_CONTENT // 1024} KiB",
+                             hint="ingest")
         try:
             # Like `$(...)`: trailing newlines are the pipe's, not the memory's.
-            text = sys.stdin.read().rstrip("\r\n")
+            text = raw.decode().rstrip("\r\n")
         except UnicodeDecodeError:
             raise DataError("stdin is not UTF-8 text") from None
     result = remember.add(context.open_vault(vault, org, user, key_file), text, type_,
@@ -134,9 +146,13 @@ def search(
 
     filters = context.filters(type_, category, tag, session, after, before,
                               include_archive, include_superseded, limit)
-    doc = recall.search(context.open_vault(vault, org, user, key_file), query or "",
-                        filters).to_dict()
-    Output(json).data(doc, lambda o: render.search_results(o, doc["results"]))
+    result = recall.search(context.open_vault(vault, org, user, key_file), query or "",
+                           filters)
+    doc = result.to_dict()
+    out = Output(json)
+    if result.no_words:
+        out.warn(f"the query {query!r} has no words to search for: nothing was searched")
+    out.data(doc, lambda o: render.search_results(o, doc["results"]))
 
 
 def reindex(

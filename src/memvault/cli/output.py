@@ -42,7 +42,8 @@ class Output:
         if self._err is None:
             from rich.console import Console
 
-            self._err = Console(stderr=True, highlight=False)
+            # One message, one line: a wrapped warning would read as two.
+            self._err = Console(stderr=True, highlight=False, soft_wrap=True)
         return self._err
 
     def data(self, doc: Any, human: Callable[[Output], None] | None = None) -> None:

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import struct
 from typing import Any
 
@@ -178,15 +179,19 @@ def seal_line(
 ) -> bytes:
     aad = line_aad(org, user, relpath, memory_id, ts, key_version)
     nonce, ct = _seal(key, plaintext, aad, nonce)
-    doc = {
-        "v": FORMAT_VERSION,
-        "kv": key_version,
-        "id": memory_id,
-        "ts": ts,
-        "n": base64.b64encode(nonce).decode(),
-        "ct": base64.b64encode(ct).decode(),
-    }
-    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+    # The bytes json.dumps(separators=(",", ":")) writes for these keys in this order,
+    # formatted directly: an ingest seals a line per message.
+    return (f'{{"v":{FORMAT_VERSION},"kv":{int(key_version)},"id":{_json_str(memory_id)},'
+            f'"ts":{_json_str(ts)},"n":"{base64.b64encode(nonce).decode()}",'
+            f'"ct":"{base64.b64encode(ct).decode()}"}}\n').encode()
+
+
+_PLAIN_JSON = re.compile(r"[A-Za-z0-9:._+-]*")
+
+
+def _json_str(value: str) -> str:
+    """A JSON string literal, as json.dumps writes it."""
+    return f'"{value}"' if _PLAIN_JSON.fullmatch(value) else json.dumps(value)
 
 
 def parse_line(raw: bytes) -> dict[str, object]:

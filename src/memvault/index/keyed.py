@@ -24,6 +24,7 @@ from typing import Any
 
 from memvault.crypto import envelope
 from memvault.crypto.keys import location_key
+from memvault.errors import StorageError
 from memvault.index.base import Entry, IndexUnavailable, Stamp
 from memvault.model.location import Location, session_of
 from memvault.model.records import ARCHIVE, CONTEXT_NEIGHBOURS, TYPE_HOME, Filters, parse_time
@@ -91,6 +92,7 @@ class Analyzer:
         self._mac = hmac.new(key, digestmod=hashlib.sha256)
         self._cache: dict[str, bytes] = {}
         self._texts: dict[str, bytes] = {}
+        self._hex: dict[str, str] = {}
 
     def tokens(self, text: str) -> list[str]:
         tokens: list[str] = self._analyzer.analyze(text)
@@ -138,8 +140,15 @@ class Analyzer:
         return cached
 
     def hashed(self, text: str) -> str:
-        """The text's tokens, hashed, as the space-separated hex the index holds."""
-        return spaced(self.digests(text))
+        """The text's tokens, hashed, as the space-separated hex the index holds. Memoised
+        like `digests`: a turn is hashed again as each neighbour's context."""
+        cached = self._hex.get(text)
+        if cached is None:
+            cached = spaced(self.digests(text))
+            if len(self._hex) >= 4096:
+                self._hex.clear()
+            self._hex[text] = cached
+        return cached
 
     def opaque(self, kind: str, value: str) -> str:
         """A keyed hash for a tag or session id (exact match, not analysed)."""
@@ -195,7 +204,7 @@ class SearchIndex:
     def apply(self, upserts: Sequence[Entry], deletes: Sequence[str]) -> None:
         if not upserts and not deletes:
             return
-        with self.writer() as w:
+        with self.writer(threads=REBUILD_THREADS if len(upserts) > 1000 else 1) as w:
             for memory_id in deletes:
                 w.delete(memory_id)
             for entry in upserts:
@@ -310,7 +319,9 @@ class SearchIndex:
         record, a = entry.record, self.analyzer
         created = _micros(record.created_at)
         text = a.digests(record.content)
-        role = a.digests(record.role or "") if record.type == "message" else b""
+        # Who spoke is searchable: the role, and a chat member's name ("what did Ana say").
+        role = a.digests(" ".join(filter(None, (record.role, record.name)))) \
+            if record.type == "message" else b""
         location = entry.location
         doc = tantivy.Document(id=record.memory_id, type=record.type,
                                category=record.category, created=created,
@@ -354,13 +365,12 @@ class SearchIndex:
         return terms
 
     @contextlib.contextmanager
-    def writer(self) -> Iterator[IndexWriter]:
-        """Batch index changes and commit them once (caller holds the user's lock)."""
-        try:
-            index = self.open()
-        except IndexUnavailable:
-            raise
-        w = IndexWriter(self, index.writer(heap_size=WRITER_HEAP, num_threads=1))
+    def writer(self, threads: int = 1) -> Iterator[IndexWriter]:
+        """Batch index changes and commit them once (caller holds the user's lock). A big
+        batch (a long transcript) is indexed on more threads."""
+        index = self.open()
+        w = IndexWriter(self, index.writer(heap_size=threads * WRITER_HEAP,
+                                           num_threads=threads))
         try:
             yield w
             w.commit()
@@ -458,20 +468,32 @@ class SearchIndex:
         for leftover in self.path.parent.glob(f"{self.path.name}.[no][el][wd]-*"):
             shutil.rmtree(leftover, ignore_errors=True)
         tmp = self.path.with_name(f"{self.path.name}.new-{os.getpid()}")
-        index = self.create_empty(tmp)
-        # Two indexing threads: the documents come from one Python thread, and Tantivy
-        # indexes them (and flushes the segments) on the others.
-        writer = index.writer(heap_size=2 * WRITER_HEAP, num_threads=REBUILD_THREADS)
-        count = fill(writer)
-        writer.commit()
-        writer.wait_merging_threads()
-        private(tmp)
-        old = self.path.with_name(f"{self.path.name}.old-{os.getpid()}")
-        self._index = None
-        if self.path.exists():
-            os.replace(self.path, old)
-        os.replace(tmp, self.path)
-        fsio.fsync_dir(self.path.parent)
+        try:
+            index = self.create_empty(tmp)
+            # Two indexing threads: the documents come from one Python thread, and Tantivy
+            # indexes them (and flushes the segments) on the others.
+            writer = index.writer(heap_size=2 * WRITER_HEAP, num_threads=REBUILD_THREADS)
+            count = fill(writer)
+            writer.commit()
+            writer.wait_merging_threads()
+            private(tmp)
+            old = self.path.with_name(f"{self.path.name}.old-{os.getpid()}")
+            self._index = None
+            if self.path.exists():
+                os.replace(self.path, old)
+            os.replace(tmp, self.path)
+            fsio.fsync_dir(self.path.parent)
+        except BaseException as exc:
+            shutil.rmtree(tmp, ignore_errors=True)  # a full disk gets its space back
+            # Tantivy reports a failed write (a full disk, a read-only filesystem) as a
+            # ValueError naming the OS error: a storage error, one line, not a crash.
+            if isinstance(exc, OSError) or (isinstance(exc, ValueError)
+                                            and "os error" in str(exc).lower()):
+                reason = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno \
+                    else _os_reason(str(exc))
+                raise StorageError(f"cannot write the search index of {self.path.parent.name}"
+                                   f": {reason}; the vault itself is unchanged") from None
+            raise
         shutil.rmtree(old, ignore_errors=True)
         with contextlib.suppress(OSError):
             old.unlink()  # the old "index" was a file, not a directory
@@ -620,6 +642,13 @@ def _damaged(exc: BaseException) -> bool:
     """Whether Tantivy failed on a damaged index: it raises ValueError or OSError, or
     panics, which pyo3 raises as PanicException, a BaseException."""
     return isinstance(exc, ValueError | OSError) or type(exc).__name__ == "PanicException"
+
+
+def _os_reason(message: str) -> str:
+    """The OS's words in a Tantivy IO error ("... No space left on device (os error 28)
+    at path ..."), else the message's first line."""
+    found = re.search(r"([A-Z][A-Za-z ]+?) \(os error \d+\)", message)
+    return found.group(1) if found else message.splitlines()[0][:200]
 
 
 def private(directory: Path) -> None:

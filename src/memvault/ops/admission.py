@@ -38,10 +38,12 @@ class Screened:
     kept: list[NewMessage] = field(default_factory=list)
     withheld: int = 0
     counts: dict[str, int] = field(default_factory=dict)
+    refusing: set[str] = field(default_factory=set)  # rules whose finding withholds
 
-    def add_counts(self, counts: dict[str, int]) -> None:
+    def add_counts(self, counts: dict[str, int], refusing: Sequence[str] = ()) -> None:
         for rule, n in counts.items():
             self.counts[rule] = self.counts.get(rule, 0) + n
+        self.refusing.update(refusing)
 
 
 def redaction_config(doc: dict[str, Any], where: str) -> RedactionConfig:
@@ -119,7 +121,7 @@ class AdmissionPolicy:
         for message in messages:
             self.admit_tags(message.tags, DataError)
             result = self._scan(message.content)
-            out.add_counts(result.counts)
+            out.add_counts(result.counts, result.refused)
             if not result.clean:
                 if strict:
                     rules = ", ".join(sorted(set(result.refused)))

@@ -3,6 +3,10 @@
 Parsing is text/transcripts.py's job and admission is admission.py's; this module
 decides what is stored. Only messages not stored yet are admitted (the costly scan),
 and a session is appended to in one write, one fsync and one index commit.
+
+Files are opened here (plain, or zstd-compressed, decompressed as they are read). A Codex
+rollout (gigabytes) is read as a stream, line by line, and stored batch by batch, each
+batch in its own write; any other transcript is read whole, at most MAX_TRANSCRIPT bytes.
 """
 
 from __future__ import annotations
@@ -10,13 +14,17 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, cast
 
 from memvault.config import NAME_RE, validate_name
 from memvault.crypto.envelope import content_hash
-from memvault.errors import DataError, MemError, NotFound, Refused, UsageError
+from memvault.errors import DataError, MemError, NotFound, NotTranscript, Refused, UsageError
 from memvault.index.base import file_entries
 from memvault.model.location import session_file
 from memvault.model.records import (
@@ -32,34 +40,245 @@ from memvault.model.records import (
 from memvault.model.results import IngestResult, Preview, Redactions, ScanError, ScanResult
 from memvault.ops import remember
 from memvault.ops.admission import AdmissionPolicy, Screened
-from memvault.vault.vault import Vault
+from memvault.vault.vault import Transaction, Vault
 
+if TYPE_CHECKING:
+    from memvault.text.transcripts import LongLine, Transcript
+
+# A transcript read whole (every format but Codex's rollouts, which are read as a stream).
 MAX_TRANSCRIPT = 256 * 1024 * 1024
 SCAN_SUFFIXES = (".jsonl", ".json")
+# Codex recompresses idle rollouts with zstd (rollout-*.jsonl.zst); any transcript may be.
+ZSTD_SUFFIX = ".zst"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+READ_CHUNK = 1 << 20
+# Format detection reads the first lines of a stream again: at most this much of it.
+SNIFF_BYTES = 32 << 20
+
+Read = Callable[[int], bytes]  # read(n): up to n bytes, b"" at the end
 
 
 def read_file(path: Path) -> str:
-    """A transcript file's text (bounded in size; NotFound, DataError, UsageError)."""
-    try:
-        if path.stat().st_size > MAX_TRANSCRIPT:
-            raise DataError(f"{path} is larger than {MAX_TRANSCRIPT >> 20} MiB")
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise NotFound(f"no transcript at {path}") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path} is a directory", hint="scan") from None
-    except PermissionError:
-        raise NotFound(f"cannot read {path}: permission denied") from None
-    return decode(raw, str(path))
+    """A transcript file's text, decompressed when it is zstd (bounded in size; NotFound,
+    DataError, UsageError)."""
+    with open_transcript(path) as read:
+        return decode(read_all(read, str(path)), str(path))
 
 
-def decode(raw: bytes, where: str) -> str:
+def decode(raw: bytes | bytearray, where: str) -> str:
     if len(raw) > MAX_TRANSCRIPT:
         raise DataError(f"transcript is larger than {MAX_TRANSCRIPT >> 20} MiB")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise DataError(f"{where} is not UTF-8 text") from None
+
+
+@contextmanager
+def open_transcript(path: Path) -> Iterator[Read]:
+    """A transcript file open for reading, through zstd when its content is compressed
+    (NotFound, UsageError for a folder; DataError for a *.zst that is not zstd)."""
+    from memvault.storage.fsio import open_regular
+
+    try:
+        # O_NONBLOCK, then fstat: a FIFO (which would block) or a device such as /dev/zero
+        # (which never ends) is refused (DataError) before a byte is read.
+        fh = open_regular(path)
+    except FileNotFoundError:
+        raise NotFound(f"no transcript at {path}") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a directory", hint="scan") from None
+    except PermissionError:
+        raise NotFound(f"cannot read {path}: permission denied") from None
+    with fh:
+        yield decompressed(fh.read, str(path), path.name.endswith(ZSTD_SUFFIX))
+
+
+def decompressed(read: Read, where: str, compressed: bool = False) -> Read:
+    """The stream's bytes, decompressed as they are read when it starts with zstd's magic
+    number (zstandard is imported only then); a `compressed` stream must."""
+    head = b""
+    while len(head) < len(ZSTD_MAGIC) and (more := read(len(ZSTD_MAGIC) - len(head))):
+        head += more  # a pipe may give fewer bytes than asked
+    source = _Chain(head, read)
+    if head != ZSTD_MAGIC:
+        if compressed:
+            raise DataError(f"{where} is not zstd-compressed")
+        return source.read
+    import zstandard  # a C extension: loaded only for a compressed transcript
+
+    frames = _ZstdFrames()
+
+    def read_compressed(n: int) -> bytes:
+        data = source.read(n)
+        frames.feed(data)
+        return data
+
+    # Any object with read() will do (zstandard's type says a file).
+    reader = zstandard.ZstdDecompressor().stream_reader(
+        cast("IO[bytes]", _Chain(b"", read_compressed)), read_across_frames=True)
+
+    def read_zstd(n: int) -> bytes:
+        try:
+            data = reader.read(n)
+        except zstandard.ZstdError as exc:
+            raise DataError(f"{where}: damaged zstd data ({exc})") from None
+        if not data and not frames.whole():
+            # zstandard's reader ends a cut stream quietly: what it gave was stored.
+            raise DataError(f"{where}: the zstd data is cut short (a truncated file?)")
+        return data
+
+    return read_zstd
+
+
+class _ZstdFrames:
+    """Follows zstd's frame format (RFC 8878) over the compressed bytes as they are read
+    (headers and block sizes only), to tell whether the stream ended between frames:
+    zstandard's stream reader ends a truncated stream without a word."""
+
+    def __init__(self) -> None:
+        self._buf = b""  # the bytes of the field being read
+        self._want = 4  # the size of that field
+        self._skip = 0  # bytes to pass over (a block's content)
+        self._state = "magic"
+        self._checksum = False
+        self._ended = False
+
+    def feed(self, data: bytes) -> None:
+        if not data:
+            self._ended = True
+        view = memoryview(data)
+        while view:
+            if self._skip:
+                step = min(self._skip, len(view))
+                self._skip -= step
+                view = view[step:]
+                continue
+            step = min(self._want - len(self._buf), len(view))
+            self._buf += bytes(view[:step])
+            view = view[step:]
+            if len(self._buf) == self._want:
+                field, self._buf = self._buf, b""
+                self._field(field)
+
+    def whole(self) -> bool:
+        return self._ended and self._state == "magic" and not self._buf and not self._skip
+
+    def _field(self, field: bytes) -> None:
+        if self._state == "magic":
+            if field[1:] == b"\x2a\x4d\x18" and field[0] & 0xF0 == 0x50:
+                self._state, self._want = "skippable", 4  # a skippable frame: its size
+            else:
+                self._state, self._want = "descriptor", 1
+        elif self._state == "skippable":
+            self._skip = int.from_bytes(field, "little")
+            self._state, self._want = "magic", 4
+        elif self._state == "descriptor":
+            fcs, single, did = field[0] >> 6, field[0] >> 5 & 1, field[0] & 3
+            self._checksum = bool(field[0] >> 2 & 1)
+            self._skip = (0 if single else 1) + (0, 1, 2, 4)[did] + (
+                (1 if single else 0), 2, 4, 8)[fcs]
+            self._state, self._want = "block", 3
+        elif self._state == "block":
+            header = int.from_bytes(field, "little")
+            last, kind, size = header & 1, header >> 1 & 3, header >> 3
+            self._skip = 1 if kind == 1 else size  # an RLE block holds one byte
+            if last:
+                self._skip += 4 if self._checksum else 0
+                self._state, self._want = "magic", 4
+
+
+def read_all(read: Read, where: str, why: str = "only a Codex rollout is read as a stream"
+             ) -> bytearray:
+    """All of a stream, at most MAX_TRANSCRIPT bytes (DataError past that)."""
+    buf = bytearray()
+    while chunk := read(8 * READ_CHUNK):
+        buf += chunk
+        if len(buf) > MAX_TRANSCRIPT:
+            raise DataError(f"{where} is larger than {MAX_TRANSCRIPT >> 20} MiB ({why})")
+    return buf
+
+
+def read_lines(read: Read, limit: int | None = None) -> Iterator[bytes | LongLine]:
+    """The lines of a stream, each with its newline (but perhaps the last). A line longer
+    than `limit` bytes (MAX_LINE) is not kept but read through to its end, and stands as
+    a LongLine: memory holds one line and one chunk, whatever the size of the stream."""
+    from memvault.text.transcripts import MAX_LINE, LongLine
+
+    limit = MAX_LINE if limit is None else limit
+    parts: list[bytes] = []
+    size = 0
+    while chunk := read(READ_CHUNK):
+        start = 0
+        while start < len(chunk):
+            end = chunk.find(b"\n", start) + 1  # 0: the line goes on in the next chunk
+            stop = end or len(chunk)
+            size += stop - start
+            if size <= limit:
+                parts.append(chunk[start:stop])
+            elif parts:
+                parts.clear()  # too long: what was kept of it goes
+            start = stop
+            if end:
+                if size > limit:
+                    yield LongLine(size)
+                else:
+                    if len(parts) > 1:
+                        parts[:] = [b"".join(parts)]
+                    yield parts.pop()  # held by the reader only, not here as well
+                size = 0
+    if size:
+        yield LongLine(size) if size > limit else b"".join(parts)
+
+
+class _Chain:
+    """Bytes already read, then the rest of the stream."""
+
+    def __init__(self, head: bytes, read: Read) -> None:
+        self._head, self._read = head, read
+
+    def read(self, n: int = -1) -> bytes:
+        if not self._head:
+            return self._read(n)
+        if n < 0 or n >= len(self._head):
+            out, self._head = self._head, b""
+        else:
+            out, self._head = self._head[:n], self._head[n:]
+        return out
+
+
+class _Replay:
+    """A stream whose first bytes (read to detect the format) are read again after
+    rewind(): `size` is how many were kept so far."""
+
+    def __init__(self, read: Read) -> None:
+        self._read = read
+        self._kept: list[bytes] | None = []
+        self._again: list[bytes] = []
+        self.size = 0
+
+    def read(self, n: int) -> bytes:
+        if self._again:
+            chunk = self._again.pop()
+            if len(chunk) > n:
+                chunk, rest = chunk[:n], chunk[n:]
+                self._again.append(rest)
+            return chunk
+        chunk = self._read(n)
+        if self._kept is not None:
+            self._kept.append(chunk)
+            self.size += len(chunk)
+        return chunk
+
+    def rewind(self) -> None:
+        self._again, self._kept = (self._kept or [])[::-1], None
+
+    def head(self) -> Iterator[str]:
+        """The first lines (as far as SNIFF_BYTES), decoded for format detection."""
+        for line in read_lines(self.read):
+            if not isinstance(line, bytes) or self.size > SNIFF_BYTES:
+                return
+            yield line.decode("utf-8", "replace")
 
 
 def session_name(candidate: str) -> str:
@@ -74,8 +293,81 @@ def session_name(candidate: str) -> str:
 def ingest_file(vault: Vault, path: Path, fmt: str = "auto", session: str | None = None,
                 dry_run: bool = False, strict: bool = False,
                 fallback_name: str | None = None) -> IngestResult:
-    return ingest_text(vault, read_file(path), path.stem, fmt, session, dry_run, strict,
-                       fallback_name)
+    """Ingest one transcript file, plain or zstd-compressed (rollout-*.jsonl.zst): a Codex
+    rollout is read as a stream, of any size; any other transcript whole (at most
+    MAX_TRANSCRIPT bytes)."""
+    name = Path(path.name.removesuffix(ZSTD_SUFFIX)).stem
+    result = _ingest_source(vault, lambda: open_transcript(path), str(path), name, fmt,
+                            session, dry_run, strict, fallback_name, again=True)
+    if result.format == "claude-code" and not dry_run:
+        result = _with_subagents(vault, path, result, strict)
+    return result
+
+
+def _with_subagents(vault: Vault, path: Path, result: IngestResult,
+                    strict: bool) -> IngestResult:
+    """Claude Code keeps a session's subagent transcripts beside it, in
+    <session>/subagents/agent-*.jsonl: their work is the session's, stored with it (each
+    message names its subagent in `channel`). The compaction agent's file, which only
+    restates the session, is passed over."""
+    folder = path.with_suffix("") / "subagents"
+    if not folder.is_dir():
+        return result
+    added, withheld = result.messages_added, result.withheld
+    for agent in sorted(folder.glob("agent-*.jsonl")):
+        try:
+            sub = ingest_text(vault, read_file(agent), agent.stem, "claude-code",
+                              result.session_id, strict=strict)
+        except NotTranscript:
+            continue
+        added += sub.messages_added
+        withheld += sub.withheld
+    return replace(result, messages_added=added, withheld=withheld)
+
+
+def ingest_stream(vault: Vault, stream: IO[bytes], where: str = "stdin",
+                  name: str | None = None, fmt: str = "auto", session: str | None = None,
+                  dry_run: bool = False, strict: bool = False) -> IngestResult:
+    """Ingest a transcript read from a stream (stdin), plain or zstd-compressed: a Codex
+    rollout as a stream, unless `strict`, which reads it twice (so whole, at most
+    MAX_TRANSCRIPT bytes, like any other transcript)."""
+    read = decompressed(stream.read, where)
+
+    @contextmanager
+    def source() -> Iterator[Read]:
+        yield read
+
+    return _ingest_source(vault, source, where, name, fmt, session, dry_run, strict, None,
+                          again=False)
+
+
+def _ingest_source(vault: Vault, open_source: Callable[[], AbstractContextManager[Read]],
+                   where: str, name: str | None, fmt: str, session: str | None,
+                   dry_run: bool, strict: bool, fallback_name: str | None,
+                   again: bool) -> IngestResult:
+    """Read a Codex rollout as a stream, batch by batch; any other transcript whole.
+    `open_source` opens the transcript again if `again` (a --strict first pass)."""
+    from memvault.text.transcripts import detect_stream, parse_stream
+
+    with open_source() as read:
+        source = _Replay(read)
+        stream = fmt == "codex" or (fmt == "auto" and detect_stream(source.head()) == "codex")
+        source.rewind()
+        if not stream or (strict and not again):
+            why = ("--strict reads a transcript from a stream whole" if stream else
+                   "only a Codex rollout is read as a stream")
+            text = decode(read_all(source.read, where, why), where)
+            return ingest_text(vault, text, name, fmt, session, dry_run, strict,
+                               fallback_name)
+
+        def prescreen(policy: AdmissionPolicy) -> None:
+            # --strict refuses the transcript before anything is stored: a first reading.
+            with open_source() as first:
+                for batch in parse_stream(read_lines(first)):
+                    policy.screen([*batch.messages, *batch.summaries], strict=True)
+
+        return ingest_batches(vault, parse_stream(read_lines(source.read)), name, session,
+                              dry_run, strict, fallback_name, prescreen if strict else None)
 
 
 def ingest_text(vault: Vault, text: str, name: str | None, fmt: str = "auto",
@@ -86,7 +378,24 @@ def ingest_text(vault: Vault, text: str, name: str | None, fmt: str = "auto",
     (the file's name)."""
     from memvault.text.transcripts import parse
 
-    transcript = parse(text, fmt)
+    return ingest_batches(vault, iter([parse(text, fmt)]), name, session, dry_run, strict,
+                          fallback_name)
+
+
+def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None,
+                   session: str | None = None, dry_run: bool = False, strict: bool = False,
+                   fallback_name: str | None = None,
+                   prescreen: Callable[[AdmissionPolicy], None] | None = None,
+                   store: Store | None = None,
+                   later: list[tuple[str, NewMessage]] | None = None) -> IngestResult:
+    """Ingest a transcript given whole (one batch) or read as a stream (parse_stream's
+    batches: the first names the session, the last has the summaries). Each batch is
+    stored as it comes, by add_messages, which stores a message once whatever the batches
+    were: a run stopped half-way and run again stores each message once. With `strict`,
+    `prescreen` screens the rest of a stream before the first batch is stored. A scan
+    passes `store` (into its own transaction) and `later`, where the summaries wait to be
+    added once that transaction is over."""
+    transcript = next(batches)
     if session:
         validate_name("session", session)
     chosen = session or transcript.session_id or fallback_name or name
@@ -97,37 +406,66 @@ def ingest_text(vault: Vault, text: str, name: str | None, fmt: str = "auto",
     policy = AdmissionPolicy(vault.settings)
     if strict:  # refuse before anything is touched, not halfway through the write
         policy.screen([*transcript.messages, *transcript.summaries], strict=True)
+        if prescreen is not None:
+            prescreen(policy)
     screened = Screened()
 
     def admit(batch: list[NewMessage]) -> list[NewMessage]:
         result = policy.screen(batch, strict)
         screened.withheld += result.withheld
-        screened.add_counts(result.counts)
+        screened.add_counts(result.counts, sorted(result.refusing))
         return result.kept
 
+    def put(session: str, messages: list[NewMessage],
+            admit: Callable[[list[NewMessage]], list[NewMessage]]) -> Added:
+        return add_messages(vault, session, messages, admit, dry_run)
+
+    store = store or put
     # Ids first (from what the transcript said), so that messages already stored are
     # skipped before the costly admission scan; only new messages are scanned.
-    done = add_messages(vault, session_id, with_ids(vault, transcript.messages), admit,
-                        dry_run)
+    done = store(session_id, with_ids(vault, transcript.messages), admit)
+    counts, summaries_read = Counter(transcript.ignored), list(transcript.summaries)
+    for more in batches:  # a stream's next batches
+        step = store(session_id, with_ids(vault, more.messages), admit)
+        done = Added(done.added + step.added, done.updated + step.updated,
+                     done.skipped + step.skipped, done.would_add + step.would_add)
+        counts.update(more.ignored)
+        summaries_read += more.summaries
+    transcript = replace(transcript, messages=[], summaries=summaries_read,
+                         ignored=dict(counts))
     # A summary the user forgot is not brought back by ingesting its transcript again.
     forgotten = vault.state().forgotten if transcript.summaries else set()
     summaries = admit([s for s in transcript.summaries if not (
         s.message_id and vault.message_mark(session_id, s.message_id) in forgotten)])
     if not dry_run:
         for summary in summaries:
-            # Dated when the agent wrote it, in the session's past, not at ingest.
-            remember.add(vault, _fit(summary.content), "summary", session=session_id,
-                         message_id=summary.message_id, created_at=summary.created_at)
+            if later is not None:
+                later.append((session_id, summary))
+            else:
+                _add_summary(vault, session_id, summary)
     return IngestResult(
         session_id=session_id, format=transcript.format, messages_added=done.added,
         messages_updated=done.updated, messages_skipped=done.skipped,
         lines_ignored=transcript.skipped,
         withheld=screened.withheld,
-        redactions=tuple(Redactions(rule, n) for rule, n in sorted(screened.counts.items())),
+        redactions=tuple(Redactions(rule, n, "withheld" if rule in screened.refusing
+                                    else "redacted")
+                         for rule, n in sorted(screened.counts.items())),
+        ignored=tuple(sorted(transcript.ignored.items())),
         dry_run=dry_run, messages=tuple(_preview(m) for m in done.would_add),
         summaries=tuple(_preview(m) for m in summaries) if dry_run else (),
         summaries_added=0 if dry_run else len(summaries),
     )
+
+
+def _add_summary(vault: Vault, session_id: str, summary: NewMessage) -> None:
+    # Dated when the agent wrote it, in the session's past, not at ingest.
+    remember.add(vault, _fit(summary.content), "summary", session=session_id,
+                 message_id=summary.message_id, created_at=summary.created_at)
+
+
+Admit = Callable[[list[NewMessage]], list[NewMessage]]
+Store = Callable[[str, list[NewMessage], Admit], "Added"]
 
 
 def add_messages(vault: Vault, session: str, messages: list[NewMessage],
@@ -149,37 +487,48 @@ def add_messages(vault: Vault, session: str, messages: list[NewMessage],
         fresh = admit(plan.fresh) if admit else plan.fresh
         return Added(0, 0, plan.skipped, fresh)
     with vault.transaction() as tx:
-        scan = tx.store.read_scan(relpath)
-        existing = scan.records
-        plan = _plan(vault, session, existing, messages, tx.state.forgotten)
-        fresh = admit(plan.fresh) if admit else plan.fresh
-        grown = admit(list(plan.grown.values())) if admit and plan.grown else \
-            list(plan.grown.values())
-        new = [Record(
-            memory_id=uuid7(), org_id=vault.org, user_id=vault.user, type="message",
-            content=m.content, content_hash=content_hash(m.content), category="conversation",
-            tags=clean_tags(m.tags), session_id=session, message_id=m.message_id,
-            channel=m.channel, role=m.role, name=m.name, created_at=m.created_at or "",
-            updated_at=m.created_at or "", key_version=tx.epoch,
-        ) for m in fresh]
-        updated = _grow(existing, plan.grown, grown, tx.epoch)
-        turns = [*existing, *new]
-        if updated:
-            # Lines after the grown one move: the file is rewritten and indexed again.
-            locations = tx.rewrite(relpath, turns)
-            tx.index(file_entries(turns, locations))
-        elif new:
-            locations = [*scan.locations(relpath), *tx.append(relpath, new)]
-            # The new turns, and the last stored ones, which gain successors as context.
-            tx.index(file_entries(turns, locations,
-                                  range(max(0, len(existing) - CONTEXT_NEIGHBOURS),
-                                        len(turns))))
-        if new or updated:
-            tx.state.count("message", len(new))
-            tx.touch()
-            tx.audit("ingest", [r.memory_id for r in [*new, *updated]],
-                     [tx.hash_of(r.content_hash) for r in [*new, *updated]],
-                     session_file=relpath, skipped=plan.skipped, updated=len(updated))
+        return store_messages(tx, session, messages, admit)
+
+
+def store_messages(tx: Transaction, session: str, messages: list[NewMessage],
+                   admit: Callable[[list[NewMessage]], list[NewMessage]] | None = None
+                   ) -> Added:
+    """add_messages inside a transaction the caller holds (a scan stores many sessions
+    in one: one state save and one index commit for all of them)."""
+    vault = tx.vault
+    relpath = session_file(session)
+    scan = tx.store.read_scan(relpath)
+    existing = scan.records
+    plan = _plan(vault, session, existing, messages, tx.state.forgotten)
+    fresh = admit(plan.fresh) if admit else plan.fresh
+    grown = admit(list(plan.grown.values())) if admit and plan.grown else \
+        list(plan.grown.values())
+    new = [Record(
+        memory_id=uuid7(), org_id=vault.org, user_id=vault.user, type="message",
+        content=m.content, content_hash=content_hash(m.content), category="conversation",
+        tags=clean_tags(m.tags), session_id=session, message_id=m.message_id,
+        channel=m.channel, role=m.role, name=m.name, created_at=m.created_at or "",
+        updated_at=m.created_at or "", key_version=tx.epoch,
+    ) for m in fresh]
+    updated = _grow(existing, plan.grown, grown, tx.epoch)
+    turns = [*existing, *new]
+    if updated:
+        # Lines after the grown one move: the file is rewritten and indexed again.
+        locations = tx.rewrite(relpath, turns)
+        tx.index(file_entries(turns, locations))
+    elif new:
+        locations = [*scan.locations(relpath), *tx.append(relpath, new)]
+        # The new turns, and the last stored ones, which gain successors as context.
+        tx.index(file_entries(turns, locations,
+                              range(max(0, len(existing) - CONTEXT_NEIGHBOURS),
+                                    len(turns))))
+    if new or updated:
+        tx.state.count("message", len(new))
+        tx.touch()
+        # Synced with the transaction's end: a scan audits many sessions in one.
+        tx.audit("ingest", [r.memory_id for r in [*new, *updated]],
+                 [tx.hash_of(r.content_hash) for r in [*new, *updated]], durable=False,
+                 session_file=relpath, skipped=plan.skipped, updated=len(updated))
     return Added(len(new), len(updated), plan.skipped, [])
 
 
@@ -288,37 +637,142 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
     For a periodic job: Claude Code never fires SessionEnd for a session suspended with
     Ctrl-C, and deletes old transcripts after a month. What was seen is kept in the
     user's state as keyed hashes of the paths (paths name projects; never in clear).
+
+    Small transcripts are parsed outside the user's lock and stored many to a
+    transaction (one state save, one index commit), so a month of sessions costs about
+    what their messages cost; a large one (a Codex rollout) is read on its own, as a
+    stream.
     """
     if not directory.is_dir():
         raise NotFound(f"no directory at {directory}")
-    files = sorted(p for p in directory.rglob("*") if p.suffix in SCAN_SUFFIXES
-                   and p.is_file())
+    files = sorted(p for p in directory.rglob("*") if _scanned(p) and p.is_file())
     seen = vault.state().scan_marks
-    ingested = added = withheld = 0
-    errors: list[ScanError] = []
+    scan = _Scan()
+    batch: list[_Parsed] = []
     for path in files:
-        st = path.stat()
+        try:
+            st = path.stat()
+        except OSError as exc:  # gone since the listing, or unreadable
+            scan.passed.append(ScanError(str(path), exc.strerror or "cannot read",
+                                         NotFound.exit_code))
+            continue
         mark = [st.st_size, st.st_mtime_ns]
         key = vault.path_mark(os.fsencode(path.resolve()))
         if seen.get(key) == mark:
             continue
-        try:
-            # Two notes.jsonl in different folders are different sessions.
-            relative = str(path.relative_to(directory).with_suffix(""))
-            result = ingest_file(vault, path, fmt, strict=strict, fallback_name=relative)
-        except MemError as exc:
-            errors.append(ScanError(str(path), exc.message, exc.exit_code))
-            if isinstance(exc, DataError | Refused):
-                _set_scan_mark(vault, key, mark)  # not a transcript: retry when it changes
+        # Two notes.jsonl in different folders are different sessions.
+        relative = path.relative_to(directory)
+        if path.suffix == ZSTD_SUFFIX:
+            relative = relative.with_suffix("")
+        item = _Parsed(path, key, mark, str(relative.with_suffix("")))
+        if st.st_size > SCAN_BATCH_FILE or path.suffix == ZSTD_SUFFIX:
+            scan.one(vault, item, partial(ingest_file, vault, path, fmt, strict=strict,
+                                          fallback_name=item.fallback))
             continue
-        ingested += 1
-        added += result.messages_added
-        withheld += result.withheld
-        _set_scan_mark(vault, key, mark)
-    return ScanResult(len(files), ingested, added, withheld, tuple(errors))
+        scan.parse(item, fmt)
+        batch.append(item)
+        if sum(len(i.transcript.messages) for i in batch if i.transcript) >= SCAN_BATCH:
+            scan.store(vault, batch, strict)
+            batch = []
+    scan.store(vault, batch, strict)
+    return ScanResult(len(files), scan.ingested, scan.added, scan.withheld,
+                      tuple(scan.errors), tuple(scan.passed))
 
 
-def _set_scan_mark(vault: Vault, key: str, mark: list[int]) -> None:
-    with vault.transaction() as tx:
-        tx.state.scan_marks[key] = mark
-        tx.touch()
+# A scan stores small transcripts together, up to this many messages a transaction;
+# a file larger than this many bytes is ingested on its own.
+SCAN_BATCH = 20_000
+SCAN_BATCH_FILE = 8 << 20
+
+
+@dataclass
+class _Parsed:
+    """A transcript a scan found: where it is, its scan mark, and what it holds."""
+
+    path: Path
+    key: str
+    mark: list[int]
+    fallback: str  # its session name when it names none: its path under the folder
+    transcript: Transcript | None = None
+    error: MemError | None = None
+
+
+@dataclass
+class _Scan:
+    ingested: int = 0
+    added: int = 0
+    withheld: int = 0
+    errors: list[ScanError] = field(default_factory=list)
+    passed: list[ScanError] = field(default_factory=list)
+
+    def parse(self, item: _Parsed, fmt: str) -> None:
+        """Read and parse a small transcript (outside the lock)."""
+        from memvault.text.transcripts import parse
+
+        try:
+            item.transcript = parse(read_file(item.path), fmt)
+        except MemError as exc:
+            item.error = exc
+
+    def failed(self, item: _Parsed, exc: MemError) -> bool:
+        """Report a file that was not stored; whether its mark is to be kept."""
+        if isinstance(exc, NotTranscript | NotFound):
+            # Another program's file, or one that cannot be read: reported, passed over.
+            self.passed.append(ScanError(str(item.path), exc.message, exc.exit_code))
+            return isinstance(exc, NotTranscript)  # looked at again when it changes
+        if isinstance(exc, DataError | Refused):
+            # A transcript that is corrupt, or refused whole (strict): the scan goes on
+            # with the rest and fails at the end; the file is retried when it changes.
+            self.errors.append(ScanError(str(item.path), exc.message, exc.exit_code))
+            return True
+        raise exc
+
+    def counted(self, result: IngestResult) -> None:
+        self.ingested += 1
+        self.added += result.messages_added
+        self.withheld += result.withheld
+
+    def one(self, vault: Vault, item: _Parsed, ingest: Callable[[], IngestResult]) -> None:
+        try:
+            self.counted(ingest())
+        except MemError as exc:
+            if not self.failed(item, exc):
+                return
+        with vault.transaction() as tx:
+            tx.state.scan_marks[item.key] = item.mark
+            tx.touch()
+
+    def store(self, vault: Vault, batch: list[_Parsed], strict: bool) -> None:
+        """Store parsed transcripts in one transaction; their summaries after it (a
+        summary is added by its own write)."""
+        if not batch:
+            return
+        summaries: list[tuple[str, NewMessage]] = []
+        with vault.transaction() as tx:
+            for item in batch:
+                if item.transcript is not None:
+                    try:
+                        self.counted(ingest_batches(
+                            vault, iter([item.transcript]), item.path.stem, None, False,
+                            strict, item.fallback, store=lambda *a: store_messages(tx, *a),
+                            later=summaries))
+                    except MemError as exc:
+                        item.error = exc
+                if item.error is None or self.failed(item, item.error):
+                    tx.state.scan_marks[item.key] = item.mark
+                    tx.touch()
+        for session_id, summary in summaries:
+            _add_summary(vault, session_id, summary)
+
+
+def _scanned(path: Path) -> bool:
+    """A transcript's name: *.jsonl or *.json, or either compressed (*.jsonl.zst: Codex
+    recompresses idle rollouts, in sessions/ and archived_sessions/). A compressed file
+    beside its plain one (Codex writes the one, then removes the other) is left out."""
+    if path.suffix != ZSTD_SUFFIX:
+        return path.suffix in SCAN_SUFFIXES
+    plain = path.with_suffix("")
+    return plain.suffix in SCAN_SUFFIXES and not plain.exists()
+
+
+

@@ -29,6 +29,9 @@ def _run(vault: Vault, text: str, filters: Filters, state: UserState
     for attempt in (1, 2):
         index = vault.ready_index(state)
         query, stems = index.build_query(text, filters)
+        if text.strip() and not stems:
+            # Listing the most recent items would answer a question nobody asked.
+            return [], [], index.live_count()
         try:
             hits, total = index.search(query, filters.limit, recent=not stems)
             located = {h.memory_id: h.location for h in hits if h.location is not None}
@@ -59,7 +62,8 @@ def search(vault: Vault, text: str, filters: Filters) -> SearchResult:
     ) for hit, r in pairs)
     vault.audit_read("search", [r.memory_id for r in results], results=len(results))
     elapsed = (time.perf_counter() - started) * 1000
-    return SearchResult(results, total, round(elapsed, 2))
+    return SearchResult(results, total, round(elapsed, 2),
+                        no_words=bool(text.strip()) and not stems)
 
 
 def show(vault: Vault, memory_id: str) -> RecordResult:
@@ -85,17 +89,24 @@ def list_records(vault: Vault, filters: Filters) -> RecordList:
 
 def snippet(analyzer: Analyzer, content: str, stems: list[str],
             width: int = SNIPPET_CHARS) -> str:
-    """The window of `content` holding the most query terms, on one line."""
+    """The window of `content` holding the most query terms, on one line.
+
+    Linear in the number of term hits: the hits are in text order, so a window that
+    starts at each hit in turn only moves its end forward (a message of one repeated
+    term has as many hits as words)."""
     flat = " ".join(content.split())
     if len(flat) <= width:
         return flat
     wanted = set(stems)
     starts = [start for stem, start, _ in analyzer.spans(flat) if stem in wanted]
     best, best_count = 0, 0
-    for start in starts:
-        count = sum(1 for s in starts if start <= s < start + width)
-        if count > best_count:
-            best, best_count = start, count
+    end = 0  # the first hit at or past the window's end
+    for first, start in enumerate(starts):
+        end = max(end, first)
+        while end < len(starts) and starts[end] < start + width:
+            end += 1
+        if end - first > best_count:
+            best, best_count = start, end - first
     begin = max(0, best - width // 4)
     end = min(len(flat), begin + width)
     cut = flat[begin:end]

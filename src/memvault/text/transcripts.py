@@ -52,6 +52,18 @@ Formats, as their sources define them:
   lines (session_meta, response_item, event_msg, turn_context, compacted); older files
   start with a bare `{id, timestamp, instructions}` line followed by bare items. The IDE
   extension's "# Context from my IDE setup:" preamble is cut down to the request.
+  Threads in Codex's paginated history mode also write `event_msg` lines of type
+  `item_completed` (`{thread_id, turn_id, item, started_at_ms, completed_at_ms}`, the
+  item a TurnItem tagged in PascalCase: UserMessage, AgentMessage, Plan, Reasoning,
+  CommandExecution, McpToolCall, DynamicToolCall, WebSearch, FileChange, ...). Most
+  repeat a `response_item` of the same turn: the two records of one message are paired
+  one to one, a user or assistant message by its role and its text (whitespace aside), a
+  tool call and its output by the call id (the item's id), and the later record of a
+  pair is ignored as "duplicate item" (the earlier one, with its line's id, is stored;
+  an item whose twin never comes is stored itself).
+  Rollouts reach gigabytes: `CodexReader` reads one line at a time, and `parse_stream`
+  turns lines read from a stream into batches of messages (the only format read so);
+  a line longer than MAX_LINE bytes is not read whole but counted as "line too long".
 - Gemini CLI: ~/.gemini/tmp/<hash>/chats/session-*.json (one JSON document) or
   session-*.jsonl (a metadata line, message records, `$set` and `$rewindTo` records;
   `type` "gemini" or "model" is the model's); `/chat save` checkpoints
@@ -67,11 +79,12 @@ Formats, as their sources define them:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import islice
@@ -116,6 +129,13 @@ CODEX_INJECTED = ("<environment_context>", "<user_instructions>",
 # The IDE extension wraps the request in its context: the request follows the marker.
 CODEX_IDE = "# Context from my IDE setup:"
 CODEX_REQUEST = "## My request for Codex:"
+# How many records still waiting for their twin (item_completed ↔ response_item) are
+# remembered: twins are close in the file, and memory must not grow with it.
+CODEX_PAIRING = 10_000
+# Reading a stream: the longest line read whole (a longer one, a tool's output of tens of
+# MB, is skipped and counted), and how many messages a batch holds.
+MAX_LINE = 16 << 20
+STREAM_BATCH = 5000
 
 GEMINI_TYPES = ("user", "gemini", "model", "info", "error", "warning")
 GEMINI_MODEL = ("gemini", "model")
@@ -127,10 +147,13 @@ GEMINI_SNAPSHOT = "<state_snapshot>"
 # The keys of a logs.json entry (Gemini CLI's list of prompts typed).
 GEMINI_LOG_KEYS = frozenset({"sessionId", "messageId", "message"})
 
+# The keys that say a line is meant as generic JSONL (the format then says what is wrong).
+JSONL_SHAPE = frozenset({"role", "content"})
 JSONL_FIELDS = ("id", "role", "name", "speaker", "content", "timestamp", "tags")
 MAX_NAME = 128
 _UTC_SUFFIX = re.compile(r"(?:[Zz]|[+-]00:?00)$")
 _WORD = re.compile(r"\S+")
+_NONBLANK = re.compile(r"\S")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Claude Code's harness text inside user lines (see the module docstring).
@@ -200,12 +223,92 @@ def parse(text: str, fmt: str = "auto") -> Transcript:
     else:
         transcript = _gemini(text, doc if doc is not None else _document(text))
     if not transcript.messages and not transcript.summaries:
-        why = ", ".join(f"{n} {reason}" for reason, n in
-                        sorted(transcript.ignored.items(), key=lambda kv: (-kv[1], kv[0])))
-        raise DataError(f"no {fmt} messages in the transcript "
-                        f"({transcript.skipped} lines or entries skipped{': ' if why else ''}"
-                        f"{why})")
+        raise DataError(_nothing(fmt, transcript))
     return _scrub(transcript)
+
+
+# --- streaming (Codex rollouts reach gigabytes) ----------------------------------------------
+
+@dataclass(frozen=True)
+class LongLine:
+    """A line of a stream longer than MAX_LINE bytes, which the reader skipped instead of
+    holding it in memory: counted as "line too long", never parsed."""
+
+    size: int
+
+
+def detect_stream(lines: Iterable[str]) -> str | None:
+    """"codex" when the first lines of a file show a Codex rollout (the format read as a
+    stream: see parse_stream), else None: the whole text is needed (detect, parse).
+
+    Takes the lines lazily, up to the first that tells (at most SNIFF_LINES non-blank
+    ones), and agrees with detect(): a file whose first line opens a JSON document spread
+    over several lines is left to detect()."""
+    seen = 0
+    for line in lines:
+        text = line.removeprefix("\ufeff").strip() if not seen else line.strip()
+        if not text:
+            continue
+        seen += 1
+        obj = _object(text)
+        if obj is None:
+            if seen == 1 and text.startswith(("{", "[")) and _json(text) is None:
+                return None  # one JSON document over several lines (Gemini's session file)
+        elif (fmt := _sniff_line(obj)) is not None:
+            return "codex" if fmt == "codex" and not _gemini_document(obj) else None
+        if seen >= SNIFF_LINES:
+            return None
+    return None
+
+
+def parse_stream(lines: Iterable[bytes | LongLine],
+                 batch: int | None = None) -> Iterator[Transcript]:
+    """A Codex rollout parsed as it is read, in Transcripts of at most `batch` (default
+    STREAM_BATCH) messages in file order; the last one (perhaps without messages) has the
+    summaries and the counts of the lines ignored, the others none. Every message has its
+    final id: none is yielded before the session's id is known (in the first lines).
+
+    `lines` are the lines of the file as read (UTF-8 bytes, each with its newline but
+    perhaps the last), a LongLine for one the reader skipped. Memory holds one line and one
+    batch, whatever the size of the file. A line that is not UTF-8 is ignored as "not
+    utf-8" (the stream has been read and stored from already: the file is not refused).
+    DataError at the end when the file held no message, like parse()."""
+    batch = batch or STREAM_BATCH
+    reader = CodexReader()
+    ready: list[NewMessage] = []
+    for raw in lines:
+        if isinstance(raw, LongLine):
+            reader.skip("line too long")
+            continue
+        try:
+            # A torn last line may end inside a character: it is torn, not foreign.
+            line = raw.decode("utf-8", "strict" if raw.endswith(b"\n") else "replace")
+        except UnicodeDecodeError:
+            reader.skip("not utf-8")
+            continue
+        del raw  # a long line is held once, not twice
+        reader.feed(line)
+        del line
+        ready += reader.take()
+        while len(ready) >= batch:
+            session = _unicode(reader.session) if reader.session is not None else None
+            yield Transcript("codex", session, ready[:batch])
+            ready = ready[batch:]
+    last = reader.finish()
+    if not reader.lines:
+        raise DataError("the transcript is empty")
+    if not reader.messages and not last.summaries:
+        raise DataError(_nothing("codex", last))
+    yield Transcript("codex", last.session_id, [*ready, *last.messages], last.summaries,
+                     last.ignored)
+
+
+def _nothing(fmt: str, transcript: Transcript) -> str:
+    """Why a transcript is refused: it has no message (and what its lines were)."""
+    why = ", ".join(f"{n} {reason}" for reason, n in
+                    sorted(transcript.ignored.items(), key=lambda kv: (-kv[1], kv[0])))
+    return (f"no {fmt} messages in the transcript ({transcript.skipped} lines or entries "
+            f"skipped{': ' if why else ''}{why})")
 
 
 # --- detection -----------------------------------------------------------------------------
@@ -218,19 +321,20 @@ def _sniff(text: str) -> tuple[str, dict[str, Any] | list[Any] | None]:
         _refuse_gemini_log(doc)
         if _gemini_document(doc):
             return "gemini", doc
-    objects = 0
+    first: dict[str, Any] | None = None
     for _, line in islice(_lines(text), SNIFF_LINES):
         obj = _object(line)
         if obj is None:
             continue
-        objects += 1
+        first = obj if first is None else first
         fmt = _sniff_line(obj)
         if fmt:
             return fmt, None
-    if objects:
-        return "jsonl", None  # JSON lines of no agent's shape: the generic format says why
-    raise DataError("not a transcript mem can read: expected JSON lines (Claude Code, Codex, "
-                    "generic jsonl) or a Gemini CLI session file")
+    if first is not None and first.keys() & JSONL_SHAPE:
+        return "jsonl", None  # meant as generic JSON lines: the format says what is wrong
+    # Another program's JSON (settings, a prompt history): a scan passes over it.
+    raise NotTranscript("not a transcript mem can read: expected JSON lines (Claude Code, "
+                        "Codex, generic jsonl) or a Gemini CLI session file")
 
 
 def _sniff_line(obj: dict[str, Any]) -> str | None:
@@ -558,47 +662,258 @@ def _claude_summary(text: str) -> str:
 # --- Codex CLI -----------------------------------------------------------------------------
 
 def _codex(text: str) -> Transcript:
-    session: str | None = None
-    started: str | None = None
-    drafts: list[_Draft] = []
-    summaries: list[_Draft] = []
-    ignored: Counter[str] = Counter()
-    for number, obj in _objects(text, ignored):
+    reader = CodexReader()
+    start = 0
+    while start < len(text):  # lazily: the lines with their newlines, as a stream gives them
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end + 1
+        reader.feed(text[start:end])
+        start = end
+    return reader.finish()
+
+
+class CodexReader:
+    """A Codex rollout read one line at a time (the lines of a file of any size).
+
+    feed() each line as read (with its newline, but perhaps the last: a last line without
+    one is torn if it is not JSON) or skip() one that could not be read; take() the
+    messages read so far, once the session's id is known (their ids derive from it, so
+    none is given before); finish() at the end for the rest, the summaries and the
+    counts of ignored lines. Memory holds the messages not taken yet, the summaries and
+    at most CODEX_PAIRING keys of records waiting for their twin.
+    """
+
+    def __init__(self) -> None:
+        self.session: str | None = None
+        self.started: str | None = None
+        self.ignored: Counter[str] = Counter()
+        self.lines = 0  # non-blank lines fed, and lines skipped
+        self.messages = 0  # messages given (by take and finish)
+        self._number = 0
+        self._drafts: list[_Draft] = []
+        self._summaries: list[_Draft] = []
+        # (source, kind, key) → how many records of that source still wait for a twin.
+        self._unpaired: dict[tuple[str, ...], int] = {}
+
+    def skip(self, reason: str) -> None:
+        """A line the caller could not read (too long, not UTF-8): counted under `reason`."""
+        self._number += 1
+        self.lines += 1
+        self.ignored[reason] += 1
+
+    def feed(self, line: str) -> None:
+        self._number += 1
+        number = self._number
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        start = _NONBLANK.search(line)
+        if start is None:
+            return
+        self.lines += 1
+        obj: Any = None
+        if line[start.start()] == "{":
+            obj = _json(line)  # JSON's whitespace around it is allowed: no stripped copy
+            if obj is None:
+                obj = _json(line.strip())  # other Unicode spaces around it
+        if not isinstance(obj, dict):
+            torn = not line.endswith("\n") and _json(line.strip()) is None
+            self.ignored["torn last line" if torn else "not json"] += 1
+            return
+        reason = self._line(obj, number)
+        if reason:
+            self.ignored[reason] += 1
+
+    def take(self) -> list[NewMessage]:
+        if self.session is None:
+            return []
+        drafts, self._drafts = self._drafts, []
+        return self._messages(drafts)
+
+    def finish(self) -> Transcript:
+        drafts, self._drafts = self._drafts, []
+        messages = self._messages(drafts)
+        summaries = self._messages(self._summaries, count=False)
+        self._summaries = []
+        session = _unicode(self.session) if self.session is not None else None
+        return Transcript("codex", session, messages, summaries, dict(self.ignored))
+
+    def _messages(self, drafts: list[_Draft], count: bool = True) -> list[NewMessage]:
+        out = []
+        for draft in drafts:
+            # Rollout items carry no id: their line in this (append-only) file is one.
+            if self.session:
+                base = f"{self.session}:{draft.line}"
+                draft.message_id = base if draft.nth == 1 else f"{base}#{draft.nth}"
+            draft.created_at = draft.created_at or self.started
+            message = draft.message()
+            if message is not None:
+                message.content = _unicode(message.content)
+                if message.message_id is not None:
+                    message.message_id = _unicode(message.message_id)
+                out.append(message)
+        if count:
+            self.messages += len(out)
+        return out
+
+    def _line(self, obj: dict[str, Any], number: int) -> str | None:
+        """Read one line's object; why it yields nothing, else None."""
         kind = obj.get("type")
         stamp = _time(obj.get("timestamp"))
-        reason: str | None = None
         if kind in CODEX_LINES and "payload" in obj:
             payload = obj["payload"]
             if not isinstance(payload, dict):
-                reason = "unknown type"
-            elif kind == "session_meta":
-                if session is None and _str(payload.get("id")):
-                    session = payload["id"]
-                    started = _time(payload.get("timestamp")) or stamp
-            elif kind == "compacted":
+                return "unknown type"
+            if kind == "session_meta":
+                if self.session is None and _str(payload.get("id")):
+                    self.session = payload["id"]
+                    self.started = _time(payload.get("timestamp")) or stamp
+                return None
+            if kind == "compacted":
                 summary = _Draft("summary", None, stamp, line=number)
-                if summary.add("", _str(payload.get("message")) or ""):
-                    summaries.append(summary)
-                else:
-                    reason = "empty"
-            elif kind == "response_item":
-                reason = _codex_item(payload, number, stamp, drafts)
-            else:  # event_msg repeats the items; turn_context is settings
-                reason = "event" if kind == "event_msg" else "settings"
-        elif "record_type" in obj:
-            reason = "state"
-        elif kind is None and "role" not in obj and _str(obj.get("id")) and session is None:
-            session = obj["id"]  # the bare first line of an older rollout
-            started = stamp
-        else:
-            reason = _codex_item(obj, number, stamp, drafts)
+                if not summary.add("", _str(payload.get("message")) or ""):
+                    return "empty"
+                self._summaries.append(summary)
+                return None
+            if kind == "response_item":
+                return self._response(payload, number, stamp)
+            if kind == "event_msg" and payload.get("type") == "item_completed":
+                return self._completed(payload, number, stamp)
+            # Other events repeat the items; turn_context is settings.
+            return "event" if kind == "event_msg" else "settings"
+        if "record_type" in obj:
+            return "state"
+        if kind is None and "role" not in obj and _str(obj.get("id")) and self.session is None:
+            self.session = obj["id"]  # the bare first line of an older rollout
+            self.started = stamp
+            return None
+        return self._response(obj, number, stamp)
+
+    def _response(self, item: dict[str, Any], number: int, stamp: str | None) -> str | None:
+        drafts: list[_Draft] = []
+        reason = _codex_item(item, number, stamp, drafts)
         if reason:
-            ignored[reason] += 1
-    for draft in (*drafts, *summaries):
-        # Rollout items carry no id: their line in this (append-only) file is one.
-        draft.message_id = f"{session}:{draft.line}" if session else None
-        draft.created_at = draft.created_at or started
-    return Transcript("codex", session, _finish(drafts), _finish(summaries), dict(ignored))
+            return reason
+        kind = item.get("type")
+        call = _str(item.get("call_id")) or _str(item.get("id"))
+        key: tuple[str, ...] | None = None
+        if kind == "message":
+            key = _codex_said(drafts[0])
+        elif call and kind in ("function_call_output", "custom_tool_call_output"):
+            key = ("out", call)
+        elif call and kind in ("function_call", "custom_tool_call", "local_shell_call",
+                               "web_search_call"):
+            key = ("call", call)
+        return self._keep("response", list(zip(drafts, [key], strict=True)))
+
+    def _completed(self, event: dict[str, Any], number: int, stamp: str | None) -> str | None:
+        """An item_completed event: its TurnItem, unless it repeats a response_item."""
+        item = event.get("item")
+        if not isinstance(item, dict):
+            return "unknown type"
+        found, reason = _codex_turn_item(item)
+        if reason:
+            return reason
+        pairs: list[tuple[_Draft, tuple[str, ...] | None]] = []
+        for nth, (role, content, key) in enumerate(found, 1):
+            draft = _Draft(role, None, stamp, line=number, nth=nth)
+            if draft.add("", content):
+                pairs.append((draft, key or _codex_said(draft)))
+        return self._keep("event", pairs) if pairs else "empty"
+
+    def _keep(self, source: str,
+              pairs: list[tuple[_Draft, tuple[str, ...] | None]]) -> str | None:
+        """Keep the drafts whose key has no waiting twin from the other source."""
+        kept = [draft for draft, key in pairs if key is None or not self._pair(source, key)]
+        self._drafts += kept
+        return None if kept else "duplicate item"
+
+    def _pair(self, source: str, key: tuple[str, ...]) -> bool:
+        """True when a record of the other source waits with this key (the two are one
+        message: the twin is used up); else this record waits for its own twin."""
+        twin = ("event" if source == "response" else "response", *key)
+        waiting = self._unpaired.get(twin, 0)
+        if waiting:
+            if waiting == 1:
+                del self._unpaired[twin]
+            else:
+                self._unpaired[twin] = waiting - 1
+            return True
+        mine = (source, *key)
+        self._unpaired[mine] = self._unpaired.pop(mine, 0) + 1  # the newest goes last
+        if len(self._unpaired) > CODEX_PAIRING:
+            del self._unpaired[next(iter(self._unpaired))]
+        return False
+
+
+def _codex_said(draft: _Draft) -> tuple[str, ...]:
+    """The key pairing the two records of one message: who said it, and what (without
+    whitespace, which the two records join differently)."""
+    text = "".join("".join(draft.parts).split())
+    return ("said", draft.role, hashlib.blake2b(text.encode(errors="surrogatepass"),
+                                                digest_size=16).hexdigest())
+
+
+def _codex_turn_item(item: dict[str, Any]) -> tuple[list[tuple[str, str, tuple[str, ...] | None]],
+                                                    str | None]:
+    """The messages of an item_completed event's TurnItem as (role, content, pairing key:
+    None for a message's, which is made from what it says); else why it yields none."""
+    kind = "".join(c for c in str(item.get("type")) if c.isalnum()).lower()  # PascalCase
+    iid = _str(item.get("id")) or _str(item.get("call_id")) or ""
+    call: tuple[str, ...] | None = ("call", iid) if iid else None
+    out: tuple[str, ...] | None = ("out", iid) if iid else None
+    if kind == "usermessage":
+        text = "".join(c["text"] for c in item.get("content") or []
+                       if isinstance(c, dict) and c.get("type") == "text"
+                       and isinstance(c.get("text"), str)).strip()
+        if text.lower().startswith(CODEX_INJECTED):
+            return [], "harness text"
+        return [("user", _codex_request(text), None)], None
+    if kind == "agentmessage":
+        return [("assistant", "\n".join(_codex_texts(item.get("content"))), None)], None
+    if kind == "plan":
+        return [("assistant", _str(item.get("text")) or "", None)], None
+    if kind == "reasoning":
+        return [], "thinking"
+    if kind == "commandexecution":
+        output = next((v for k in ("aggregated_output", "formatted_output", "stdout")
+                       if (v := _str(item.get(k))) is not None), "")
+        code = item.get("exit_code")
+        failed = item.get("status") in ("failed", "Failed") or (
+            isinstance(code, int) and not isinstance(code, bool) and code != 0)
+        return [("assistant", _tool_line("shell", {"command": item.get("command")}), call),
+                ("tool", _failed(_squash(output, TOOL_OUTPUT_CHARS), failed), out)], None
+    if kind in ("mcptoolcall", "dynamictoolcall"):
+        name = "__".join(n for k in ("server", "namespace", "tool")
+                         if (n := _str(item.get(k))))
+        result = item.get("result")
+        texts = _codex_texts(result.get("content") if isinstance(result, dict)
+                             else item.get("content_items"))
+        error = item.get("error")
+        error = error.get("message") if isinstance(error, dict) else error
+        failed = isinstance(error, str) and bool(error) or item.get("success") is False or (
+            isinstance(result, dict) and result.get("isError") is True)
+        said = " ".join(texts) or (error if isinstance(error, str) else "")
+        return [("assistant", _tool_line(name, item.get("arguments")), call),
+                ("tool", _failed(_squash(said, TOOL_OUTPUT_CHARS), failed), out)], None
+    if kind == "websearch":
+        query = _str(item.get("query"))
+        action = item.get("action")
+        args = {"query": query} if query else action if isinstance(action, dict) else None
+        return [("assistant", _tool_line("web_search", args), call)], None
+    if kind == "filechange":
+        changes = item.get("changes")
+        paths = " ".join(str(p) for p in changes) if isinstance(changes, dict) else ""
+        said = " ".join(s for k in ("stdout", "stderr") if (s := _str(item.get(k))))
+        return [("assistant", _tool_line("apply_patch", paths), call),
+                ("tool", _failed(_squash(said, TOOL_OUTPUT_CHARS),
+                                 item.get("status") in ("failed", "declined")), out)], None
+    if kind == "contextcompaction":
+        return [], "encrypted summary"
+    return [], "event"  # hooks, images, sleeps, subagents' activity: not the conversation
+
+
+def _failed(out: str, failed: bool) -> str:
+    return "[error] " + out if out and failed else out
 
 
 def _codex_item(item: dict[str, Any], number: int, stamp: str | None,
@@ -955,6 +1270,7 @@ class _Draft:
     created_at: str | None
     line: int = 0
     parts: list[str] = field(default_factory=list)
+    nth: int = 1  # the first, second, ... message of its line
     seen: set[str] = field(default_factory=set)
 
     def add(self, key: str, part: str) -> bool:

@@ -585,3 +585,22 @@ def test_a_full_disk_during_reindex_is_a_storage_error(
     line = one_error_line(result.stderr)
     assert "No space left on device" in line and "unexpected" not in line
     assert not list((vault_dir / "default" / "alice").glob("index.new-*"))
+
+
+# --- 13. memory content out of argv ------------------------------------------------------
+
+
+def test_every_command_that_takes_memory_content_reads_it_from_stdin(
+        script_runner: ScriptRunner, vault: Vault) -> None:
+    """`ps` shows any local user a process's argv while mem waits for the lock or the
+    key: each command that takes content takes `-` for stdin instead."""
+    added = mem(script_runner, "add", "-", stdin="the ferry to Porto leaves at noon\n")
+    assert added.returncode == 0, added.stderr
+    assert mem(script_runner, "pref", "set", "editor", "-", stdin="helix\n").returncode == 0
+    assert mem(script_runner, "pref", "get", "editor").stdout.strip() == "helix"
+    found = mem(script_runner, "search", "-", "--json", stdin="ferry porto\n")
+    assert [r["content"] for r in json.loads(found.stdout)["results"]] == [
+        "the ferry to Porto leaves at noon"]
+    gone = mem(script_runner, "forget", "--query", "-", "--yes", stdin="ferry porto\n")
+    assert gone.returncode == 0, gone.stderr
+    assert json.loads(mem(script_runner, "search", "ferry", "--json").stdout)["results"] == []

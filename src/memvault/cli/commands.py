@@ -22,7 +22,7 @@ from memvault.cli.options import (
     VaultOpt,
 )
 from memvault.cli.output import Output
-from memvault.errors import DataError, UsageError
+from memvault.errors import UsageError
 
 
 def init(
@@ -73,21 +73,7 @@ def add(
     from memvault.ops import remember
 
     if text == "-":
-        # Bytes, decoded strictly: a text stream decodes what is not UTF-8 into lone
-        # surrogates, which fail later, when the text is encrypted. Never all of a pipe:
-        # a record's limit, a final "\r\n" and one byte (add checks the exact limit).
-        from memvault.model.records import MAX_CONTENT
-
-        stream = getattr(sys.stdin, "buffer", None)
-        raw = stream.read(MAX_CONTENT + 3) if stream is not None else b""
-        if len(raw) > MAX_CONTENT + 2:
-            raise UsageError(f"the text is larger than {MAX_CONTENT // 1024} KiB",
-                             hint="ingest")
-        try:
-            # Like `$(...)`: trailing newlines are the pipe's, not the memory's.
-            text = raw.decode().rstrip("\r\n")
-        except UnicodeDecodeError:
-            raise DataError("stdin is not UTF-8 text") from None
+        text = context.stdin_text("the text")
     result = remember.add(context.open_vault(vault, org, user, key_file), text, type_,
                           tags=tag, importance=importance, session=session,
                           supersedes=supersedes)
@@ -132,7 +118,8 @@ def list_(
 
 def search(
     query: Annotated[Optional[str], typer.Argument(  # noqa: UP045
-        help="Words, a question, or \"quoted phrases\". Empty: the most recent items.",
+        help="Words, a question, or \"quoted phrases\"; - reads them from stdin. Empty: "
+        "the most recent items.",
         show_default=False)] = None,
     type_: TypeOpt = None, category: CategoryOpt = None, tag: TagOpt = None,
     session: SessionOpt = None, after: AfterOpt = None, before: BeforeOpt = None,
@@ -144,6 +131,8 @@ def search(
     """Search the user's memory, best matches first."""
     from memvault.ops import recall
 
+    if query == "-":
+        query = context.stdin_text("the query")
     filters = context.filters(type_, category, tag, session, after, before,
                               include_archive, include_superseded, limit)
     result = recall.search(context.open_vault(vault, org, user, key_file), query or "",

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memvault.config import Settings, resolve
-from memvault.errors import PassphraseNeeded
+from memvault.errors import DataError, PassphraseNeeded, UsageError
 
 if TYPE_CHECKING:
     from memvault.model.records import Filters
@@ -50,3 +50,23 @@ def filters(types: list[str] | None, categories: list[str] | None, tags: list[st
         before=parse_time(before) if before else None,
         include_archive=include_archive, include_superseded=include_superseded, limit=limit,
     )
+
+
+def stdin_text(what: str) -> str:
+    """Text given as `-`, read from stdin: what the user stores stays out of argv, where
+    any local user can read it with `ps` while mem waits for the lock or the key.
+
+    Bytes, decoded strictly: a text stream decodes what is not UTF-8 into lone
+    surrogates, which fail later, when the text is encrypted. Never all of a pipe: a
+    record's limit, a final "\r\n" and one byte (the caller checks the exact limit)."""
+    from memvault.model.records import MAX_CONTENT
+
+    stream = getattr(sys.stdin, "buffer", None)
+    raw = stream.read(MAX_CONTENT + 3) if stream is not None else b""
+    if len(raw) > MAX_CONTENT + 2:
+        raise UsageError(f"{what} is larger than {MAX_CONTENT // 1024} KiB", hint="ingest")
+    try:
+        # Like `$(...)`: trailing newlines are the pipe's, not the memory's.
+        return raw.decode().rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise DataError("stdin is not UTF-8 text") from None

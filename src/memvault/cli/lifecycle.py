@@ -22,7 +22,8 @@ def forget(
     tag: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Everything with this tag.", show_default=False)] = None,
     query: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="Everything a search finds (shown first; asks before deleting).",
+        help="Everything a search finds (shown first; asks before deleting); - reads "
+        "the words from stdin.",
         show_default=False)] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would go.")] = False,
@@ -36,6 +37,8 @@ def forget(
     from memvault.model.records import parse_time
     from memvault.ops import forget as core
 
+    if query == "-":
+        query = context.stdin_text("the query")
     v = context.open_vault(vault, org, user, key_file)
     plan = core.select(v, ids or [], session, parse_time(before) if before else None,
                        tag, query)

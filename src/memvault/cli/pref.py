@@ -16,11 +16,14 @@ KeyArg = Annotated[str, typer.Argument(help="Preference key, e.g. editor or outp
 @app.command("set")
 def set_(
     key: KeyArg,
-    value: Annotated[str, typer.Argument(help="The value.")],
+    value: Annotated[str, typer.Argument(
+        help="The value, or - to read it from stdin (out of the process list).")],
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """Set a preference."""
+    if value == "-":
+        value = context.stdin_text("the value")
     result = core.set_(context.open_vault(vault, org, user, key_file), key, value)
     Output(json).data(result, lambda o: o.info(f"{key} set"))
 

@@ -604,3 +604,66 @@ def test_every_command_that_takes_memory_content_reads_it_from_stdin(
     gone = mem(script_runner, "forget", "--query", "-", "--yes", stdin="ferry porto\n")
     assert gone.returncode == 0, gone.stderr
     assert json.loads(mem(script_runner, "search", "ferry", "--json").stdout)["results"] == []
+
+
+# --- 14. exports and settings files ---------------------------------------------------------
+
+
+def test_export_to_a_pipe_writes_into_it_and_leaves_it_a_pipe(
+        script_runner: ScriptRunner, vault: Vault, tmp_path: Path) -> None:
+    import threading
+
+    remember.add(vault, "the lighthouse keeper retires in May", "fact")
+    fifo = tmp_path / "export.fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    result = mem(script_runner, "export", "-o", str(fifo))
+    reader.join(timeout=20)
+    assert result.returncode == 0, result.stderr
+    assert "lighthouse keeper" in received[0].decode()
+    assert fifo.is_fifo()
+
+
+def test_an_export_never_leaves_partial_plaintext_under_any_name(
+        vault: Vault, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While an export is written, and after one dies half-way, the folder holds no file
+    but what was there: the export is linked into place only once complete."""
+    from memvault.ops import portability
+
+    remember.add(vault, "the lighthouse keeper retires in May", "fact")
+    out = tmp_path / "exports"
+    out.mkdir()
+    seen: list[list[str]] = []
+    original = portability.export
+
+    def dying(*args: Any, **kwargs: Any) -> Any:
+        original(*args, **kwargs)
+        seen.append(sorted(p.name for p in out.iterdir()))
+        raise KeyboardInterrupt  # killed after writing everything but before the end
+
+    monkeypatch.setattr(portability, "export", dying)
+    with pytest.raises(KeyboardInterrupt):
+        portability.export_to_file(vault, out / "memory.json")
+    assert seen == [[]]
+    assert list(out.iterdir()) == []
+    monkeypatch.setattr(portability, "export", original)
+    portability.export_to_file(vault, out / "memory.json")
+    assert [p.name for p in out.iterdir()] == ["memory.json"]
+    assert (out / "memory.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_hooks_install_writes_through_a_symlinked_settings_file(
+        script_runner: ScriptRunner, tmp_path: Path) -> None:
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    real = dotfiles / "claude-settings.json"
+    real.write_text('{"theme": "dark"}\n')
+    link = tmp_path / "settings.json"
+    link.symlink_to(real)
+    result = mem(script_runner, "hooks", "install", "claude-code", "--settings", str(link))
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and link.resolve() == real
+    doc = json.loads(real.read_text())
+    assert doc["theme"] == "dark" and "SessionStart" in doc["hooks"]

@@ -264,6 +264,9 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def _save(path: Path, doc: dict[str, Any], before: bytes | None) -> str | None:
+    # A settings.json that is a symlink (dotfiles kept in a repository) is written
+    # through: the link stays, its target changes.
+    path = Path(os.path.realpath(path))
     backup = None
     if before is not None:
         stem = f"{path.name}.mem-backup-{time.strftime('%Y%m%d%H%M%S')}"

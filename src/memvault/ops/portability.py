@@ -89,12 +89,12 @@ def export(vault: Vault, out: IO[str], fmt: str = "json",
 def export_to_file(vault: Vault, path: Path, fmt: str = "json",
                    categories: list[str] | None = None) -> ExportResult:
     """Export to a file, created 0600 (an export is plaintext) and in place only once
-    complete."""
+    complete (or to a pipe or device, such as /dev/stdout, as it is)."""
     import io
 
     if not path.parent.is_dir():
         raise NotFound(f"no directory {path.parent} for the export")
-    with fsio.atomic_writer(path) as fh:
+    with fsio.output_writer(path) as fh:
         text = io.TextIOWrapper(fh, encoding="utf-8", newline="\n", write_through=True)
         count = export(vault, text, fmt, categories).record_count
         text.flush()

@@ -133,9 +133,65 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 @contextlib.contextmanager
-def atomic_writer(path: Path) -> Iterator[BinaryIO]:
-    """Stream a file into place: written to a 0600 temp file beside it, fsynced and
-    renamed only when the block ends without an error (else the temp file goes)."""
+def output_writer(path: Path) -> Iterator[BinaryIO]:
+    """Stream a file the user asked for (an export, in plaintext) into place.
+
+    A pipe, a terminal or a device (`-o /dev/stdout`, a FIFO) is written to as it is,
+    never replaced. A file is written 0600 to an unnamed temporary file (O_TMPFILE) and
+    linked into place only once complete and fsynced: a kill at any instant leaves no
+    partial plaintext under any name. Where O_TMPFILE is not supported, a named 0600
+    temp file beside it, removed on any error, is the fallback.
+    """
+    try:
+        st: os.stat_result | None = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise _storage_error(path, exc) from exc
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise StorageError(f"cannot write {path}: it is a directory; nothing was changed")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
+        except OSError as exc:
+            raise _storage_error(path, exc) from exc
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+        return
+    try:
+        fd = os.open(path.parent, os.O_TMPFILE | os.O_WRONLY, FILE_MODE)
+    except (AttributeError, OSError):  # not Linux, or a filesystem without it
+        with _named_writer(path) as fh:
+            yield fh
+        return
+    try:
+        with os.fdopen(fd, "wb", closefd=False) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fd)
+        tmp = _temp_beside(path)
+        # linkat(AT_SYMLINK_FOLLOW) of /proc/self/fd/N, as open(2) says; a directory fd
+        # makes Python call linkat rather than link, which would not follow the link.
+        root = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.link(f"proc/self/fd/{fd}", tmp, src_dir_fd=root, follow_symlinks=True)
+        finally:
+            os.close(root)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise _storage_error(path, exc) from exc
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _named_writer(path: Path) -> Iterator[BinaryIO]:
     tmp = _temp_beside(path)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)

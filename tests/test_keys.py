@@ -21,7 +21,7 @@ from memvault.ops.admin import init
 from memvault.vault import keysource as keys
 from memvault.vault.keysource import load_master_key
 from memvault.vault.vault import Vault
-from tests.conftest import one_error_line
+from tests.conftest import mem, one_error_line
 
 MEM = str(Path(sys.executable).parent / "mem")
 # Cheap KDF parameters: the file format carries them, so tests need not pay for the defaults.
@@ -291,11 +291,35 @@ def test_passphrase_key_file_without_a_terminal_exits_78_without_waiting(
     env = env_with(MEM_MASTER_KEY=b64(key))
     assert script_runner.run([MEM, "init"], env=env).returncode == 0
     args = [MEM, "list"] + (["--key-file", str(path)] if where == "flag" else [])
-    result = script_runner.run(args, stdin=io.StringIO(""), timeout=30)
+    # A new session: no controlling terminal, whatever terminal runs the tests.
+    result = script_runner.run(args, stdin=io.StringIO(""), timeout=30,
+                               start_new_session=True)
     assert result.returncode == EX_CONFIG
     line = one_error_line(result.stderr)
     assert "passphrase" in line and "no terminal" in line
     assert result.stdout == ""
+
+
+def test_a_passphrase_is_asked_on_the_terminal_when_stdin_is_a_pipe(
+        tmp_path, vault_dir, script_runner, monkeypatch):
+    """`echo text | mem add -` with a passphrase key: stdin carries the text, and the
+    passphrase is asked on the terminal (getpass reads /dev/tty), not refused."""
+    from memvault.cli import context
+
+    key = new_key()
+    path = tmp_path / "pw.key"
+    path.write_text(seal_with_passphrase(key, "pw", ARGON_FAST))
+    path.chmod(0o600)
+    monkeypatch.setenv("MEM_MASTER_KEY", b64(key))
+    assert script_runner.run([MEM, "init"]).returncode == 0
+    monkeypatch.delenv("MEM_MASTER_KEY")
+    asked: list[str] = []
+    monkeypatch.setattr(context, "has_terminal", lambda: True)
+    monkeypatch.setattr("getpass.getpass", lambda prompt: asked.append(prompt) or "pw")
+    result = mem(script_runner, "add", "-", "--key-file", str(path),
+                 stdin="the spare key is under the mat\n")
+    assert result.returncode == 0, result.stderr
+    assert len(asked) == 1 and str(path) in asked[0]
 
 
 @pytest.mark.script_launch_mode("subprocess")

@@ -536,6 +536,9 @@ def test_phone_region() -> None:
     assert scan("ring +44 20 7946 0958").counts == {"phone": 1}  # + parses anywhere
     with pytest.raises(ConfigError, match="phone region"):
         scan("x", RedactionConfig(phone_region="usa"))
+    with pytest.raises(ConfigError, match="invalid phone region 'XX'"):
+        # Well formed but no region: every number without + would go unredacted.
+        scan("x", RedactionConfig(phone_region="XX"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,7 +33,9 @@ def open_vault(vault: Path | None, org: str | None, user: str | None,
 
 
 def ask_passphrase(exc: PassphraseNeeded) -> str:
-    if not sys.stdin.isatty():
+    """Asked on the controlling terminal (getpass reads /dev/tty), so that stdin may be a
+    pipe (`... | mem add -`); without a terminal (cron) the error stands."""
+    if not has_terminal():
         raise exc
     import getpass
 
@@ -70,3 +73,13 @@ def stdin_text(what: str) -> str:
         return raw.decode().rstrip("\r\n")
     except UnicodeDecodeError:
         raise DataError("stdin is not UTF-8 text") from None
+
+
+def has_terminal() -> bool:
+    """Whether the process has a controlling terminal to ask on."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        return False
+    os.close(fd)
+    return True

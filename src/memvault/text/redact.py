@@ -990,7 +990,9 @@ def _active(config: RedactionConfig) -> tuple[Rule, ...]:
         if by_id[rule_id].action == "refuse":
             raise ConfigError(f"redaction rule {rule_id!r} guards a critical secret and "
                               "cannot be disabled")
-    if not REGION_RE.fullmatch(config.phone_region):
+    if not REGION_RE.fullmatch(config.phone_region) or not _known_region(config.phone_region):
+        # An unknown region would make every number without a + unparseable: phone
+        # redaction off without a word.
         raise ConfigError(f"invalid phone region {config.phone_region!r}: use a two-letter "
                           "region code such as US or GB")
     seen = set(by_id)
@@ -1001,6 +1003,14 @@ def _active(config: RedactionConfig) -> tuple[Rule, ...]:
     return tuple(r for r in table if r.id not in config.disabled) + config.extra
 
 
+
+
+def _known_region(region: str) -> bool:
+    if region == "US":  # the default: no need to load the phone library to know it
+        return True
+    import phonenumbers
+
+    return region in phonenumbers.SUPPORTED_REGIONS
 def rules(config: RedactionConfig | None = None) -> list[Rule]:
     """The active table: built-in rules minus the disabled ones, then the user's."""
     return list(_active(config or _DEFAULT))

@@ -667,3 +667,13 @@ def test_hooks_install_writes_through_a_symlinked_settings_file(
     assert link.is_symlink() and link.resolve() == real
     doc = json.loads(real.read_text())
     assert doc["theme"] == "dark" and "SessionStart" in doc["hooks"]
+
+
+@pytest.mark.script_launch_mode("subprocess")
+def test_an_argument_that_is_not_utf8_is_a_usage_error(script_runner: ScriptRunner,
+                                                        vault: Vault) -> None:
+    result = subprocess.run([str(Path(sys.executable).parent / "mem"), "add",
+                             b"caf\xe9 au lait"],
+                            capture_output=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert "argument 2 is not UTF-8" in one_error_line(result.stderr.decode())

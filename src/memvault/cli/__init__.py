@@ -54,6 +54,7 @@ def main() -> None:
     debug = bool(os.environ.get("MEM_DEBUG"))
     os.umask(0o077)  # whatever mem or a library creates is private to the user
     try:
+        _check_argv(sys.argv[1:])
         app(prog_name="mem")
     except MemError as exc:
         if debug:
@@ -70,3 +71,15 @@ def main() -> None:
         error_line(f"unexpected {type(exc).__name__}; run again with MEM_DEBUG=1 "
                    "for the traceback")
         sys.exit(EX_FAILURE)
+
+
+def _check_argv(args: list[str]) -> None:
+    """An argument that is not UTF-8 (Python keeps its bytes as lone surrogates) would
+    fail deep inside, when it is encrypted or printed: refuse it first, by position."""
+    from memvault.errors import UsageError
+
+    for n, arg in enumerate(args, start=1):
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            raise UsageError(f"argument {n} is not UTF-8 text") from None

@@ -4,7 +4,7 @@ Parsing is text/transcripts.py's job and admission is admission.py's; this modul
 decides what is stored. Only messages not stored yet are admitted (the costly scan),
 and a session is appended to in one write, one fsync and one index commit.
 
-Files are opened here (plain, or zstd-compressed, decompressed as they are read). A Codex
+Files are opened by storage/streams.py (plain, or zstd-compressed, decompressed as read). A Codex
 rollout (gigabytes) is read as a stream, line by line, and stored batch by batch, each
 batch in its own write; any other transcript is read whole, at most MAX_TRANSCRIPT bytes.
 """
@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, cast
+from typing import IO, TYPE_CHECKING
 
 from memvault.config import NAME_RE, validate_name
 from memvault.crypto.envelope import content_hash
@@ -40,245 +40,23 @@ from memvault.model.records import (
 from memvault.model.results import IngestResult, Preview, Redactions, ScanError, ScanResult
 from memvault.ops import remember
 from memvault.ops.admission import AdmissionPolicy, Screened
+from memvault.storage.streams import (
+    ZSTD_SUFFIX,
+    Read,
+    Replay,
+    decode,
+    decompressed,
+    open_transcript,
+    read_all,
+    read_file,
+    read_lines,
+)
 from memvault.vault.vault import Transaction, Vault
 
 if TYPE_CHECKING:
-    from memvault.text.transcripts import LongLine, Transcript
+    from memvault.text.transcripts import Transcript
 
-# A transcript read whole (every format but Codex's rollouts, which are read as a stream).
-MAX_TRANSCRIPT = 256 * 1024 * 1024
 SCAN_SUFFIXES = (".jsonl", ".json")
-# Codex recompresses idle rollouts with zstd (rollout-*.jsonl.zst); any transcript may be.
-ZSTD_SUFFIX = ".zst"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-READ_CHUNK = 1 << 20
-# Format detection reads the first lines of a stream again: at most this much of it.
-SNIFF_BYTES = 32 << 20
-
-Read = Callable[[int], bytes]  # read(n): up to n bytes, b"" at the end
-
-
-def read_file(path: Path) -> str:
-    """A transcript file's text, decompressed when it is zstd (bounded in size; NotFound,
-    DataError, UsageError)."""
-    with open_transcript(path) as read:
-        return decode(read_all(read, str(path)), str(path))
-
-
-def decode(raw: bytes | bytearray, where: str) -> str:
-    if len(raw) > MAX_TRANSCRIPT:
-        raise DataError(f"transcript is larger than {MAX_TRANSCRIPT >> 20} MiB")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise DataError(f"{where} is not UTF-8 text") from None
-
-
-@contextmanager
-def open_transcript(path: Path) -> Iterator[Read]:
-    """A transcript file open for reading, through zstd when its content is compressed
-    (NotFound, UsageError for a folder; DataError for a *.zst that is not zstd)."""
-    from memvault.storage.fsio import open_regular
-
-    try:
-        # O_NONBLOCK, then fstat: a FIFO (which would block) or a device such as /dev/zero
-        # (which never ends) is refused (DataError) before a byte is read.
-        fh = open_regular(path)
-    except FileNotFoundError:
-        raise NotFound(f"no transcript at {path}") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path} is a directory", hint="scan") from None
-    except PermissionError:
-        raise NotFound(f"cannot read {path}: permission denied") from None
-    with fh:
-        yield decompressed(fh.read, str(path), path.name.endswith(ZSTD_SUFFIX))
-
-
-def decompressed(read: Read, where: str, compressed: bool = False) -> Read:
-    """The stream's bytes, decompressed as they are read when it starts with zstd's magic
-    number (zstandard is imported only then); a `compressed` stream must."""
-    head = b""
-    while len(head) < len(ZSTD_MAGIC) and (more := read(len(ZSTD_MAGIC) - len(head))):
-        head += more  # a pipe may give fewer bytes than asked
-    source = _Chain(head, read)
-    if head != ZSTD_MAGIC:
-        if compressed:
-            raise DataError(f"{where} is not zstd-compressed")
-        return source.read
-    import zstandard  # a C extension: loaded only for a compressed transcript
-
-    frames = _ZstdFrames()
-
-    def read_compressed(n: int) -> bytes:
-        data = source.read(n)
-        frames.feed(data)
-        return data
-
-    # Any object with read() will do (zstandard's type says a file).
-    reader = zstandard.ZstdDecompressor().stream_reader(
-        cast("IO[bytes]", _Chain(b"", read_compressed)), read_across_frames=True)
-
-    def read_zstd(n: int) -> bytes:
-        try:
-            data = reader.read(n)
-        except zstandard.ZstdError as exc:
-            raise DataError(f"{where}: damaged zstd data ({exc})") from None
-        if not data and not frames.whole():
-            # zstandard's reader ends a cut stream quietly: what it gave was stored.
-            raise DataError(f"{where}: the zstd data is cut short (a truncated file?)")
-        return data
-
-    return read_zstd
-
-
-class _ZstdFrames:
-    """Follows zstd's frame format (RFC 8878) over the compressed bytes as they are read
-    (headers and block sizes only), to tell whether the stream ended between frames:
-    zstandard's stream reader ends a truncated stream without a word."""
-
-    def __init__(self) -> None:
-        self._buf = b""  # the bytes of the field being read
-        self._want = 4  # the size of that field
-        self._skip = 0  # bytes to pass over (a block's content)
-        self._state = "magic"
-        self._checksum = False
-        self._ended = False
-
-    def feed(self, data: bytes) -> None:
-        if not data:
-            self._ended = True
-        view = memoryview(data)
-        while view:
-            if self._skip:
-                step = min(self._skip, len(view))
-                self._skip -= step
-                view = view[step:]
-                continue
-            step = min(self._want - len(self._buf), len(view))
-            self._buf += bytes(view[:step])
-            view = view[step:]
-            if len(self._buf) == self._want:
-                field, self._buf = self._buf, b""
-                self._field(field)
-
-    def whole(self) -> bool:
-        return self._ended and self._state == "magic" and not self._buf and not self._skip
-
-    def _field(self, field: bytes) -> None:
-        if self._state == "magic":
-            if field[1:] == b"\x2a\x4d\x18" and field[0] & 0xF0 == 0x50:
-                self._state, self._want = "skippable", 4  # a skippable frame: its size
-            else:
-                self._state, self._want = "descriptor", 1
-        elif self._state == "skippable":
-            self._skip = int.from_bytes(field, "little")
-            self._state, self._want = "magic", 4
-        elif self._state == "descriptor":
-            fcs, single, did = field[0] >> 6, field[0] >> 5 & 1, field[0] & 3
-            self._checksum = bool(field[0] >> 2 & 1)
-            self._skip = (0 if single else 1) + (0, 1, 2, 4)[did] + (
-                (1 if single else 0), 2, 4, 8)[fcs]
-            self._state, self._want = "block", 3
-        elif self._state == "block":
-            header = int.from_bytes(field, "little")
-            last, kind, size = header & 1, header >> 1 & 3, header >> 3
-            self._skip = 1 if kind == 1 else size  # an RLE block holds one byte
-            if last:
-                self._skip += 4 if self._checksum else 0
-                self._state, self._want = "magic", 4
-
-
-def read_all(read: Read, where: str, why: str = "only a Codex rollout is read as a stream"
-             ) -> bytearray:
-    """All of a stream, at most MAX_TRANSCRIPT bytes (DataError past that)."""
-    buf = bytearray()
-    while chunk := read(8 * READ_CHUNK):
-        buf += chunk
-        if len(buf) > MAX_TRANSCRIPT:
-            raise DataError(f"{where} is larger than {MAX_TRANSCRIPT >> 20} MiB ({why})")
-    return buf
-
-
-def read_lines(read: Read, limit: int | None = None) -> Iterator[bytes | LongLine]:
-    """The lines of a stream, each with its newline (but perhaps the last). A line longer
-    than `limit` bytes (MAX_LINE) is not kept but read through to its end, and stands as
-    a LongLine: memory holds one line and one chunk, whatever the size of the stream."""
-    from memvault.text.transcripts import MAX_LINE, LongLine
-
-    limit = MAX_LINE if limit is None else limit
-    parts: list[bytes] = []
-    size = 0
-    while chunk := read(READ_CHUNK):
-        start = 0
-        while start < len(chunk):
-            end = chunk.find(b"\n", start) + 1  # 0: the line goes on in the next chunk
-            stop = end or len(chunk)
-            size += stop - start
-            if size <= limit:
-                parts.append(chunk[start:stop])
-            elif parts:
-                parts.clear()  # too long: what was kept of it goes
-            start = stop
-            if end:
-                if size > limit:
-                    yield LongLine(size)
-                else:
-                    if len(parts) > 1:
-                        parts[:] = [b"".join(parts)]
-                    yield parts.pop()  # held by the reader only, not here as well
-                size = 0
-    if size:
-        yield LongLine(size) if size > limit else b"".join(parts)
-
-
-class _Chain:
-    """Bytes already read, then the rest of the stream."""
-
-    def __init__(self, head: bytes, read: Read) -> None:
-        self._head, self._read = head, read
-
-    def read(self, n: int = -1) -> bytes:
-        if not self._head:
-            return self._read(n)
-        if n < 0 or n >= len(self._head):
-            out, self._head = self._head, b""
-        else:
-            out, self._head = self._head[:n], self._head[n:]
-        return out
-
-
-class _Replay:
-    """A stream whose first bytes (read to detect the format) are read again after
-    rewind(): `size` is how many were kept so far."""
-
-    def __init__(self, read: Read) -> None:
-        self._read = read
-        self._kept: list[bytes] | None = []
-        self._again: list[bytes] = []
-        self.size = 0
-
-    def read(self, n: int) -> bytes:
-        if self._again:
-            chunk = self._again.pop()
-            if len(chunk) > n:
-                chunk, rest = chunk[:n], chunk[n:]
-                self._again.append(rest)
-            return chunk
-        chunk = self._read(n)
-        if self._kept is not None:
-            self._kept.append(chunk)
-            self.size += len(chunk)
-        return chunk
-
-    def rewind(self) -> None:
-        self._again, self._kept = (self._kept or [])[::-1], None
-
-    def head(self) -> Iterator[str]:
-        """The first lines (as far as SNIFF_BYTES), decoded for format detection."""
-        for line in read_lines(self.read):
-            if not isinstance(line, bytes) or self.size > SNIFF_BYTES:
-                return
-            yield line.decode("utf-8", "replace")
 
 
 def session_name(candidate: str) -> str:
@@ -350,7 +128,7 @@ def _ingest_source(vault: Vault, open_source: Callable[[], AbstractContextManage
     from memvault.text.transcripts import detect_stream, parse_stream
 
     with open_source() as read:
-        source = _Replay(read)
+        source = Replay(read)
         stream = fmt == "codex" or (fmt == "auto" and detect_stream(source.head()) == "codex")
         source.rewind()
         if not stream or (strict and not again):

@@ -4,7 +4,7 @@ Parsing is text/transcripts.py's job and admission is admission.py's; this modul
 decides what is stored. Only messages not stored yet are admitted (the costly scan),
 and a session is appended to in one write, one fsync and one index commit.
 
-Files are opened by storage/streams.py (plain, or zstd-compressed, decompressed as read). A Codex
+Files are opened by storage/streams.py (plain or zstd, decompressed as read). A Codex
 rollout (gigabytes) is read as a stream, line by line, and stored batch by batch, each
 batch in its own write; any other transcript is read whole, at most MAX_TRANSCRIPT bytes.
 """

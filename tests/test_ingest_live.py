@@ -209,3 +209,20 @@ def test_a_session_is_ingested_with_its_subagents(script_runner: ScriptRunner, v
     assert report["messages_added"] == len(records)
     again = run_json(script_runner, "ingest", str(main))
     assert again["messages_added"] == 0
+
+
+def test_a_message_stored_redacted_is_not_taken_for_one_that_grew(
+        script_runner: ScriptRunner, vault: Vault, tmp_path: Path) -> None:
+    """The stored form of a message is its masked, cleaned form: reading the transcript
+    again finds it the same, and rewrites nothing."""
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps({"id": "m1", "role": "user", "content":
+                                "Mail the summary to ana@example.com \x1b[31mtoday"}) + "\n")
+    assert run_json(script_runner, "ingest", str(path))["messages_added"] == 1
+    session_file = next(vault.store.layout.dir.glob("sessions/*.jsonl"))
+    before = session_file.read_bytes()
+    again = run_json(script_runner, "ingest", str(path))
+    assert (again["messages_added"], again["messages_updated"],
+            again["messages_skipped"]) == (0, 0, 1)
+    assert again["redactions"] == []  # nothing of this run's was masked
+    assert session_file.read_bytes() == before

@@ -194,17 +194,19 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
         screened.add_counts(result.counts, sorted(result.refusing))
         return result.kept
 
-    def put(session: str, messages: list[NewMessage],
-            admit: Callable[[list[NewMessage]], list[NewMessage]]) -> Added:
-        return add_messages(vault, session, messages, admit, dry_run)
+    def probe(batch: list[NewMessage]) -> list[NewMessage]:
+        return policy.screen(batch, strict).kept  # what admission would keep; uncounted
+
+    def put(session: str, messages: list[NewMessage], admit: Admit, probe: Admit) -> Added:
+        return add_messages(vault, session, messages, admit, dry_run, probe)
 
     store = store or put
     # Ids first (from what the transcript said), so that messages already stored are
     # skipped before the costly admission scan; only new messages are scanned.
-    done = store(session_id, with_ids(vault, transcript.messages), admit)
+    done = store(session_id, with_ids(vault, transcript.messages), admit, probe)
     counts, summaries_read = Counter(transcript.ignored), list(transcript.summaries)
     for more in batches:  # a stream's next batches
-        step = store(session_id, with_ids(vault, more.messages), admit)
+        step = store(session_id, with_ids(vault, more.messages), admit, probe)
         done = Added(done.added + step.added, done.updated + step.updated,
                      done.skipped + step.skipped, done.would_add + step.would_add)
         counts.update(more.ignored)
@@ -243,19 +245,20 @@ def _add_summary(vault: Vault, session_id: str, summary: NewMessage) -> None:
 
 
 Admit = Callable[[list[NewMessage]], list[NewMessage]]
-Store = Callable[[str, list[NewMessage], Admit], "Added"]
+Store = Callable[[str, list[NewMessage], Admit, Admit], "Added"]
 
 
 def add_messages(vault: Vault, session: str, messages: list[NewMessage],
-                 admit: Callable[[list[NewMessage]], list[NewMessage]] | None = None,
-                 dry_run: bool = False) -> Added:
+                 admit: Admit | None = None, dry_run: bool = False,
+                 probe: Admit | None = None) -> Added:
     """Store a transcript's messages in a session: those not stored yet, and those whose
     id is stored with other content (a message the agent was still writing when the
     transcript was read last time: its stored line is replaced).
 
     A message is already stored when its message_id is (or, without an id, when the
     same role said the same thing at the same time), and never again once forgotten.
-    `admit` sees only new and grown messages and may drop some."""
+    `admit` sees only new and grown messages and may drop some; `probe` (admission
+    without its report) tells a grown message from one stored in its admitted form."""
     validate_name("session", session)
     relpath = session_file(session)
     if dry_run:
@@ -265,12 +268,11 @@ def add_messages(vault: Vault, session: str, messages: list[NewMessage],
         fresh = admit(plan.fresh) if admit else plan.fresh
         return Added(0, 0, plan.skipped, fresh)
     with vault.transaction() as tx:
-        return store_messages(tx, session, messages, admit)
+        return store_messages(tx, session, messages, admit, probe)
 
 
 def store_messages(tx: Transaction, session: str, messages: list[NewMessage],
-                   admit: Callable[[list[NewMessage]], list[NewMessage]] | None = None
-                   ) -> Added:
+                   admit: Admit | None = None, probe: Admit | None = None) -> Added:
     """add_messages inside a transaction the caller holds (a scan stores many sessions
     in one: one state save and one index commit for all of them)."""
     vault = tx.vault
@@ -279,8 +281,7 @@ def store_messages(tx: Transaction, session: str, messages: list[NewMessage],
     existing = scan.records
     plan = _plan(vault, session, existing, messages, tx.state.forgotten)
     fresh = admit(plan.fresh) if admit else plan.fresh
-    grown = admit(list(plan.grown.values())) if admit and plan.grown else \
-        list(plan.grown.values())
+    grown = _admit_grown(existing, plan.grown, admit, probe or admit)
     new = [Record(
         memory_id=uuid7(), org_id=vault.org, user_id=vault.user, type="message",
         content=m.content, content_hash=content_hash(m.content), category="conversation",
@@ -289,6 +290,7 @@ def store_messages(tx: Transaction, session: str, messages: list[NewMessage],
         updated_at=m.created_at or "", key_version=tx.epoch,
     ) for m in fresh]
     updated = _grow(existing, plan.grown, grown, tx.epoch)
+    plan.skipped += len(plan.grown) - len(updated)
     turns = [*existing, *new]
     if updated:
         # Lines after the grown one move: the file is rewritten and indexed again.
@@ -360,6 +362,20 @@ def _plan(vault: Vault, session: str, existing: list[Record], messages: list[New
     return plan
 
 
+def _admit_grown(existing: list[Record], grown: dict[int, NewMessage],
+                 admit: Admit | None, probe: Admit | None) -> list[NewMessage]:
+    """The grown messages admitted. A stored message is its masked, cleaned form: one
+    that differs from its transcript only by that is not grown, and is neither stored
+    again nor counted in the report (`probe` screens without counting)."""
+    candidates = list(grown.values())
+    if admit is None or probe is None or not candidates:
+        return candidates
+    stored = {existing[at].message_id: existing[at].content_hash for at in grown}
+    changed = {m.message_id for m in probe(candidates)
+               if stored.get(m.message_id) != content_hash(m.content)}
+    return admit([m for m in candidates if m.message_id in changed]) if changed else []
+
+
 def _grow(existing: list[Record], grown: dict[int, NewMessage], admitted: list[NewMessage],
           epoch: int) -> list[Record]:
     """Give the stored messages that grew their new content (those admission kept); the
@@ -371,7 +387,10 @@ def _grow(existing: list[Record], grown: dict[int, NewMessage], admitted: list[N
         if new is None:
             continue  # withheld: the stored version stays
         record = existing[at]
-        record.content, record.content_hash = new.content, content_hash(new.content)
+        digest = content_hash(new.content)
+        if digest == record.content_hash:
+            continue  # it differed only by what admission masks or cleans: stored as is
+        record.content, record.content_hash = new.content, digest
         record.updated_at = now_iso()
         record.key_version = epoch
         updated.append(record)
@@ -532,7 +551,7 @@ class _Scan:
                     try:
                         self.counted(ingest_batches(
                             vault, iter([item.transcript]), item.path.stem, None, False,
-                            strict, item.fallback, store=lambda *a: store_messages(tx, *a),
+                            strict, item.fallback, store=partial(store_messages, tx),
                             later=summaries))
                     except MemError as exc:
                         item.error = exc

@@ -247,7 +247,7 @@ def codex_stream(env: dict[str, str], work: Path, gigabytes: float) -> dict[str,
 def wait_quiet(env: dict[str, str]) -> None:
     """Let the background ingest a hook started finish before the next measurement (only
     this run's: the ingest's argv names this run's vault)."""
-    pattern = f"ingest .*--vault {re.escape(env['MEM_VAULT'])}( |$)"
+    pattern = f"ingest .*--vault[= ]{re.escape(env['MEM_VAULT'])}( |$)"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         busy = subprocess.run(["pgrep", "-f", pattern], capture_output=True, check=False)

@@ -27,6 +27,7 @@ from memvault.model.records import CLAUDE_MD
 from memvault.ops import remember
 from memvault.vault.vault import Vault
 from tests.conftest import mem, one_error_line
+from tests.test_hooks import background_ingests, wait_background
 
 MEM = Path(sys.executable).parent / "mem"
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
@@ -34,29 +35,6 @@ CLAUDE_SID = "5f0c2a8e-3b1d-4c6f-9a7e-2d8b1c4e6f00"
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def background_ingests(marker: Path) -> list[int]:
-    """Background `mem ingest` processes this test started (their argv names its tmp)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"ingest" in argv and any(str(marker).encode() in a for a in argv):
-            pids.append(int(proc.name))
-    return pids
-
-
-def wait_background(marker: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while background_ingests(marker):
-        if time.monotonic() > deadline:
-            raise AssertionError("a background ingest did not finish")
-        time.sleep(0.05)
 
 
 @pytest.fixture(autouse=True)

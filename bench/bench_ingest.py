@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import BIN, report, run_timed, throwaway_env
+from common import BIN, INDEXING_FLOOR, report, run_timed, throwaway_env
 from locomo import load
 
 MESSAGES = 20_000
@@ -30,25 +30,7 @@ HOOK_MESSAGES = 2_000  # the transcript each SessionEnd hands to its background 
 TARGET_RATIO = 3.0
 HOOK_BUDGET_MS = 1500.0
 
-FLOOR = r"""
-import base64, hashlib, hmac, json, os, sys, tantivy
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-src, out_dir = sys.argv[1], sys.argv[2]
-key = os.urandom(32); aead = AESGCM(key); mac = hmac.new(os.urandom(32), digestmod=hashlib.sha256)
-analyzer = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-            .filter(tantivy.Filter.lowercase()).filter(tantivy.Filter.stemmer("english")).build())
-sb = tantivy.SchemaBuilder()
-sb.add_text_field("id", stored=True, tokenizer_name="raw")
-sb.add_text_field("body", tokenizer_name="whitespace")
-os.makedirs(os.path.join(out_dir, "index"))
-index = tantivy.Index(sb.build(), path=os.path.join(out_dir, "index"))
-writer = index.writer(heap_size=32_000_000, num_threads=1)
-cache = {}
-def h(t):
-    v = cache.get(t)
-    if v is None:
-        m = mac.copy(); m.update(t.encode()); v = cache[t] = m.digest()[:16].hex()
-    return v
+FLOOR = INDEXING_FLOOR + r"""
 lines = []
 with open(src, "rb") as fh:
     for i, raw in enumerate(fh):

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import BIN, report, run_timed, throwaway_env
+from common import BIN, INDEXING_FLOOR, report, run_timed, throwaway_env
 from locomo import load
 
 FILES = int(os.environ.get("MEM_BENCH_SCAN_FILES", "1000"))
@@ -23,25 +23,7 @@ PER_FILE = 100
 ROUNDS = 3
 TARGET_RATIO = 3.0
 
-FLOOR = r"""
-import base64, hashlib, hmac, json, os, sys, tantivy
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-src, out_dir = sys.argv[1], sys.argv[2]
-key = os.urandom(32); aead = AESGCM(key); mac = hmac.new(os.urandom(32), digestmod=hashlib.sha256)
-analyzer = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-            .filter(tantivy.Filter.lowercase()).filter(tantivy.Filter.stemmer("english")).build())
-sb = tantivy.SchemaBuilder()
-sb.add_text_field("id", stored=True, tokenizer_name="raw")
-sb.add_text_field("body", tokenizer_name="whitespace")
-os.makedirs(os.path.join(out_dir, "index"))
-index = tantivy.Index(sb.build(), path=os.path.join(out_dir, "index"))
-writer = index.writer(heap_size=32_000_000, num_threads=1)
-cache = {}
-def h(t):
-    v = cache.get(t)
-    if v is None:
-        m = mac.copy(); m.update(t.encode()); v = cache[t] = m.digest()[:16].hex()
-    return v
+FLOOR = INDEXING_FLOOR + r"""
 n = 0
 for root, _, names in os.walk(src):
     for name in sorted(names):

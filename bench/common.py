@@ -17,6 +17,30 @@ BIN = Path(sys.executable).parent
 RESULTS = ROOT / "bench" / "results"
 BENCH_DATA = ROOT.parent / "shared" / "bench-data"
 
+# The start of an ingest floor process (argv: source, out_dir): an AES-GCM key, an HMAC
+# over stemmed tokens (h), and one Tantivy writer on out_dir/index. Each bench adds the
+# loop over its own input.
+INDEXING_FLOOR = r"""
+import base64, hashlib, hmac, json, os, sys, tantivy
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+src, out_dir = sys.argv[1], sys.argv[2]
+key = os.urandom(32); aead = AESGCM(key); mac = hmac.new(os.urandom(32), digestmod=hashlib.sha256)
+analyzer = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+            .filter(tantivy.Filter.lowercase()).filter(tantivy.Filter.stemmer("english")).build())
+sb = tantivy.SchemaBuilder()
+sb.add_text_field("id", stored=True, tokenizer_name="raw")
+sb.add_text_field("body", tokenizer_name="whitespace")
+os.makedirs(os.path.join(out_dir, "index"))
+index = tantivy.Index(sb.build(), path=os.path.join(out_dir, "index"))
+writer = index.writer(heap_size=32_000_000, num_threads=1)
+cache = {}
+def h(t):
+    v = cache.get(t)
+    if v is None:
+        m = mac.copy(); m.update(t.encode()); v = cache[t] = m.digest()[:16].hex()
+    return v
+"""
+
 
 def throwaway_env() -> dict[str, str]:
     """An environment whose vault and config live in a fresh temp dir."""

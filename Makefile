@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-fast lint bench completions docs clean
+.PHONY: help demo test test-fast test-scale lint bench completions docs clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -21,7 +21,10 @@ demo: $(STAMP) ## A short real tour against a throwaway vault
 
 test: $(STAMP) ## Run the whole test suite (lint first)
 	$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest -q -n auto
+	$(BIN)/python -m pytest -q -n auto -m "not scale"
+
+test-scale: $(STAMP) ## The long runs at scale (a gigabyte rollout in flat memory)
+	$(BIN)/python -m pytest -q -m scale
 
 test-fast: $(STAMP) ## The edit loop: every test but those marked slow, no lint
 	$(BIN)/python -m pytest -q -n auto -m "not slow"

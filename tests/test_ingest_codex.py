@@ -562,6 +562,7 @@ def run_mem(*args: str) -> tuple[subprocess.CompletedProcess[str], int, float]:
 
 
 @pytest.mark.slow
+@pytest.mark.scale
 def test_a_gigabyte_rollout_is_read_as_a_stream_in_flat_memory(
         vault: Vault, vault_dir: Path, tmp_path: Path) -> None:
     big, small = tmp_path / "big.jsonl", tmp_path / "small.jsonl"

@@ -89,11 +89,85 @@ SETTINGS: tuple[Setting, ...] = (
             "longest memory brief, in characters", 100, 1_000_000),
     Setting("redaction", "", dict, None,
             "redaction rules: disable (rule ids), rules (extra rules), phone_region"),
+    Setting("compaction", "", dict, None,
+            "compaction triggers and summariser (see COMPACTION and docs/compaction.md)"),
     Setting("log_dir", "MEM_LOG_DIR", Path, None, "where hooks log their failures"),
     Setting("actor", "MEM_ACTOR", str, None,
             "who the audit log names (default: the login name; hooks and cron set it)"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
+
+BUILTIN_SUMMARIZER = "builtin"
+
+# The `compaction:` mapping of config.yaml (SPEC §9). These names are a contract.
+COMPACTION: tuple[Setting, ...] = (
+    Setting("max_active_tokens", "", int, 150_000,
+            "active memory (estimated tokens) above which the oldest sessions are compacted",
+            1_000, 1e9),
+    Setting("compact_fraction", "", float, 0.7,
+            "share of the active memory compacted once over the limit", 0.05, 1),
+    Setting("session_max_messages", "", int, 200,
+            "a session with more messages is summarised", 2, 1e7),
+    Setting("session_keep_raw", "", int, 20,
+            "messages a summarised long session keeps raw (its newest)", 0, 1e6),
+    Setting("archive_after_days", "", int, 90,
+            "sessions not accessed for this many days are compacted (0: never)", 0, 36_500),
+    Setting("short_session_messages", "", int, 10,
+            "sessions with fewer messages are summarised together, one summary per week",
+            0, 1e6),
+    Setting("summarizer", "MEM_SUMMARIZER", str, BUILTIN_SUMMARIZER,
+            "'builtin', or a command run without a shell (session text on stdin)"),
+    Setting("summarizer_timeout", "", float, 300.0,
+            "seconds one summariser call may take", 1, 86_400),
+    Setting("summarizer_max_chars", "", int, 200_000,
+            "most characters of session text sent in one summariser call", 1_000, 1e8),
+    Setting("summarizer_prompt", "", str, None,
+            "the instructions sent before the session text (default: mem's own)"),
+    Setting("lock_wait", "", float, 2.0,
+            "seconds compaction waits for a busy user's lock before skipping them", 0, 600),
+)
+
+
+@dataclass(frozen=True)
+class CompactionConfig:
+    max_active_tokens: int = 150_000
+    compact_fraction: float = 0.7
+    session_max_messages: int = 200
+    session_keep_raw: int = 20
+    archive_after_days: int = 90
+    short_session_messages: int = 10
+    summarizer: str = BUILTIN_SUMMARIZER
+    summarizer_timeout: float = 300.0
+    summarizer_max_chars: int = 200_000
+    summarizer_prompt: str | None = None
+    lock_wait: float = 2.0
+
+
+def _compaction(raw: Any, origin: str, summarizer_env: str | None) -> dict[str, Any]:
+    """The `compaction:` mapping with every key resolved (ConfigError when malformed)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"compaction ({origin}) must be a mapping of setting: value")
+    known = {s.name: s for s in COMPACTION}
+    unknown = sorted(str(k) for k in raw if k not in known)
+    if unknown:
+        raise ConfigError(f"unknown compaction setting {unknown[0]!r} ({origin})")
+    out: dict[str, Any] = {}
+    for s in COMPACTION:
+        if s.env and summarizer_env:
+            out[s.name] = summarizer_env
+        elif raw.get(s.name) is not None:
+            out[s.name] = _coerce(Setting(f"compaction.{s.name}", "", s.kind, s.default,
+                                          s.help, s.low, s.high), raw[s.name], origin)
+        else:
+            out[s.name] = s.default
+    if out["session_keep_raw"] >= out["session_max_messages"]:
+        raise ConfigError(f"compaction.session_keep_raw must be below "
+                          f"compaction.session_max_messages ({origin})")
+    if not str(out["summarizer"]).strip():
+        raise ConfigError(f"compaction.summarizer is empty ({origin})")
+    return out
 
 
 @dataclass
@@ -135,6 +209,11 @@ class Settings:
     @property
     def actor(self) -> str:
         return str(self.values.get("actor") or _login_name())[:64]
+
+    @property
+    def compaction(self) -> CompactionConfig:
+        """The resolved `compaction:` settings (every key present: see resolve())."""
+        return CompactionConfig(**self.values["compaction"])
 
     @property
     def redaction(self) -> dict[str, Any]:
@@ -250,6 +329,9 @@ def resolve(**flags: Any) -> Settings:
             value, source = s.default, "default"
         settings.values[s.name] = value
         settings.sources[s.name] = source
+    settings.values["compaction"] = _compaction(
+        settings.values["compaction"], settings.sources["compaction"],
+        os.environ.get("MEM_SUMMARIZER"))
     if settings.values["vault"] is None:
         settings.values["vault"] = default_vault()
     if settings.values["user"] is None:

@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from memvault.cli import agents, commands, config_cmd, lifecycle, pref
+from memvault.cli import agents, commands, compact, config_cmd, lifecycle, pref
 from memvault.errors import EX_FAILURE, MemError
 
 app = typer.Typer(
@@ -43,6 +43,7 @@ def _root(version: bool = typer.Option(
 commands.register(app)
 agents.register(app)
 lifecycle.register(app)
+compact.register(app)
 app.add_typer(pref.app, name="pref")
 app.add_typer(config_cmd.app, name="config")
 

@@ -508,6 +508,13 @@ class SearchIndex:
     def searcher(self) -> Any:
         return self.open().searcher()
 
+    def doc_freqs(self, stems: Sequence[str]) -> tuple[dict[str, int], int]:
+        """How many documents hold each stem (by its keyed term), and how many there are:
+        a word's rarity in the user's memory, for the summariser's weights."""
+        searcher = self.searcher()
+        return ({stem: int(searcher.doc_freq("body", self.analyzer.hash(stem)))
+                 for stem in stems}, int(searcher.num_docs))
+
     def search(self, query: Any, limit: int, recent: bool = False) -> tuple[list[Hit], int]:
         """The top hits; IndexUnavailable when the index turns out damaged on use."""
         searcher = self.searcher()

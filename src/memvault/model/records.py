@@ -126,6 +126,7 @@ class Record:
     name: str | None = None  # the speaker's name, for a message of a multi-party chat
     supersedes: str | None = None
     compacted_from: list[str] = field(default_factory=list)
+    span: list[str] | None = None  # a summary's first and last message times
     created_at: str = ""
     updated_at: str = ""
     key_version: int = 1
@@ -144,11 +145,12 @@ class Record:
 
     def stored(self) -> dict[str, Any]:
         """The fields written inside the envelope (by hand: asdict's deep copy is slow).
-        A speaker's name is written only when there is one, so records without stay
-        byte for byte as earlier releases wrote them."""
+        A speaker's name and a summary's span are written only when there is one, so
+        records without stay byte for byte as earlier releases wrote them."""
         doc = {name: getattr(self, name) for name in _STORED}
-        if doc["name"] is None:
-            del doc["name"]
+        for optional in ("name", "span"):
+            if doc[optional] is None:
+                del doc[optional]
         return doc
 
     def to_dict(self) -> dict[str, Any]:

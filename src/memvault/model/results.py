@@ -326,3 +326,49 @@ class HookInstallResult(Result):
     changed: bool
     events: tuple[str, ...]
     backup: str | None
+
+
+@dataclass(frozen=True)
+class CompactProblem(Result):
+    """A user compaction skipped or could not finish (no content, only what went wrong)."""
+
+    org: str
+    user: str
+    problem: str  # "busy", "failed", "summarizer", "changed"
+    message: str
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class CompactPreview(Result):
+    """One summary a dry run would write (or a run wrote, with --json --verbose)."""
+
+    org: str
+    user: str
+    reason: str  # "session", "long", "old", "budget", "week"
+    sessions: tuple[str, ...]
+    messages: int
+    span: tuple[str, str]
+    summary: str | None  # None when the summariser is an external command (not run)
+
+
+@dataclass(frozen=True)
+class CompactResult(Result):
+    """What `mem compact` did, for one user or a whole vault (SPEC §6)."""
+
+    _internal: ClassVar[frozenset[str]] = frozenset({"exit_code"})
+    users: int
+    sessions_compacted: int
+    summaries_added: int
+    facts_added: int
+    archived: int
+    deduplicated: int
+    rekeyed: int
+    skipped_busy: int
+    skipped_changed: int
+    summarizer_failed: int
+    failed: int
+    dry_run: bool
+    problems: tuple[CompactProblem, ...]
+    previews: tuple[CompactPreview, ...]
+    exit_code: int

@@ -51,6 +51,7 @@ from memvault.storage.streams import (
     read_file,
     read_lines,
 )
+from memvault.storage.userstore import UserStore
 from memvault.vault.vault import Transaction, Vault
 
 if TYPE_CHECKING:
@@ -264,7 +265,8 @@ def add_messages(vault: Vault, session: str, messages: list[NewMessage],
     if dry_run:
         state = vault.state()
         existing = vault.store.read_lines(relpath) if vault.exists() else []
-        plan = _plan(vault, session, existing, messages, state.forgotten)
+        archived = _archived(vault.store, session) if vault.exists() else []
+        plan = _plan(vault, session, existing, messages, state.forgotten, archived)
         fresh = admit(plan.fresh) if admit else plan.fresh
         return Added(0, 0, plan.skipped, fresh)
     with vault.transaction() as tx:
@@ -279,7 +281,8 @@ def store_messages(tx: Transaction, session: str, messages: list[NewMessage],
     relpath = session_file(session)
     scan = tx.store.read_scan(relpath)
     existing = scan.records
-    plan = _plan(vault, session, existing, messages, tx.state.forgotten)
+    plan = _plan(vault, session, existing, messages, tx.state.forgotten,
+                 _archived(tx.store, session))
     fresh = admit(plan.fresh) if admit else plan.fresh
     grown = _admit_grown(existing, plan.grown, admit, probe or admit)
     new = [Record(
@@ -330,13 +333,21 @@ class _Plan:
     skipped: int = 0
 
 
+def _archived(store: UserStore, session: str) -> list[Record]:
+    """The session's messages that compaction moved to the archive: a transcript read
+    again must not bring them back as new."""
+    relpath = session_file(session, archived=True)
+    return store.read_lines(relpath) if store.layout.path(relpath).exists() else []
+
+
 def _plan(vault: Vault, session: str, existing: list[Record], messages: list[NewMessage],
-          forgotten: set[str]) -> _Plan:
+          forgotten: set[str], archived: list[Record] | None = None) -> _Plan:
     """Sort a transcript's messages (with their times normalised) into new, grown (an id
-    stored with other content) and skipped."""
+    stored with other content) and skipped. An archived message is stored: it is
+    skipped, and never grown (its summary was made from what it said)."""
     by_id = {r.message_id: i for i, r in enumerate(existing) if r.message_id}
     seen = {_message_key(r.message_id, r.role, r.content_hash, r.created_at)
-            for r in existing}
+            for r in [*existing, *(archived or [])]}
     plan = _Plan()
     for n, m in enumerate(messages, start=1):
         if not m.content.strip() or (m.message_id and forgotten and

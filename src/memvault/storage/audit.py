@@ -134,6 +134,26 @@ class AuditLog:
                 return None
         return None
 
+    def ids_since(self, since: str, ops: frozenset[str]) -> set[str]:
+        """The ids named by entries of `ops` at or after `since` (an ISO time), read from
+        the log's end back to the first older entry: what was read lately costs what the
+        recent entries cost, not the whole log. Not verified against the chain: it
+        decides only what is old enough to compact."""
+        found: set[str] = set()
+        for _, lines in self._tail():
+            oldest = None
+            for raw in lines:
+                entry = _entry(raw)
+                if entry is None:
+                    continue
+                ts = str(entry.get("ts", ""))
+                oldest = ts if oldest is None else min(oldest, ts)
+                if ts >= since and entry.get("op") in ops:
+                    found.update(str(i) for i in entry.get("ids") or [])
+            if oldest is not None and oldest < since:
+                break
+        return found
+
     def sync(self) -> None:
         """Make the entries appended without an fsync durable, with one (a scan audits
         each session it stores, then syncs once), and the newest of them the head."""

@@ -31,6 +31,12 @@ class UserState:
     superseded: dict[str, Superseded] = field(default_factory=dict)
     live: dict[str, int] = field(default_factory=dict)  # records per type
     archived: dict[str, int] = field(default_factory=dict)
+    # A compaction step under way (vault/archive.py): finished or undone by the next
+    # open, so that a kill never leaves both the originals and their summary active.
+    compacting: dict[str, Any] | None = None
+    # Records were forgotten (or the key rotated) since the current key epoch began:
+    # the next compaction re-encrypts under a new epoch and deletes the old data key.
+    rekey_pending: bool = False
     format: int = STATE_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)  # keys a newer minor mem added
 
@@ -53,7 +59,8 @@ class UserState:
     def from_doc(cls, body: dict[str, Any]) -> UserState:
         """Raises (KeyError, TypeError, ValueError) on a malformed body."""
         known = {"format", "key_version", "frozen", "audit_head", "audit_broken",
-                 "forgotten", "scan_marks", "superseded", "counts"}
+                 "forgotten", "scan_marks", "superseded", "counts", "compacting",
+                 "rekey_pending"}
         counts = body.get("counts") or {}
         superseded = body.get("superseded") or {}
         state = cls(
@@ -70,6 +77,9 @@ class UserState:
                         for k, v in superseded.items()},
             live={str(k): int(v) for k, v in (counts.get("live") or {}).items()},
             archived={str(k): int(v) for k, v in (counts.get("archived") or {}).items()},
+            compacting=body.get("compacting") if isinstance(body.get("compacting"), dict)
+            else None,
+            rekey_pending=bool(body.get("rekey_pending", False)),
             extra={k: v for k, v in body.items() if k not in known},
         )
         return state
@@ -85,6 +95,10 @@ class UserState:
             doc["forgotten"] = sorted(self.forgotten)
         if self.scan_marks:
             doc["scan_marks"] = self.scan_marks
+        if self.compacting is not None:
+            doc["compacting"] = self.compacting
+        if self.rekey_pending:
+            doc["rekey_pending"] = True
         if self.counted:
             doc["superseded"] = {k: {"by": v.by, **({"archived": True} if v.archived else {})}
                                  for k, v in sorted(self.superseded.items())}

@@ -53,6 +53,15 @@ class LineScan:
         return [Location.line(relpath, o) for o in self.offsets]
 
 
+@dataclass(frozen=True)
+class LineHeader:
+    memory_id: str
+    created_at: str
+    key_version: int
+    sealed_chars: int  # base64 characters of the ciphertext
+    digest: str  # of the line's bytes: changes whenever the line is written again
+
+
 class UserStore:
     def __init__(self, layout: UserLayout, master: MasterKey) -> None:
         self.layout = layout
@@ -198,6 +207,29 @@ class UserStore:
                     assert isinstance(kv, int)
                     versions.add(kv)
         return versions
+
+    def line_headers(self, relpath: str) -> list[LineHeader]:
+        """The clear header of every complete line of a line file (nothing is decrypted):
+        id, time, key version, the ciphertext's length and a digest of the line's bytes
+        (a line rewritten or re-encrypted gets a new nonce, so a new digest)."""
+        import hashlib
+
+        out: list[LineHeader] = []
+        try:
+            fh = _open(self.layout.path(relpath), self._name(relpath))
+        except FileNotFoundError:
+            return out
+        with fh:
+            for raw in fh:
+                if raw.endswith(b"\n"):
+                    try:
+                        doc = envelope.parse_line(raw[:-1])
+                    except DataError:
+                        continue
+                    out.append(LineHeader(str(doc["id"]), str(doc["ts"]), int(str(doc["kv"])),
+                                          len(str(doc["ct"])),
+                                          hashlib.sha256(raw).hexdigest()[:32]))
+        return out
 
     def line_ids(self, relpath: str) -> Iterator[str]:
         """The record ids of a line file, from the clear headers (nothing is decrypted)."""

@@ -8,15 +8,10 @@ passphrase raises PassphraseNeeded, and a surface that can ask does.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
-import signal
 import stat
-import subprocess  # noqa: S404 - MEM_KEY_COMMAND runs without a shell
-import time
 from pathlib import Path
-from typing import Literal
 
 from memvault.config import DEFAULT_KEY_FILE, Settings, config_dir
 from memvault.crypto import envelope
@@ -32,7 +27,6 @@ from memvault.storage import fsio
 
 KEY_COMMAND_TIMEOUT = 30.0  # the default of the key_command_timeout setting
 KEY_OUTPUT_LIMIT = 64 * 1024  # a key is 44 characters of base64; a key file a few hundred
-Problem = Literal["timeout", "too long", "interrupted"] | None  # a key command's failure
 
 
 def default_key_path() -> Path:
@@ -78,9 +72,9 @@ def _read_key_file(path: Path, passphrase: str | None = None) -> bytes:
 
 def _run_key_command(command: str, timeout: float = KEY_COMMAND_TIMEOUT) -> bytes:
     """Run the key command (no shell) in its own process group, for at most `timeout`
-    seconds and KEY_OUTPUT_LIMIT bytes of output. On a time-out the whole group is
-    killed: a password manager's helpers must not outlive the run (or hold its stdout
-    open, which would make a plain wait hang past the time-out)."""
+    seconds and KEY_OUTPUT_LIMIT bytes of output (memvault.process)."""
+    from memvault.process import run_bounded
+
     try:
         argv = shlex.split(command)
     except ValueError as exc:  # an unbalanced quote
@@ -88,60 +82,18 @@ def _run_key_command(command: str, timeout: float = KEY_COMMAND_TIMEOUT) -> byte
     if not argv:
         raise ConfigError("MEM_KEY_COMMAND is empty")
     try:
-        proc = subprocess.Popen(  # noqa: S603 - the user's own command, no shell
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
-        )
+        done = run_bounded(argv, None, timeout, KEY_OUTPUT_LIMIT)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"MEM_KEY_COMMAND failed to run: {exc}") from None
-    assert proc.stdout is not None
-    output = b""
-    problem: Problem = "interrupted"  # until _read_until says otherwise
-    try:
-        output, problem = _read_until(proc, proc.stdout.fileno(), time.monotonic() + timeout)
-    finally:
-        proc.stdout.close()
-        if problem is not None:  # not reaped yet, so its group id cannot have been reused
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the command and its children
-        proc.wait()
-    if problem == "timeout":
+    if done.problem == "timeout":
         raise ConfigError(f"MEM_KEY_COMMAND did not answer within {timeout:g}s; it and "
                           "its child processes were stopped")
-    if problem == "too long":
+    if done.problem == "too long":
         raise ConfigError(f"MEM_KEY_COMMAND printed more than {KEY_OUTPUT_LIMIT} bytes; "
                           "that is not a key")
-    if proc.returncode != 0:
-        raise ConfigError(f"MEM_KEY_COMMAND exited with status {proc.returncode}")
-    return decode_key(output.decode(errors="replace"), "MEM_KEY_COMMAND output")
-
-
-def _read_until(proc: subprocess.Popen[bytes], fd: int, deadline: float
-                ) -> tuple[bytes, Problem]:
-    """The command's stdout up to its end (or a problem: "timeout", "too long"), and its
-    exit; never past `deadline`."""
-    import selectors
-
-    output = bytearray()
-    with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return bytes(output), "timeout"
-            if not selector.select(left):
-                continue
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            output += chunk
-            if len(output) > KEY_OUTPUT_LIMIT:
-                return bytes(output), "too long"
-    try:
-        proc.wait(max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        return bytes(output), "timeout"
-    return bytes(output), None
+    if done.returncode != 0:
+        raise ConfigError(f"MEM_KEY_COMMAND exited with status {done.returncode}")
+    return decode_key(done.output.decode(errors="replace"), "MEM_KEY_COMMAND output")
 
 
 def key_source_configured(settings: Settings) -> bool:

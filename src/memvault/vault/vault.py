@@ -119,6 +119,11 @@ class Vault:
             with self.lock():
                 state = self.store.load_state()
                 migrations.upgrade_user(self.store, state, self.audit)
+        if state.compacting is not None:
+            # A compaction step was killed half way: finish (or undo) it before anything
+            # is read, so no reader sees both the originals and their summary.
+            with self.transaction(allow_frozen=True) as tx:
+                state = tx.state
         return state
 
     # --- derived indexes --------------------------------------------------------------
@@ -284,6 +289,10 @@ class Vault:
                     index.mark_current()
             else:
                 tx.fresh = all(index.is_current() for index in self.indexes(tx.epoch))
+            if state.compacting is not None:
+                from memvault.vault import archive
+
+                archive.recover(tx)
             ok = False
             try:
                 yield tx

@@ -1,0 +1,610 @@
+"""Compaction (SPEC §9): old conversation becomes summaries, the originals move to the
+encrypted archive, exact duplicates go, and forgotten data leaves old key epochs.
+
+For each user: plan (reads clear line headers, decrypts nothing) → summarise (decrypts
+one unit at a time, holds no lock: an external summariser may take minutes) → apply
+each unit under the user's lock only if the lines it was built from are unchanged
+(else it is skipped and the next run retries). vault/archive.py makes each move one
+step that a kill cannot split. A second run finds nothing to do.
+
+Triggers (config `compaction:`): a session over `session_max_messages` keeps its newest
+`session_keep_raw` raw; a session whose newest message is older than
+`archive_after_days` and none of whose records was read since (the audit log's reads)
+is compacted whole; active memory over `max_active_tokens` (estimated from the sizes
+of the encrypted lines: about 4 bytes of text per token) → the oldest sessions, until
+`compact_fraction` of it is compacted. Whole sessions shorter than
+`short_session_messages` are summarised together, one summary per ISO week.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from memvault.config import CompactionConfig, Settings
+from memvault.crypto.envelope import content_hash
+from memvault.errors import EX_DATAERR, EX_FAILURE, EX_TEMPFAIL, Busy, MemError
+from memvault.index.base import file_entries
+from memvault.model.location import Location, session_file
+from memvault.model.records import (
+    DOC_FILES,
+    TYPE_HOME,
+    Record,
+    clean_tags,
+    normalise_time,
+    now_iso,
+    parse_time,
+    uuid7,
+)
+from memvault.model.results import CompactPreview, CompactProblem, CompactResult
+from memvault.ops import keys
+from memvault.ops.admission import AdmissionPolicy
+from memvault.ops.summarize import (
+    Digest,
+    Fact,
+    SummarizerFailed,
+    card,
+    is_builtin,
+    run_external,
+    summarizer_argv,
+)
+from memvault.storage.userstore import LineHeader
+from memvault.vault import archive
+from memvault.vault.vault import Transaction, Vault
+
+READ_OPS = frozenset({"search", "show", "brief"})  # audit entries that name what was read
+LINE_OVERHEAD = 330  # bytes of a stored message's fields beside its content
+BYTES_PER_TOKEN = 4
+SUMMARY_TAG = "compacted"
+
+
+def tokens(header: LineHeader) -> int:
+    """A line's estimated tokens, from the length of its ciphertext (base64)."""
+    return max(1, (header.sealed_chars * 3 // 4 - 16 - LINE_OVERHEAD) // BYTES_PER_TOKEN)
+
+
+@dataclass
+class Unit:
+    """What one summary replaces: lines of one session, or whole short sessions of a week."""
+
+    reason: str
+    lines: dict[str, list[LineHeader]]  # session → its lines to archive, in file order
+    whole: bool  # the sessions move whole: nothing else may be in them when applied
+
+    @property
+    def sessions(self) -> tuple[str, ...]:
+        return tuple(sorted(self.lines))
+
+    @property
+    def messages(self) -> int:
+        return sum(len(v) for v in self.lines.values())
+
+    @property
+    def span(self) -> tuple[str, str]:
+        times = [h.created_at for v in self.lines.values() for h in v]
+        return min(times), max(times)
+
+
+@dataclass
+class Plan:
+    units: list[Unit] = field(default_factory=list)
+    active_tokens: int = 0
+    duplicate_sessions: dict[str, list[LineHeader]] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """One user's compaction, summed into the CompactResult."""
+
+    org: str
+    user: str
+    sessions_compacted: int = 0
+    summaries_added: int = 0
+    facts_added: int = 0
+    archived: int = 0
+    deduplicated: int = 0
+    rekeyed: int = 0
+    problems: list[CompactProblem] = field(default_factory=list)
+    previews: list[CompactPreview] = field(default_factory=list)
+
+    def problem(self, kind: str, message: str, exit_code: int) -> None:
+        self.problems.append(CompactProblem(self.org, self.user, kind, message, exit_code))
+
+
+# --- planning: clear headers only ----------------------------------------------------------
+
+
+def plan(vault: Vault, cfg: CompactionConfig, now: datetime,
+         sessions: Sequence[str] = ()) -> Plan:
+    """What to compact for this user, from the clear headers of their session files
+    (nothing decrypted). `sessions`: compact these whole now, whatever the triggers."""
+    store = vault.store
+    files = {}
+    for relpath in store.layout.line_files():
+        name = relpath.removeprefix("sessions/").removesuffix(".jsonl")
+        headers = store.line_headers(relpath)
+        if headers:
+            files[name] = headers
+    result = Plan()
+    docs = sum(_size(vault, name) for name in DOC_FILES) // BYTES_PER_TOKEN
+    result.active_tokens = docs + sum(tokens(h) for v in files.values() for h in v)
+    result.duplicate_sessions = _duplicates(vault, files)
+    for name in result.duplicate_sessions:
+        files.pop(name, None)
+    taken: dict[str, Unit] = {}
+    for name in sessions:
+        if name in files:
+            taken[name] = Unit("session", {name: files[name]}, whole=True)
+    if cfg.archive_after_days:
+        cutoff = now - timedelta(days=cfg.archive_after_days)
+        since = cutoff.isoformat(timespec="microseconds").replace("+00:00", "Z")
+        old = [n for n, h in files.items() if n not in taken and h[-1].created_at < since]
+        if old:
+            read = vault.audit.ids_since(since, READ_OPS)
+            for name in old:
+                if not any(h.memory_id in read for h in files[name]):
+                    taken[name] = Unit("old", {name: files[name]}, whole=True)
+    # Long sessions keep their newest messages raw (an old one went whole above).
+    for name, headers in files.items():
+        if name not in taken and len(headers) > cfg.session_max_messages:
+            cut = len(headers) - cfg.session_keep_raw
+            taken[name] = Unit("long", {name: headers[:cut]}, whole=False)
+    if result.active_tokens > cfg.max_active_tokens:
+        target = cfg.compact_fraction * result.active_tokens
+        done = sum(tokens(h) for u in taken.values() for v in u.lines.values() for h in v)
+        for name in sorted(files, key=lambda n: (files[n][-1].created_at, n)):
+            if done >= target:
+                break
+            if name not in taken:
+                taken[name] = Unit("budget", {name: files[name]}, whole=True)
+                done += sum(tokens(h) for h in files[name])
+    result.units = _weekly(list(taken.values()), cfg.short_session_messages)
+    return result
+
+
+def _weekly(units: list[Unit], short: int) -> list[Unit]:
+    """Whole short sessions summarised together, one unit per ISO week of their end."""
+    out: list[Unit] = []
+    weeks: dict[str, Unit] = {}
+    for unit in units:
+        if not (unit.whole and unit.messages < short and unit.reason != "session"):
+            out.append(unit)
+            continue
+        year, week, _ = parse_time(unit.span[1]).isocalendar()
+        key = f"{year}-W{week:02d}"
+        if key in weeks:
+            weeks[key].lines.update(unit.lines)
+        else:
+            weeks[key] = Unit("week", dict(unit.lines), whole=True)
+    return out + [weeks[k] for k in sorted(weeks)]
+
+
+def _duplicates(vault: Vault, files: dict[str, list[LineHeader]]
+                ) -> dict[str, list[LineHeader]]:
+    """Sessions that repeat another one message for message (same speakers, same
+    content, in order), but the most recent copy. Only sessions with the same number of
+    lines of the same sizes are decrypted to compare."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for name, headers in files.items():
+        groups.setdefault(tuple(h.sealed_chars for h in headers), []).append(name)
+    drop: dict[str, list[LineHeader]] = {}
+    for names in groups.values():
+        if len(names) < 2:
+            continue
+        shapes: dict[tuple[tuple[str, str], ...], list[tuple[str, str]]] = {}
+        for name in sorted(names):
+            records = vault.store.read_lines(session_file(name))
+            shape = tuple((r.role or "", r.content_hash) for r in records)
+            shapes.setdefault(shape, []).append((files[name][-1].created_at, name))
+        for copies in shapes.values():
+            for _, name in sorted(copies)[:-1]:
+                drop[name] = files[name]
+    return drop
+
+
+def _size(vault: Vault, relpath: str) -> int:
+    try:
+        return vault.store.layout.path(relpath).stat().st_size
+    except OSError:
+        return 0
+
+
+# --- one user ----------------------------------------------------------------------------
+
+
+Summarise = Callable[[Vault, Unit, list[Record]], Digest]
+
+
+def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
+                 sessions: Sequence[str] = (), now: datetime | None = None) -> Outcome:
+    """Compact one user. Busy (the lock not had within `lock_wait`) and MemError pass
+    to the caller; a unit whose summariser fails is reported and left for next time."""
+    out = Outcome(vault.org, vault.user)
+    if not vault.exists():
+        return out
+    state = vault.state()
+    if state.frozen:  # restricted: nothing is rewritten, not even by compaction
+        out.problem("frozen", "the user's memory is frozen; not compacted", 0)
+        return out
+    summarise = _summariser(cfg)
+    if cfg.summarizer and not is_builtin(cfg.summarizer):
+        summarizer_argv(cfg.summarizer)  # a malformed command fails before any work
+    the_plan = plan(vault, cfg, now or _now(), sessions)
+    policy = AdmissionPolicy(vault.settings)
+    if the_plan.duplicate_sessions:
+        out.deduplicated += (len(the_plan.duplicate_sessions) if dry_run else
+                             _drop_sessions(vault, the_plan.duplicate_sessions))
+    for unit in the_plan.units:
+        records = _read(vault, unit)
+        if records is None:
+            out.problem("changed", "a session changed while it was planned; next run", 0)
+            continue
+        if dry_run:
+            preview = card_for(vault, records) if is_builtin(cfg.summarizer) else None
+            out.previews.append(_preview(out, unit, preview))
+            out.sessions_compacted += len(unit.sessions)
+            out.summaries_added += 1
+            out.archived += unit.messages
+            continue
+        try:
+            digest = summarise(vault, unit, records)
+            summary_text = policy.admit(_headed(unit, digest.summary), "the summary")
+        except (SummarizerFailed, MemError) as exc:
+            if isinstance(exc, Busy):
+                raise
+            out.problem("summarizer", f"{', '.join(unit.sessions)}: {exc.message}",
+                        EX_TEMPFAIL)
+            continue
+        facts = _admitted_facts(policy, digest.facts)
+        applied = _apply(vault, unit, summary_text, facts)
+        if applied is None:
+            out.problem("changed", f"{', '.join(unit.sessions)} changed during "
+                        "summarising; left for the next run", 0)
+            continue
+        out.sessions_compacted += len(unit.sessions)
+        out.summaries_added += 1
+        out.archived += unit.messages
+        out.facts_added += applied
+    if not dry_run:
+        out.deduplicated += _dedupe_docs(vault)
+        if vault.state().rekey_pending:
+            with vault.transaction() as tx:
+                keys.reencrypt(tx)
+            out.rekeyed = 1
+    return out
+
+
+def _now() -> datetime:
+    return parse_time(now_iso())
+
+
+def _summariser(cfg: CompactionConfig) -> Summarise:
+    if is_builtin(cfg.summarizer):
+        return lambda vault, unit, records: Digest(card_for(vault, records))
+    return lambda vault, unit, records: run_external(cfg.summarizer, records, cfg)
+
+
+def card_for(vault: Vault, records: list[Record]) -> str:
+    """The built-in memory card, weighted by the rarity of words in the user's memory."""
+    from memvault.index.keyed import STOPWORDS
+
+    index = vault.ready_index()
+    return card(records, index.analyzer.spans, STOPWORDS, index.doc_freqs)
+
+
+def _headed(unit: Unit, summary: str) -> str:
+    """The summary under a line that says what it covers (the brief shows its start)."""
+    start, end = unit.span
+    label = (f"session {unit.sessions[0]}" if len(unit.sessions) == 1
+             else f"{len(unit.sessions)} sessions")
+    when = start[:10] if start[:10] == end[:10] else f"{start[:10]} to {end[:10]}"
+    return f"Summary of {label}, {when} ({unit.messages} messages). {summary.strip()}"
+
+
+def _preview(out: Outcome, unit: Unit, summary: str | None) -> CompactPreview:
+    return CompactPreview(out.org, out.user, unit.reason, unit.sessions, unit.messages,
+                          unit.span, None if summary is None else _headed(unit, summary))
+
+
+def _read(vault: Vault, unit: Unit) -> list[Record] | None:
+    """The unit's records, decrypted (None when a line changed since planning)."""
+    records: list[Record] = []
+    for session in unit.sessions:
+        wanted = {h.memory_id for h in unit.lines[session]}
+        found = [r for r in vault.store.read_lines(session_file(session))
+                 if r.memory_id in wanted]
+        if len(found) != len(wanted):
+            return None
+        records += found
+    records.sort(key=lambda r: r.created_at)
+    return records
+
+
+def _admitted_facts(policy: AdmissionPolicy, facts: Sequence[Fact]) -> list[Fact]:
+    """The facts admission lets in (masked); one holding a secret is dropped."""
+    kept = []
+    for fact in facts:
+        with contextlib.suppress(MemError):
+            policy.admit_tags(fact.tags)
+            kept.append(replace(fact, content=policy.admit(fact.content, "a fact"),
+                                tags=tuple(clean_tags(list(fact.tags)))))
+    return kept
+
+
+def _unchanged(tx: Transaction, unit: Unit) -> bool:
+    """Whether the lines a unit was built from are still there, byte for byte (a new
+    nonce on any rewrite makes a new digest); for a whole unit, with nothing added."""
+    for session, planned in unit.lines.items():
+        now = tx.store.line_headers(session_file(session))
+        digests = {h.digest for h in now}
+        if any(h.digest not in digests for h in planned):
+            return False
+        if unit.whole and len(now) != len(planned):
+            return False
+    return True
+
+
+def _apply(vault: Vault, unit: Unit, summary_text: str, facts: list[Fact]) -> int | None:
+    """Write the summary, archive the originals, add the facts: under the lock, only if
+    the inputs are unchanged. Returns the facts added (None: skipped, inputs changed)."""
+    start, end = unit.span
+    ids = [h.memory_id for v in unit.lines.values() for h in v]
+    with vault.transaction() as tx:
+        if not _unchanged(tx, unit):
+            return None
+        week = [] if len(unit.sessions) == 1 else \
+            [f"week-{parse_time(end).isocalendar()[0]}-W{parse_time(end).isocalendar()[1]:02d}"]
+        summary = Record(
+            memory_id=uuid7(), org_id=vault.org, user_id=vault.user, type="summary",
+            content=summary_text, content_hash=content_hash(summary_text),
+            category=TYPE_HOME["summary"][1], tags=[SUMMARY_TAG, *week],
+            session_id=unit.sessions[0] if len(unit.sessions) == 1 else None,
+            compacted_from=ids, span=[start, end], created_at=normalise_time(end),
+            updated_at=normalise_time(end), key_version=tx.epoch)
+        moved = archive.move(tx, {s: [h.memory_id for h in v] for s, v in unit.lines.items()},
+                             summary)
+        added = _add_facts(tx, facts, summary)
+        tx.audit("compact", [summary.memory_id], [tx.hash_of(summary.content_hash)],
+                 reason=unit.reason, archived=moved, sessions=len(unit.sessions),
+                 facts=added)
+    return added
+
+
+def _add_facts(tx: Transaction, facts: list[Fact], summary: Record) -> int:
+    """Store a summariser's facts in their homes, each once: one that restates a record
+    already there (same type and content) is not stored again."""
+    added = 0
+    for home in DOC_FILES:
+        mine = [f for f in facts if TYPE_HOME[f.type][0] == home]
+        if not mine:
+            continue
+        doc = tx.store.read_doc(home) or {"format": 1, "records": []}
+        records = [Record.from_stored(r) for r in doc.get("records", [])]
+        known = {(r.type, r.content_hash) for r in records}
+        new = []
+        for fact in mine:
+            digest = content_hash(fact.content)
+            if (fact.type, digest) in known:
+                continue
+            known.add((fact.type, digest))
+            new.append(Record(
+                memory_id=uuid7(), org_id=tx.vault.org, user_id=tx.vault.user,
+                type=fact.type, content=fact.content, content_hash=digest,
+                category=TYPE_HOME[fact.type][1], tags=list(fact.tags),
+                session_id=summary.session_id, compacted_from=list(summary.compacted_from),
+                created_at=summary.created_at, updated_at=summary.created_at,
+                key_version=tx.epoch))
+        if not new:
+            continue
+        for r in records:
+            r.key_version = tx.epoch
+        doc["records"] = [r.stored() for r in [*records, *new]]
+        tx.write_doc(home, doc)
+        tx.index(file_entries(new, [Location.doc(home)] * len(new)))
+        for r in new:
+            tx.state.count(r.type, +1)
+        added += len(new)
+    if added:
+        tx.touch()
+    return added
+
+
+# --- duplicates ----------------------------------------------------------------------------
+
+
+def _dedupe_docs(vault: Vault) -> int:
+    """Exact duplicates among current facts, context, patterns, preferences and summaries
+    (same type and content): the most recent stays, the others go; a supersede link to
+    one that goes moves to the one that stays."""
+    state = vault.state()
+    plans: dict[str, list[str]] = {}
+    for home in DOC_FILES:
+        records = vault.store.doc_records(home)
+        groups: dict[tuple[str, str], list[Record]] = {}
+        for r in records:
+            if state.superseded_by(r.memory_id) is None:
+                groups.setdefault((r.type, r.content_hash), []).append(r)
+        drop = [r.memory_id for g in groups.values() if len(g) > 1
+                for r in sorted(g, key=lambda r: (r.created_at, r.memory_id))[:-1]]
+        if drop:
+            plans[home] = drop
+    if not plans:
+        return 0
+    removed = 0
+    with vault.transaction() as tx:
+        for home, drop in plans.items():
+            doc = tx.store.read_doc(home) or {"records": []}
+            records = [Record.from_stored(r) for r in doc.get("records", [])]
+            gone = {r.memory_id: r for r in records if r.memory_id in drop}
+            kept = [r for r in records if r.memory_id not in gone]
+            keeper = {(r.type, r.content_hash): r.memory_id for r in kept}
+            for r in kept:
+                r.key_version = tx.epoch
+            doc["records"] = [r.stored() for r in kept]
+            tx.write_doc(home, doc)
+            for link in tx.state.superseded.values():
+                if link.by in gone:
+                    r = gone[link.by]
+                    link.by = keeper.get((r.type, r.content_hash), link.by)
+            for r in gone.values():
+                tx.state.count(r.type, -1)
+            tx.unindex(gone)
+            tx.audit("compact.dedupe", sorted(gone),
+                     [tx.hash_of(r.content_hash) for r in gone.values()], file=home)
+            removed += len(gone)
+        tx.touch()
+    return removed
+
+
+def _drop_sessions(vault: Vault, drop: dict[str, list[LineHeader]]) -> int:
+    """Remove the older copies of duplicated sessions (each only if unchanged since it
+    was compared)."""
+    removed = 0
+    with vault.transaction() as tx:
+        for name, planned in sorted(drop.items()):
+            relpath = session_file(name)
+            headers = tx.store.line_headers(relpath)
+            if [h.digest for h in headers] != [h.digest for h in planned]:
+                continue  # written since: left for the next run
+            ids = [h.memory_id for h in headers]
+            tx.rewrite(relpath, [])
+            tx.unindex(ids)
+            tx.state.count("message", -len(ids))
+            tx.audit("compact.dedupe", ids, session_file=relpath)
+            removed += 1
+        tx.touch()
+    return removed
+
+
+# --- many users ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every worker needs (picklable): the settings and the master key, loaded
+    once by the parent."""
+
+    settings: Settings
+    master: object
+    cfg: CompactionConfig
+    dry_run: bool
+    sessions: tuple[str, ...] = ()
+
+
+def open_user(job: Job, org: str, user: str) -> Vault:
+    """The vault opened for one user, waiting at most `lock_wait` for their lock."""
+    values = {**job.settings.values, "org": org, "user": user,
+              "lock_timeout": job.cfg.lock_wait}
+    settings = replace(job.settings, values=values)
+    return Vault(settings, master=job.master, actor=job.settings.actor)  # type: ignore[arg-type]
+
+
+def run_one(job: Job, org: str, user: str) -> Outcome:
+    """Compact one user, turning what stops it into a reported problem."""
+    out = Outcome(org, user)
+    try:
+        return compact_user(open_user(job, org, user), job.cfg, dry_run=job.dry_run,
+                            sessions=job.sessions)
+    except Busy:
+        out.problem("busy", "the user's lock is held (a hook or a command is writing); "
+                    "skipped, the next run retries", EX_TEMPFAIL)
+    except MemError as exc:
+        out.problem("failed", exc.message, exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - one user's failure must not stop the others
+        if os.environ.get("MEM_DEBUG"):
+            raise
+        out.problem("failed", f"unexpected {type(exc).__name__}", EX_FAILURE)
+    return out
+
+
+def shard_of(org: str, user: str, count: int) -> int:
+    """A stable shard number in 0..count-1 (the same on every host and every run)."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{org}/{user}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % count
+
+
+def users(job: Job, org: str | None, shard: tuple[int, int] | None) -> list[tuple[str, str]]:
+    from memvault.storage.layout import users as all_users
+
+    found = list(all_users(job.settings.vault, org))
+    if shard is not None:
+        k, n = shard
+        found = [(o, u) for o, u in found if shard_of(o, u, n) == k]
+    return found
+
+
+_JOB: Job | None = None
+
+
+def _init_worker(job: Job) -> None:
+    global _JOB
+    _JOB = job
+
+
+def _work(who: tuple[str, str]) -> Outcome:
+    assert _JOB is not None
+    return run_one(_JOB, *who)
+
+
+def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
+             on_done: Callable[[Outcome], None] | None = None) -> Iterator[Outcome]:
+    """Compact each user; with `jobs` > 1, in a pool of that many worker processes
+    (each handles many users: a process per user would cost more than the work)."""
+    if jobs <= 1 or len(who) <= 1:
+        for org, user in who:
+            out = run_one(job, org, user)
+            if on_done:
+                on_done(out)
+            yield out
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker,
+                             initargs=(job,)) as pool:
+        for out in pool.map(_work, who, chunksize=max(1, min(32, len(who) // (jobs * 4)))):
+            if on_done:
+                on_done(out)
+            yield out
+
+
+def summarise_outcomes(outcomes: Sequence[Outcome], dry_run: bool) -> CompactResult:
+    problems = tuple(p for o in outcomes for p in o.problems)
+    failed = sum(1 for p in problems if p.problem == "failed")
+    busy = sum(1 for p in problems if p.problem == "busy")
+    summarizer = sum(1 for p in problems if p.problem == "summarizer")
+    changed = sum(1 for p in problems if p.problem == "changed")
+    codes = [p.exit_code for p in problems if p.problem == "failed"]
+    if codes:
+        exit_code = EX_DATAERR if EX_DATAERR in codes else codes[0]
+    elif busy or summarizer:
+        exit_code = EX_TEMPFAIL
+    else:
+        exit_code = 0
+    return CompactResult(
+        users=len(outcomes),
+        sessions_compacted=sum(o.sessions_compacted for o in outcomes),
+        summaries_added=sum(o.summaries_added for o in outcomes),
+        facts_added=sum(o.facts_added for o in outcomes),
+        archived=sum(o.archived for o in outcomes),
+        deduplicated=sum(o.deduplicated for o in outcomes),
+        rekeyed=sum(o.rekeyed for o in outcomes),
+        skipped_busy=busy, skipped_changed=changed, summarizer_failed=summarizer,
+        failed=failed, dry_run=dry_run, problems=problems,
+        previews=tuple(p for o in outcomes for p in o.previews), exit_code=exit_code)
+
+
+def check_sessions(names: Sequence[str]) -> None:
+    from memvault.config import validate_name
+
+    for name in names:
+        validate_name("session", name)
+
+
+def unknown_sessions(vault: Vault, names: Sequence[str]) -> list[str]:
+    return [n for n in names if not vault.store.layout.path(session_file(n)).exists()]
+

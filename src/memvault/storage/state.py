@@ -31,6 +31,11 @@ class UserState:
     superseded: dict[str, Superseded] = field(default_factory=dict)
     live: dict[str, int] = field(default_factory=dict)  # records per type
     archived: dict[str, int] = field(default_factory=dict)
+    # A `forget --now` or `rotate-key --now` under way: every data key up to this epoch
+    # must go. Saved before the first file changes, so that an interrupted run is
+    # finished by the next write instead of leaving the old key (and every old copy of a
+    # forgotten record) readable.
+    retire_through: int | None = None
     format: int = STATE_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)  # keys a newer minor mem added
 
@@ -53,7 +58,7 @@ class UserState:
     def from_doc(cls, body: dict[str, Any]) -> UserState:
         """Raises (KeyError, TypeError, ValueError) on a malformed body."""
         known = {"format", "key_version", "frozen", "audit_head", "audit_broken",
-                 "forgotten", "scan_marks", "superseded", "counts"}
+                 "forgotten", "scan_marks", "superseded", "counts", "retire_through"}
         counts = body.get("counts") or {}
         superseded = body.get("superseded") or {}
         state = cls(
@@ -70,6 +75,8 @@ class UserState:
                         for k, v in superseded.items()},
             live={str(k): int(v) for k, v in (counts.get("live") or {}).items()},
             archived={str(k): int(v) for k, v in (counts.get("archived") or {}).items()},
+            retire_through=int(body["retire_through"])
+            if body.get("retire_through") is not None else None,
             extra={k: v for k, v in body.items() if k not in known},
         )
         return state
@@ -85,6 +92,8 @@ class UserState:
             doc["forgotten"] = sorted(self.forgotten)
         if self.scan_marks:
             doc["scan_marks"] = self.scan_marks
+        if self.retire_through is not None:
+            doc["retire_through"] = self.retire_through
         if self.counted:
             doc["superseded"] = {k: {"by": v.by, **({"archived": True} if v.archived else {})}
                                  for k, v in sorted(self.superseded.items())}

@@ -381,6 +381,72 @@ def test_a_redaction_rule_that_can_backtrack_for_ever_is_refused_at_load(
     assert "slow-rule" in line and "repeats a repetition" in line
 
 
+def _user_lock_held(v: Vault) -> bool:
+    """Whether some writer holds the user's lock now (a second open file description
+    cannot take it, even in the same process)."""
+    import fcntl
+
+    if not v.layout.lock_path.exists():
+        return False  # no writer has taken it yet
+    fd = os.open(v.layout.lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_admission_never_runs_under_the_users_lock(
+        vault: Vault, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A redaction rule may be slow without being refused (a long text, a rule that is
+    linear but costly): its time must not be spent holding the user's lock, where every
+    other writer (a hook, an add) waits for it and then fails with exit 75. Every way in
+    is screened before the lock: add, pref set, import, ingest of a new and of a grown
+    transcript, and a scan."""
+    from memvault.model.records import NewMessage
+    from memvault.ops import ingest, portability, prefs
+    from memvault.text import redact
+
+    original, scans, users = redact.scan, [], [vault]
+
+    def watched(text: str, config: Any) -> Any:
+        scans.append((text, any(_user_lock_held(v) for v in users)))
+        return original(text, config)
+
+    monkeypatch.setattr(redact, "scan", watched)
+    remember.add(vault, "Prefers window seats", "preference")
+    prefs.set_(vault, "editor", "vim")
+    messages = [NewMessage(f"message number {i}", "user", f"m{i}") for i in range(3)]
+    ingest.add_messages(vault, "s1", messages[:2])  # no admission: the library call
+    ingest.ingest_text(vault, "\n".join(json.dumps(
+        {"id": m.message_id, "role": m.role, "content": m.content}) for m in messages),
+        None, "jsonl", session="s1")  # one new message
+    ingest.ingest_text(vault, json.dumps({"id": "m0", "role": "user", "content":
+                                          "message number 0, grown"}), None, "jsonl",
+                       session="s1")  # one grown message
+    folder = tmp_path / "scanned"
+    folder.mkdir()
+    (folder / "t.jsonl").write_text(json.dumps({"id": "x1", "role": "user",
+                                                "content": "a scanned message"}) + "\n")
+    ingest.scan_dir(vault, folder)
+    buf = io.StringIO()
+    portability.export(vault, buf, "json")
+    bob = Vault(resolve(user="bob"))
+    users.append(bob)
+    portability.import_text(bob, buf.getvalue())
+    texts = {text for text, _ in scans}
+    for expected in ("Prefers window seats", "vim", "message number 2",
+                     "message number 0, grown", "a scanned message"):
+        assert sum(expected == t for t in texts) >= 1, (expected, texts)
+    # The import screens every record again, for bob.
+    assert sum(t == "Prefers window seats" for t, _ in scans) >= 2
+    assert not [t for t, held in scans if held], scans
+
+
 @pytest.mark.parametrize("pattern", [r"(\w+\s?)+$", r"(x{1,3})+y", r"((a+){2})+"])
 def test_nested_repetition_is_refused_and_linear_patterns_are_not(pattern: str) -> None:
     from memvault.errors import ConfigError

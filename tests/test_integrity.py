@@ -23,7 +23,7 @@ from memvault.ops import verify as verify_ops
 from memvault.storage import fsio
 from memvault.storage.audit import AuditLog
 from memvault.storage.userstore import UserStore
-from memvault.vault.vault import Vault
+from memvault.vault.vault import Transaction, Vault
 from tests.conftest import mem, one_error_line, open_as
 
 # --- helpers ------------------------------------------------------------------------------
@@ -477,3 +477,91 @@ def test_a_write_sweeps_temp_files_from_every_folder(vault: Vault, vault_dir: Pa
     remember.add(fresh(), "third", "fact")
     assert keep.exists()
     os.unlink(keep)
+
+
+# --- 4. an interrupted `forget --now` still retires the old key ---------------------------
+
+
+def _ids(v: Vault) -> set[str]:
+    doc = _export(v)
+    return {r["memory_id"] for c in doc["categories"].values() for r in c["records"]}
+
+
+def _kill_forget_now_at(point: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def die(*_: Any, **__: Any) -> Any:
+        raise Killed(point)
+
+    if point == "before-rekey":  # the record is gone from the files, the key not changed
+        monkeypatch.setattr(keys, "reencrypt", die)
+    elif point == "mid-reseal":  # a new key, some files still under the old one
+        original, calls = UserStore.rewrite_lines, [0]
+
+        def rewrite(self: UserStore, rel: str, records: list[Any]) -> Any:
+            calls[0] += 1
+            if calls[0] == 3:  # forget's own rewrite, one re-encrypted file, then the kill
+                die()
+            return original(self, rel, records)
+
+        monkeypatch.setattr(UserStore, "rewrite_lines", rewrite)
+    elif point == "before-retire":  # everything re-encrypted, the old key still there
+        monkeypatch.setattr(Transaction, "retire_unused_keys", die)
+
+
+@pytest.mark.parametrize(("point", "finisher"), [
+    ("before-rekey", "forget-again"), ("mid-reseal", "forget-again"),
+    ("before-retire", "forget-again"), ("mid-reseal", "add")])
+def test_an_interrupted_forget_now_retires_the_old_key_on_the_next_run(
+        script_runner: ScriptRunner, vault: Vault, vault_dir: Path,
+        monkeypatch: pytest.MonkeyPatch, point: str, finisher: str) -> None:
+    populate(vault)
+    for session in ("s2", "s3"):
+        ingest.add_messages(fresh(), session, [NewMessage(f"{session} note", "user", "m1")])
+    target = remember.add(fresh(), "the locker code is 4471", "message",
+                          session="s1").record.memory_id
+    root = user_dir(vault_dir)
+    before = _ids(fresh())
+    backup = files_of(root)  # a backup taken before the forget
+    old_epochs = {int(Path(rel).stem) for rel in backup if rel.startswith("keys/")}
+    with monkeypatch.context() as patch:
+        _kill_forget_now_at(point, patch)
+        with pytest.raises(Killed):
+            forget.forget(fresh(), forget.select(fresh(), [target]), now=True)
+    assert old_epochs & set(fresh().store.deks_on_disk())  # the kill left an old key
+    report = mem_json(script_runner, "verify")
+    assert any("interrupted forget --now" in p["problem"] for p in report["problems"])
+
+    if finisher == "forget-again":  # what it named is gone: nothing matches, exit 66
+        assert mem(script_runner, "forget", target, "--now").returncode == 66
+    else:
+        assert mem(script_runner, "add", "a fact written after the kill").returncode == 0
+    v = fresh()
+    epoch = v.state().key_version
+    # No key a pre-forget backup was sealed under is left, and nothing needs one.
+    assert old_epochs.isdisjoint(v.store.deks_on_disk())
+    assert v.store.keys_in_use(epoch) == {epoch} and v.state().retire_through is None
+    after = _ids(v)
+    assert target not in after and before - {target} <= after
+    assert len(after) == len(before) - 1 + (finisher == "add")
+    doc = mem_json(script_runner, "verify")
+    assert doc["ok"] is True and doc["problems"] == [], doc
+
+
+def test_index_folders_a_killed_rebuild_left_are_reported_repaired_and_swept(
+        script_runner: ScriptRunner, vault: Vault, vault_dir: Path) -> None:
+    """A rebuild killed between its renames leaves `index.new-PID` or `index.old-PID`: the
+    old one holds the terms of what a forget just removed."""
+    populate(vault)
+    root = user_dir(vault_dir)
+    leftovers = ["index.old-4242", "index.new-4243"]
+    for name in leftovers:
+        shutil.copytree(root / "index", root / name)
+    report = mem_json(script_runner, "verify")
+    found = {p["file"].removeprefix("default/alice/"): p for p in report["problems"]}
+    assert report["ok"] is True and all(
+        found[name]["severity"] == "warning" and found[name]["repairable"] for name in leftovers)
+    doc = mem_json(script_runner, "verify", "--repair")
+    assert doc["problems"] == [] and not any((root / n).exists() for n in leftovers), doc
+    # Every write sweeps them too, under the lock every rebuild holds; the index stays.
+    shutil.copytree(root / "index", root / leftovers[0])
+    remember.add(fresh(), "a fact after the leftovers", "fact")
+    assert not (root / leftovers[0]).exists() and (root / "index").is_dir()

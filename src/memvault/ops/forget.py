@@ -31,6 +31,12 @@ def select(vault: Vault, ids: list[str], session: str | None = None,
             raise NotFound(f"no memory with id {ids[0]}")
         return ForgetPlan(())
     state = vault.state()
+    if state.retire_through is not None:
+        # An interrupted `forget --now`: running forget again finishes it (the write
+        # transaction does), even when what it named is gone by now.
+        with vault.transaction():
+            pass
+        state = vault.state()
     filters = Filters(session=session, before=before, tags=[tag] if tag else [],
                       include_archive=True, include_superseded=True, limit=1)
     chosen: list[Record] = []
@@ -111,7 +117,11 @@ def forget(vault: Vault, plan: ForgetPlan, now: bool = False) -> ForgetResult:
         # A transcript's messages and its agent's summaries carry their transcript ids.
         marks = {vault.message_mark(r.session_id, r.message_id) for r in targets
                  if r.type in ("message", "summary") and r.session_id and r.message_id}
-        if marks - tx.state.forgotten:
+        # With `now`, the promise to retire the current key is saved with them: a run
+        # killed before it is kept is finished by the next write.
+        if now:
+            tx.state.retire_through = tx.epoch
+        if marks - tx.state.forgotten or now:
             tx.state.forgotten |= marks
             tx.save_state()
         removed: list[Record] = []

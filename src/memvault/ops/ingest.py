@@ -51,7 +51,7 @@ from memvault.storage.streams import (
     read_file,
     read_lines,
 )
-from memvault.storage.userstore import UserStore
+from memvault.storage.userstore import LineScan, UserStore
 from memvault.vault.vault import Transaction, Vault
 
 if TYPE_CHECKING:
@@ -166,14 +166,16 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
                    fallback_name: str | None = None,
                    prescreen: Callable[[AdmissionPolicy], None] | None = None,
                    store: Store | None = None,
-                   later: list[tuple[str, NewMessage]] | None = None) -> IngestResult:
+                   later: list[tuple[str, NewMessage]] | None = None,
+                   admission: _Admission | None = None) -> IngestResult:
     """Ingest a transcript given whole (one batch) or read as a stream (parse_stream's
     batches: the first names the session, the last has the summaries). Each batch is
     stored as it comes, by add_messages, which stores a message once whatever the batches
     were: a run stopped half-way and run again stores each message once. With `strict`,
     `prescreen` screens the rest of a stream before the first batch is stored. A scan
-    passes `store` (into its own transaction) and `later`, where the summaries wait to be
-    added once that transaction is over."""
+    passes `store` (into its own transaction), `later`, where the summaries wait to be
+    added once that transaction is over, and the `admission` it prepared before taking
+    the lock."""
     transcript = next(batches)
     if session:
         validate_name("session", session)
@@ -182,24 +184,22 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
         raise UsageError("a transcript without a session id needs a session name",
                          field="session")
     session_id = session if session else session_name(chosen)
-    policy = AdmissionPolicy(vault.settings)
+    admission = admission or _Admission(AdmissionPolicy(vault.settings), strict)
+    policy, screened = admission.policy, admission.screened
     if strict:  # refuse before anything is touched, not halfway through the write
         policy.screen([*transcript.messages, *transcript.summaries], strict=True)
         if prescreen is not None:
             prescreen(policy)
-    screened = Screened()
-
-    def admit(batch: list[NewMessage]) -> list[NewMessage]:
-        result = policy.screen(batch, strict)
-        screened.withheld += result.withheld
-        screened.add_counts(result.counts, sorted(result.refusing))
-        return result.kept
-
-    def probe(batch: list[NewMessage]) -> list[NewMessage]:
-        return policy.screen(batch, strict).kept  # what admission would keep; uncounted
+    admit, probe = admission.admit, admission.probe
 
     def put(session: str, messages: list[NewMessage], admit: Admit, probe: Admit) -> Added:
-        return add_messages(vault, session, messages, admit, dry_run, probe)
+        if not dry_run:
+            admission.prepare(vault, session, messages)
+        try:
+            return add_messages(vault, session, messages, admit, dry_run, probe,
+                                admission.seen)
+        finally:
+            admission.clear()
 
     store = store or put
     # Ids first (from what the transcript said), so that messages already stored are
@@ -247,11 +247,97 @@ def _add_summary(vault: Vault, session_id: str, summary: NewMessage) -> None:
 
 Admit = Callable[[list[NewMessage]], list[NewMessage]]
 Store = Callable[[str, list[NewMessage], Admit, Admit], "Added"]
+Seen = Callable[[str], "LineScan | None"]
+
+
+class _Admission:
+    """A transcript's admission, screened before the user's lock is taken.
+
+    The scan for secrets and personal data is the costly part of an ingest, and a
+    redaction rule from the config file may be slow. Screened under the lock, it would
+    keep every other write of the user (a hook, an add) waiting, and time them out (exit
+    75). So `prepare` reads the session file without the lock, works out which messages
+    are new, and screens them; under the lock, `admit` and `probe` take each message's
+    result from there (only a message another writer changed meanwhile is screened
+    then), and the file read before is used again when it has not changed."""
+
+    def __init__(self, policy: AdmissionPolicy, strict: bool) -> None:
+        self.policy, self.strict = policy, strict
+        self.screened = Screened()  # what was withheld and masked, counted once
+        self._results: dict[tuple[str, str | None, tuple[str, ...]], Screened] = {}
+        self._read: tuple[str, Path, tuple[int, int, int], LineScan] | None = None
+
+    def prepare(self, vault: Vault, session: str, messages: list[NewMessage],
+                keep: bool = True) -> None:
+        """Screen the messages not stored yet (as far as a read without the lock can
+        tell); with `keep`, hold on to that read for `seen`."""
+        relpath = session_file(session)
+        try:
+            validate_name("session", session)
+            existing: list[Record] = []
+            if vault.exists():
+                path = vault.layout.path(relpath)
+                before = _identity(path)
+                scan = vault.store.read_scan(relpath)
+                if keep and before is not None and _identity(path) == before:
+                    self._read = (relpath, path, before, scan)
+                existing = scan.records
+            plan = _plan(vault, session, existing, messages, vault.state().forgotten)
+        except MemError:
+            return  # the write itself reads again under the lock and reports it
+        for message in [*plan.fresh, *plan.grown.values()]:
+            self._result(message)
+
+    def seen(self, relpath: str) -> LineScan | None:
+        """The session file as `prepare` read it, if it is unchanged (caller holds the
+        lock: every writer of the file changes its size or replaces it)."""
+        if self._read is None or self._read[0] != relpath:
+            return None
+        _, path, identity, scan = self._read
+        self._read = None  # its records are the transaction's to change now
+        return scan if _identity(path) == identity else None
+
+    def clear(self) -> None:
+        self._results.clear()
+        self._read = None
+
+    def _result(self, message: NewMessage) -> Screened:
+        key = (message.content, message.name, tuple(message.tags))
+        result = self._results.get(key)
+        if result is None:
+            result = self._results[key] = self.policy.screen([message], self.strict)
+        return result
+
+    def _kept(self, batch: list[NewMessage], count: bool) -> list[NewMessage]:
+        kept = []
+        for message in batch:
+            result = self._result(message)
+            if count:
+                self.screened.withheld += result.withheld
+                self.screened.add_counts(result.counts, sorted(result.refusing))
+            if result.kept:
+                admitted = result.kept[0]
+                kept.append(replace(message, content=admitted.content, name=admitted.name))
+        return kept
+
+    def admit(self, batch: list[NewMessage]) -> list[NewMessage]:
+        return self._kept(batch, count=True)
+
+    def probe(self, batch: list[NewMessage]) -> list[NewMessage]:
+        return self._kept(batch, count=False)  # what admission would keep; uncounted
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def add_messages(vault: Vault, session: str, messages: list[NewMessage],
                  admit: Admit | None = None, dry_run: bool = False,
-                 probe: Admit | None = None) -> Added:
+                 probe: Admit | None = None, seen: Seen | None = None) -> Added:
     """Store a transcript's messages in a session: those not stored yet, and those whose
     id is stored with other content (a message the agent was still writing when the
     transcript was read last time: its stored line is replaced).
@@ -270,16 +356,20 @@ def add_messages(vault: Vault, session: str, messages: list[NewMessage],
         fresh = admit(plan.fresh) if admit else plan.fresh
         return Added(0, 0, plan.skipped, fresh)
     with vault.transaction() as tx:
-        return store_messages(tx, session, messages, admit, probe)
+        return store_messages(tx, session, messages, admit, probe, seen)
 
 
 def store_messages(tx: Transaction, session: str, messages: list[NewMessage],
-                   admit: Admit | None = None, probe: Admit | None = None) -> Added:
+                   admit: Admit | None = None, probe: Admit | None = None,
+                   seen: Seen | None = None) -> Added:
     """add_messages inside a transaction the caller holds (a scan stores many sessions
-    in one: one state save and one index commit for all of them)."""
+    in one: one state save and one index commit for all of them). `seen` is the session
+    file as read before the lock: used when the file is still the same."""
     vault = tx.vault
     relpath = session_file(session)
-    scan = tx.store.read_scan(relpath)
+    scan = seen(relpath) if seen else None
+    if scan is None:
+        scan = tx.store.read_scan(relpath)
     existing = scan.records
     plan = _plan(vault, session, existing, messages, tx.state.forgotten,
                  _archived(tx.store, session))
@@ -556,14 +646,26 @@ class _Scan:
         if not batch:
             return
         summaries: list[tuple[str, NewMessage]] = []
+        # Screened before the lock (see _Admission); the files are read again under it.
+        admissions: dict[int, _Admission] = {}
+        for n, item in enumerate(batch):
+            if item.transcript is not None:
+                admission = admissions[n] = _Admission(AdmissionPolicy(vault.settings),
+                                                       strict)
+                chosen = item.transcript.session_id or item.fallback or item.path.stem
+                try:
+                    admission.prepare(vault, session_name(chosen),
+                                      with_ids(vault, item.transcript.messages), keep=False)
+                except MemError as exc:
+                    item.error = exc
         with vault.transaction() as tx:
-            for item in batch:
-                if item.transcript is not None:
+            for n, item in enumerate(batch):
+                if item.transcript is not None and item.error is None:
                     try:
                         self.counted(ingest_batches(
                             vault, iter([item.transcript]), item.path.stem, None, False,
                             strict, item.fallback, store=partial(store_messages, tx),
-                            later=summaries))
+                            later=summaries, admission=admissions[n]))
                     except MemError as exc:
                         item.error = exc
                 if item.error is None or self.failed(item, item.error):

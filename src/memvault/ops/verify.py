@@ -178,6 +178,10 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResul
                              "interrupted rotation)", severity="warning", repairable=True)
         except DataError:
             pass  # unreadable files are already reported above
+    if state is not None and state.retire_through is not None:
+        problems.add(STATE, f"an interrupted forget --now or rotate-key --now: data keys up "
+                     f"to version {state.retire_through} are still to be deleted (the next "
+                     "write finishes it)", severity="warning", repairable=True)
     for leftover in store.stale_temps():
         problems.add(leftover, "temporary file left by an interrupted write",
                      severity="warning", repairable=True)

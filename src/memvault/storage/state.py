@@ -37,6 +37,11 @@ class UserState:
     # Records were forgotten (or the key rotated) since the current key epoch began:
     # the next compaction re-encrypts under a new epoch and deletes the old data key.
     rekey_pending: bool = False
+    # A `forget --now` or `rotate-key --now` under way: every data key up to this epoch
+    # must go. Saved before the first file changes, so that an interrupted run is
+    # finished by the next write instead of leaving the old key (and every old copy of a
+    # forgotten record) readable.
+    retire_through: int | None = None
     format: int = STATE_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)  # keys a newer minor mem added
 
@@ -60,7 +65,7 @@ class UserState:
         """Raises (KeyError, TypeError, ValueError) on a malformed body."""
         known = {"format", "key_version", "frozen", "audit_head", "audit_broken",
                  "forgotten", "scan_marks", "superseded", "counts", "compacting",
-                 "rekey_pending"}
+                 "rekey_pending", "retire_through"}
         counts = body.get("counts") or {}
         superseded = body.get("superseded") or {}
         state = cls(
@@ -80,6 +85,8 @@ class UserState:
             compacting=body.get("compacting") if isinstance(body.get("compacting"), dict)
             else None,
             rekey_pending=bool(body.get("rekey_pending", False)),
+            retire_through=int(body["retire_through"])
+            if body.get("retire_through") is not None else None,
             extra={k: v for k, v in body.items() if k not in known},
         )
         return state
@@ -99,6 +106,8 @@ class UserState:
             doc["compacting"] = self.compacting
         if self.rekey_pending:
             doc["rekey_pending"] = True
+        if self.retire_through is not None:
+            doc["retire_through"] = self.retire_through
         if self.counted:
             doc["superseded"] = {k: {"by": v.by, **({"archived": True} if v.archived else {})}
                                  for k, v in sorted(self.superseded.items())}

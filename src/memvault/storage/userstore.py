@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,14 +83,29 @@ class UserStore:
                 or bool(self.layout.written()))
 
     def stale_temps(self) -> list[str]:
-        """Temp files a killed writer left in the user's folders, as relative paths."""
+        """Temp files a killed writer left in the user's folders, and the index folders
+        a killed rebuild left beside the index (`index.new-*`, `index.old-*`: they may
+        hold a forgotten record's terms), as relative paths."""
         return [p.relative_to(self.layout.dir).as_posix()
-                for p in fsio.stale_temps(*self.layout.temp_dirs())]
+                for p in [*fsio.stale_temps(*self.layout.temp_dirs()), *self._stale_indexes()]]
 
     def remove_stale_temps(self) -> list[str]:
-        """Remove them (the caller holds the user's lock, which every writer takes)."""
-        return [p.relative_to(self.layout.dir).as_posix()
-                for p in fsio.remove_stale_temps(*self.layout.temp_dirs())]
+        """Remove them (the caller holds the user's lock, which every writer takes, and
+        under which every index rebuild runs)."""
+        removed = fsio.remove_stale_temps(*self.layout.temp_dirs())
+        for leftover in self._stale_indexes():
+            shutil.rmtree(leftover, ignore_errors=True)
+            if not leftover.exists():
+                removed.append(leftover)
+        return [p.relative_to(self.layout.dir).as_posix() for p in removed]
+
+    def _stale_indexes(self) -> list[Path]:
+        name = self.layout.index_dir.name
+        try:
+            return sorted(p for p in self.layout.dir.iterdir() if p.is_dir() and (
+                p.name.startswith(f"{name}.new-") or p.name.startswith(f"{name}.old-")))
+        except OSError:
+            return []
 
     def _name(self, relpath: str) -> str:
         return self.layout.name(relpath)
@@ -189,6 +205,13 @@ class UserStore:
         fsio.remove(self.layout.dek_path(epoch))
         self._deks.pop(epoch, None)
         self._record_keys.pop(epoch, None)
+
+    def keys_in_use(self, current: int) -> set[int]:
+        """The key versions some file is sealed under (read from clear headers)."""
+        used = {current}
+        for relpath in self.layout.content_files():
+            used |= self.key_versions(relpath)
+        return used
 
     def key_versions(self, relpath: str) -> set[int]:
         """The key versions a file's records are sealed under, read from the clear

@@ -21,7 +21,7 @@ from memvault.crypto.keys import MasterKey, index_key
 from memvault.errors import DataError, NotFound, Refused
 from memvault.index.base import DerivedIndex, Entry, IndexUnavailable, file_entries
 from memvault.model.location import Location
-from memvault.model.records import Record, now_iso
+from memvault.model.records import DOC_FILES, Record, now_iso
 from memvault.storage import fsio
 from memvault.storage.audit import AuditLog
 from memvault.storage.layout import VAULT_FILE, UserLayout
@@ -295,6 +295,7 @@ class Vault:
                 archive.recover(tx)
             ok = False
             try:
+                tx.finish_retirement()
                 yield tx
                 ok = True
             finally:
@@ -414,6 +415,59 @@ class Transaction:
         self._stale = False
         self._changing()  # the new epoch's index has no stamp either
         return epoch
+
+    # --- key epochs -------------------------------------------------------------------------
+
+    def reseal(self) -> int:
+        """Re-encrypt under the current epoch every file that holds a record sealed under
+        another (read from the clear headers); how many files were rewritten."""
+        store, epoch, count = self.store, self.epoch, 0
+        for home in DOC_FILES:
+            if store.layout.path(home).exists() and store.key_versions(home) != {epoch}:
+                doc = store.read_doc(home)
+                if doc is not None:
+                    for r in doc.get("records", []):
+                        r["key_version"] = epoch
+                    self.write_doc(home, doc)
+                    count += 1
+        for archived in (False, True):
+            for relpath in store.layout.line_files(archived=archived):
+                if store.key_versions(relpath) - {epoch}:
+                    records = store.read_lines(relpath)
+                    for r in records:
+                        r.key_version = epoch
+                    self.rewrite(relpath, records)
+                    count += 1
+        return count
+
+    def retire_unused_keys(self) -> list[int]:
+        """Delete the wrapped data keys no file is sealed under any more."""
+        used = self.store.keys_in_use(self.epoch)
+        retired = [e for e in self.store.deks_on_disk() if e not in used]
+        for epoch in retired:
+            self.store.remove_dek(epoch)
+        if retired:
+            self.audit("key.retire", key_versions=retired)
+        return retired
+
+    def finish_retirement(self) -> None:
+        """Finish what an interrupted `forget --now` or `rotate-key --now` began: a new
+        epoch if it was not made yet, every file under it, the older keys deleted. Until
+        then the old key still opens every copy of a forgotten record (a backup). A
+        damaged file stops it; it is tried again by the next write, and verify says so."""
+        through = self.state.retire_through
+        if through is None:
+            return
+        try:
+            if self.epoch <= through:
+                self.audit("key.rotate", key_version=self.new_epoch())
+            self.reseal()
+            self.rebuild_indexes()  # also drops what a killed forget left in the index
+            self.retire_unused_keys()
+        except DataError:
+            return
+        self.state.retire_through = None
+        self.save_state()
 
     def audit(self, op: str, ids: list[str] | None = None, hashes: list[str] | None = None,
               durable: bool = True, **detail: Any) -> str:

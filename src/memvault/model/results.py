@@ -80,6 +80,7 @@ class SearchHit(Result):
     created_at: str
     session_id: str | None
     message_id: str | None
+    compacted_from: tuple[str, ...] = ()  # a summary's originals (in the archive)
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,7 @@ class ForgetResult(Result):
     files_rewritten: tuple[str, ...]
     audit_id: str
     key_rotated: bool
+    summaries_rebuilt: tuple[str, ...] = ()  # made again from what was not forgotten
 
 
 @dataclass(frozen=True)

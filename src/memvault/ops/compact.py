@@ -304,6 +304,25 @@ def _headed(unit: Unit, summary: str) -> str:
     return f"Summary of {label}, {when} ({unit.messages} messages). {summary.strip()}"
 
 
+def remade_summary(tx: Transaction, summary: Record, sources: list[Record]) -> Record:
+    """`summary` made again, by the built-in summariser, from `sources` (some of what it
+    was made from was forgotten): same id and date, new content."""
+    from memvault.index.keyed import STOPWORDS
+
+    sources = sorted(sources, key=lambda r: r.created_at)
+    index = tx.vault.search_index(tx.epoch)
+    lines: dict[str, list[LineHeader]] = {}
+    for r in sources:
+        lines.setdefault(r.session_id or "", []).append(
+            LineHeader(r.memory_id, r.created_at, r.key_version, 0, ""))
+    text = _headed(Unit("remade", lines, whole=False),
+                   card(sources, index.analyzer.spans, STOPWORDS, index.doc_freqs))
+    return replace(summary, content=text, content_hash=content_hash(text),
+                   compacted_from=[r.memory_id for r in sources], updated_at=now_iso(),
+                   span=[sources[0].created_at, sources[-1].created_at],
+                   key_version=tx.epoch)
+
+
 def _preview(out: Outcome, unit: Unit, summary: str | None) -> CompactPreview:
     return CompactPreview(out.org, out.user, unit.reason, unit.sessions, unit.messages,
                           unit.span, None if summary is None else _headed(unit, summary))

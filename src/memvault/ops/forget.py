@@ -16,7 +16,7 @@ from memvault.model.records import CLAUDE_MD, DOC_FILES, Filters, Record
 from memvault.model.results import ForgetPlan, ForgetResult
 from memvault.ops import keys
 from memvault.storage.state import UserState
-from memvault.vault.vault import Vault
+from memvault.vault.vault import Transaction, Vault
 
 
 def select(vault: Vault, ids: list[str], session: str | None = None,
@@ -49,6 +49,12 @@ def select(vault: Vault, ids: list[str], session: str | None = None,
         chosen = [r for r in (found[i] for i in dict.fromkeys(ids)) if filters.matches(r)]
     if query is not None:
         chosen = _holding_words(vault, state, query, chosen if ids else None, filters)
+        # A summary holds the words because a record it was made from does: it is made
+        # again without that record (forget()), not forgotten with everything else it
+        # says. Named by id, it goes.
+        named, found = set(ids), {r.memory_id for r in chosen}
+        chosen = [r for r in chosen if r.memory_id in named or r.type != "summary"
+                  or not set(r.compacted_from) & found]
     elif not ids:
         chosen = _matching(vault, state, filters)
     return ForgetPlan(tuple(chosen + _derived(vault, {r.memory_id for r in chosen})))
@@ -95,15 +101,40 @@ def _holding_words(vault: Vault, state: UserState, query: str, chosen: list[Reco
 
 
 def _derived(vault: Vault, gone: set[str]) -> list[Record]:
-    """Summaries compacted from a forgotten record hold its content too, and so do
-    summaries compacted from those. Summaries live in CLAUDE.md."""
-    summaries = [r for r in vault.store.doc_records(CLAUDE_MD) if r.compacted_from]
+    """What compaction made from forgotten records and holds nothing else: a summary
+    whose every source is forgotten (then summaries made from those), and a fact a
+    summariser drew from them (it cannot be told which message it came from). A summary
+    with sources left is rebuilt from those instead (`_rebuilt`)."""
+    made = [r for home in DOC_FILES for r in vault.store.doc_records(home)
+            if r.compacted_from]
     derived: list[Record] = []
-    while more := [r for r in summaries if r.memory_id not in gone and
-                   set(r.compacted_from) & gone]:
+    while more := [r for r in made if r.memory_id not in gone and (
+            set(r.compacted_from) <= gone if r.type == "summary"
+            else bool(set(r.compacted_from) & gone))]:
         derived += more
         gone.update(r.memory_id for r in more)
     return derived
+
+
+def _rebuilt(tx: Transaction, gone: set[str]) -> dict[str, Record]:
+    """Summaries that were made partly from forgotten records, made again (with the
+    built-in summariser) from the records left: the forgotten content leaves the summary
+    too. Read before anything changes; a summary whose sources cannot all be read is
+    forgotten instead (absent from the result, and added to `gone`)."""
+    from memvault.ops.compact import remade_summary
+
+    out: dict[str, Record] = {}
+    for summary in tx.store.doc_records(CLAUDE_MD):
+        left = [i for i in summary.compacted_from if i not in gone]
+        if summary.type != "summary" or summary.memory_id in gone or \
+                len(left) == len(summary.compacted_from):
+            continue
+        sources = tx.fetch(left)
+        if len(sources) != len(left):
+            gone.add(summary.memory_id)
+            continue
+        out[summary.memory_id] = remade_summary(tx, summary, [sources[i] for i in left])
+    return out
 
 
 def forget(vault: Vault, plan: ForgetPlan, now: bool = False) -> ForgetResult:
@@ -124,14 +155,15 @@ def forget(vault: Vault, plan: ForgetPlan, now: bool = False) -> ForgetResult:
         if marks - tx.state.forgotten or now:
             tx.state.forgotten |= marks
             tx.save_state()
+        remade = _rebuilt(tx, gone)
         removed: list[Record] = []
         for home in DOC_FILES:
             doc = tx.store.read_doc(home)
             if doc is None:
                 continue
             records = [Record.from_stored(r) for r in doc.get("records", [])]
-            kept = [r for r in records if r.memory_id not in gone]
-            if len(kept) != len(records):
+            kept = [remade.get(r.memory_id, r) for r in records if r.memory_id not in gone]
+            if len(kept) != len(records) or any(r.memory_id in remade for r in records):
                 removed += [r for r in records if r.memory_id in gone]
                 for r in kept:
                     r.key_version = tx.epoch
@@ -154,13 +186,18 @@ def forget(vault: Vault, plan: ForgetPlan, now: bool = False) -> ForgetResult:
         for old, link in list(tx.state.superseded.items()):
             if old in gone or link.by in gone:  # gone, or current again
                 del tx.state.superseded[old]
+        if removed and not now:
+            # Old copies (backups, snapshots) stay decryptable until the key epoch
+            # changes: the next compaction re-encrypts and deletes the old key.
+            tx.state.rekey_pending = True
         tx.touch()
         audit_id = tx.audit("forget", sorted(gone),
                             [tx.hash_of(r.content_hash) for r in targets],
-                            files=len(rewritten))
+                            files=len(rewritten), summaries_rebuilt=sorted(remade))
         # Deleted Tantivy documents keep their terms until a merge: rebuild instead,
         # deriving again only the files just rewritten.
         tx.rebuild_indexes(changed=set(rewritten))
         if now:
             keys.reencrypt(tx)
-    return ForgetResult(len(gone), tuple(sorted(gone)), tuple(rewritten), audit_id, now)
+    return ForgetResult(len(gone), tuple(sorted(gone)), tuple(rewritten), audit_id, now,
+                        tuple(sorted(remade)))

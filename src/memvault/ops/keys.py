@@ -30,6 +30,10 @@ def reencrypt(tx: Transaction, rewrite: bool = True) -> RotateResult:
     retired = tx.retire_unused_keys()
     if rewrite:
         tx.state.retire_through = None
+        tx.state.rekey_pending = False  # nothing forgotten can be decrypted any more
+        tx.touch()
+    else:
+        tx.state.rekey_pending = True  # the next compaction re-encrypts
         tx.touch()
     return RotateResult(epoch, rewritten, tuple(retired))
 

@@ -58,7 +58,7 @@ def search(vault: Vault, text: str, filters: Filters) -> SearchResult:
         memory_id=r.memory_id, category=r.category, type=r.type, content=r.content,
         snippet=snippet(analyzer, r.content, stems), score=round(hit.score, 4),
         tags=tuple(r.tags), created_at=r.created_at, session_id=r.session_id,
-        message_id=r.message_id,
+        message_id=r.message_id, compacted_from=tuple(r.compacted_from),
     ) for hit, r in pairs)
     vault.audit_read("search", [r.memory_id for r in results], results=len(results))
     elapsed = (time.perf_counter() - started) * 1000

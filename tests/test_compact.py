@@ -1,0 +1,454 @@
+"""Compaction (SPEC §9): summaries with lineage, originals archived, safe against failing
+summarisers, concurrent writers and kills, idempotent, and erasure that reaches old keys."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from conftest import mem, one_error_line, open_as
+from memvault.config import CompactionConfig, resolve
+from memvault.errors import EX_CONFIG, EX_TEMPFAIL
+from memvault.model.location import session_file
+from memvault.model.records import Filters, NewMessage
+from memvault.ops import compact, forget, ingest, recall, remember, verify
+from memvault.storage import fsio
+from memvault.vault.vault import Vault
+
+CFG = CompactionConfig()
+
+
+def ago(days: float = 0, minutes: float = 0) -> str:
+    t = datetime.now(UTC) - timedelta(days=days, minutes=minutes)
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def messages(n: int, days_ago: float = 1, word: str = "topic") -> list[NewMessage]:
+    return [NewMessage(f"message {i} about {word} number w{i}x",
+                       "user" if i % 2 == 0 else "assistant", f"m{i}",
+                       ago(days_ago, minutes=n - i)) for i in range(n)]
+
+
+def every(v: Vault) -> list:
+    return recall.list_records(v, Filters(limit=100_000, include_archive=True,
+                                          include_superseded=True)).records
+
+
+def summaries(v: Vault) -> list:
+    return [r for r in every(v) if r.type == "summary"]
+
+
+def assert_verified(v: Vault) -> None:
+    report = verify.verify(v)
+    assert report.ok, report.to_dict()["problems"]
+
+
+def script(tmp_path: Path, name: str, body: str) -> str:
+    """A real executable the summariser runs (no mock of subprocess)."""
+    path = tmp_path / name
+    path.write_text("#!" + sys.executable + "\n" + textwrap.dedent(body))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+# --- the long-session trigger, lineage, idempotence -------------------------------------
+
+
+def test_a_long_session_keeps_its_last_20_raw_and_one_summary_with_lineage(vault):
+    ingest.add_messages(vault, "s1", messages(300, word="pgbouncer"))
+    out = compact.compact_user(vault, CFG)
+    assert (out.sessions_compacted, out.summaries_added, out.archived) == (1, 1, 280)
+
+    live = [r for r in every(vault) if r.type == "message" and not r.archived]
+    assert sorted(r.message_id for r in live) == sorted(f"m{i}" for i in range(280, 300))
+    archived = [r for r in every(vault) if r.archived]
+    assert len(archived) == 280
+    (summary,) = summaries(vault)
+    assert sorted(summary.compacted_from) == sorted(r.memory_id for r in archived)
+    assert summary.session_id == "s1"
+    first, last = min(r.created_at for r in archived), max(r.created_at for r in archived)
+    assert summary.span == [first, last]
+    assert summary.created_at == last  # dated at the end of its span, not at compaction
+    assert "pgbouncer" in summary.content
+    assert_verified(vault)
+
+    again = compact.compact_user(vault, CFG)
+    assert (again.summaries_added, again.archived) == (0, 0)
+    assert len(every(vault)) == 301
+
+
+def test_reingesting_a_compacted_transcript_adds_nothing(vault):
+    batch = messages(250)
+    ingest.add_messages(vault, "s1", batch)
+    compact.compact_user(vault, CFG)
+    added = ingest.add_messages(vault, "s1", batch)
+    assert (added.added, added.skipped) == (0, 250)
+    assert len([r for r in every(vault) if r.type == "message"]) == 250
+
+
+def test_archived_records_are_out_of_search_unless_asked_and_summaries_show_lineage(
+        vault, script_runner):
+    ingest.add_messages(vault, "s1", messages(250, word="zanzibarcompact"))
+    compact.compact_user(vault, CFG)
+    result = mem(script_runner, "search", "zanzibarcompact", "--limit", "50", "--json")
+    hits = json.loads(result.stdout)["results"]
+    assert {h["type"] for h in hits} == {"message", "summary"}
+    assert len([h for h in hits if h["type"] == "message"]) == 20  # the raw ones only
+    (summary,) = [h for h in hits if h["type"] == "summary"]
+    assert len(summary["compacted_from"]) == 230
+    wide = mem(script_runner, "search", "zanzibarcompact", "--include-archive", "--limit",
+               "500", "--json")
+    assert len(json.loads(wide.stdout)["results"]) == 251
+
+
+def test_the_brief_shows_the_summary_after_facts(vault):
+    remember.add(vault, "Works on the billing service", "fact")
+    ingest.add_messages(vault, "s1", messages(250, word="invoices"))
+    compact.compact_user(vault, CFG)
+    from memvault.ops import brief
+
+    text = brief.build(vault, 50, 8000).brief
+    assert text.index("billing service") < text.index("Recent session summaries")
+    assert "invoices" in text[text.index("Recent session summaries"):]
+
+
+# --- the other triggers -------------------------------------------------------------------
+
+
+def test_an_old_unread_session_is_compacted_whole_and_a_recently_read_one_is_not(vault):
+    ingest.add_messages(vault, "old", messages(30, days_ago=200, word="ancient"))
+    ingest.add_messages(vault, "read", messages(30, days_ago=200, word="consulted"))
+    ingest.add_messages(vault, "new", messages(30, days_ago=2, word="fresh"))
+    recall.search(vault, "consulted", Filters())  # a read the audit log keeps
+    out = compact.compact_user(vault, CFG)
+    assert out.archived == 30
+    (summary,) = summaries(vault)
+    assert summary.session_id == "old"
+    assert not (vault.layout.dir / "sessions" / "old.jsonl").exists()
+
+
+def test_over_the_token_budget_the_oldest_sessions_go_first(vault):
+    for n in range(5):
+        ingest.add_messages(vault, f"s{n}", messages(40, days_ago=10 - n, word=f"w{n}"))
+    cfg = CompactionConfig(max_active_tokens=1000, compact_fraction=0.5)
+    out = compact.compact_user(vault, cfg)
+    compacted = sorted(s.session_id for s in summaries(vault))
+    assert compacted == ["s0", "s1", "s2"]  # 3 of 5 equal sessions reach half
+    assert out.sessions_compacted == 3
+
+
+def test_short_sessions_of_one_week_share_one_summary(vault):
+    monday = datetime(2026, 3, 2, 9, tzinfo=UTC)
+    for n in range(3):
+        when = (monday + timedelta(days=n)).isoformat().replace("+00:00", "Z")
+        ingest.add_messages(vault, f"short{n}", [NewMessage(f"quick question {n}", "user",
+                                                             "q", when)])
+    out = compact.compact_user(vault, CFG)
+    (summary,) = summaries(vault)
+    assert summary.session_id is None and "week-2026-W10" in summary.tags
+    assert len(summary.compacted_from) == 3 and out.sessions_compacted == 3
+
+
+def test_exact_duplicates_keep_the_most_recent(vault):
+    remember.add(vault, "Uses uv for Python", "fact")
+    ingest.add_messages(vault, "copy-a", messages(5, days_ago=3))
+    ingest.add_messages(vault, "copy-b", messages(5, days_ago=1))
+    # The same fact a second time, as an import or an external summariser could write it.
+    with vault.transaction() as tx:
+        doc = tx.store.read_doc("CLAUDE.md")
+        dup = dict(doc["records"][0], memory_id="01900000-0000-7000-8000-000000000001",
+                   created_at=ago(0))
+        doc["records"].append(dup)
+        tx.write_doc("CLAUDE.md", doc)
+        tx.state.count("fact", +1)
+        tx.touch()
+        tx.rebuild_indexes()
+    out = compact.compact_user(vault, CFG)
+    assert out.deduplicated == 2
+    facts = [r for r in every(vault) if r.type == "fact"]
+    assert [f.memory_id for f in facts] == ["01900000-0000-7000-8000-000000000001"]
+    sessions = {r.session_id for r in every(vault) if r.type == "message"}
+    assert sessions == {"copy-b"}
+    assert_verified(vault)
+
+
+def test_a_frozen_user_is_not_compacted(vault, script_runner):
+    ingest.add_messages(vault, "s1", messages(250))
+    assert mem(script_runner, "freeze").returncode == 0
+    result = mem(script_runner, "compact", "--json")
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["archived"] == 0
+    assert len([r for r in every(vault) if r.archived]) == 0
+
+
+# --- external summarisers -----------------------------------------------------------------
+
+
+def test_an_external_summary_and_facts_are_stored_redacted_once(vault, tmp_path):
+    remember.add(vault, "Prefers tabs over spaces", "preference")
+    cmd = script(tmp_path, "llm", """
+        import json, sys
+        text = sys.stdin.read()
+        assert "message 0 about" in text  # the prompt, then the session
+        print(json.dumps({"summary": "Planned the rollout; mail ops@example.com",
+                          "facts": [{"type": "fact", "content": "Runs Postgres 16"},
+                                    {"type": "preference", "content": "Prefers tabs over spaces"},
+                                    {"type": "instruction", "content": "Always run the tests"},
+                                    {"type": "fact", "content": "key AKIAIOSFODNN7EXAMPLE"}]}))
+    """)
+    ingest.add_messages(vault, "s1", messages(250))
+    out = compact.compact_user(vault, CompactionConfig(summarizer=cmd))
+    assert (out.summaries_added, out.facts_added) == (1, 2)
+    (summary,) = summaries(vault)
+    assert "<REDACTED:EMAIL>" in summary.content and "ops@example.com" not in summary.content
+    records = {r.content: r for r in every(vault)}
+    assert records["Runs Postgres 16"].compacted_from == summary.compacted_from
+    assert records["Always run the tests"].behavioral
+    assert not any("AKIA" in c for c in records)  # a secret is never stored
+    assert [c for c in records if c == "Prefers tabs over spaces"] == ["Prefers tabs over spaces"]
+    assert_verified(vault)
+
+
+@pytest.mark.parametrize("body,why", [
+    ("import sys; sys.exit(3)", "status 3"),
+    ("import time; time.sleep(30)", "did not finish"),
+    ("print('')", "printed nothing"),
+    ("print('the deploy key is AKIAIOSFODNN7EXAMPLE')", "holds a secret"),
+])
+def test_a_failing_hanging_empty_or_refused_summariser_changes_nothing(vault, tmp_path,
+                                                                      body, why):
+    ingest.add_messages(vault, "s1", messages(250))
+    before = sorted((p.name, p.read_bytes()) for p in (vault.layout.dir / "sessions").iterdir())
+    cmd = script(tmp_path, "bad", body)
+    out = compact.compact_user(vault, CompactionConfig(summarizer=cmd, summarizer_timeout=1))
+    assert out.summaries_added == 0
+    (problem,) = out.problems
+    assert problem.problem == "summarizer" and problem.exit_code == EX_TEMPFAIL
+    assert why in problem.message, problem.message
+    after = sorted((p.name, p.read_bytes()) for p in (vault.layout.dir / "sessions").iterdir())
+    assert after == before
+    assert not summaries(vault) and not (vault.layout.dir / "archive" / "s1.jsonl").exists()
+
+
+def test_a_unit_whose_session_changes_while_summarising_is_left_for_the_next_run(
+        vault, tmp_path):
+    ingest.add_messages(vault, "s1", messages(250, days_ago=300))
+    flag = tmp_path / "wrote"
+    vault_dir, config = str(vault.settings.vault), os.environ["MEM_CONFIG_DIR"]
+    # The summariser adds a message to the session it summarises, as a hook would.
+    cmd = script(tmp_path, "busy", f"""
+        import os, subprocess, sys
+        sys.stdin.read()
+        if not os.path.exists({str(flag)!r}):
+            open({str(flag)!r}, "w").close()
+            env = dict(os.environ, MEM_VAULT={vault_dir!r}, MEM_CONFIG_DIR={config!r},
+                       MEM_USER="alice")
+            subprocess.run([{sys.executable!r}, "-m", "memvault", "add", "late turn",
+                            "--type", "message", "--session", "s1"], env=env, check=True)
+        print("a summary")
+    """)
+    cfg = CompactionConfig(summarizer=cmd)
+    out = compact.compact_user(vault, cfg)
+    assert [p.problem for p in out.problems] == ["changed"] and out.archived == 0
+    assert len([r for r in every(vault) if r.type == "message"]) == 251
+    again = compact.compact_user(vault, cfg)  # no longer old, but long: 20 stay raw
+    assert again.archived == 231 and len(summaries(vault)) == 1
+    assert_verified(vault)
+
+
+def test_the_cli_reports_in_json_and_a_bad_config_is_exit_78(vault, script_runner,
+                                                             config_dir):
+    ingest.add_messages(vault, "s1", messages(250))
+    dry = mem(script_runner, "compact", "--dry-run", "--json")
+    doc = json.loads(dry.stdout)
+    assert doc["dry_run"] and doc["archived"] == 230 and doc["previews"][0]["summary"]
+    assert not summaries(vault)
+    done = json.loads(mem(script_runner, "compact", "--json").stdout)
+    assert {k: done[k] for k in ("users", "sessions_compacted", "summaries_added",
+                                 "archived", "deduplicated")} == {
+        "users": 1, "sessions_compacted": 1, "summaries_added": 1, "archived": 230,
+        "deduplicated": 0}
+    config_dir.mkdir(exist_ok=True)
+    (config_dir / "config.yaml").write_text("compaction:\n  session_keep_raw: 500\n")
+    bad = mem(script_runner, "compact")
+    assert bad.returncode == EX_CONFIG
+    assert "session_keep_raw" in one_error_line(bad.stderr)
+    (config_dir / "config.yaml").write_text("compaction:\n  max_tokens: 5\n")
+    assert mem(script_runner, "compact").returncode == EX_CONFIG
+
+
+# --- forget after compaction, and erasure that reaches the old key ------------------------
+
+
+def test_forget_after_compaction_rebuilds_the_summary_without_the_content(vault):
+    batch = messages(250)
+    batch[3] = NewMessage("my cat zanzibarsecret hides", "user", "m3", batch[3].created_at)
+    ingest.add_messages(vault, "s1", batch)
+    compact.compact_user(vault, CFG)
+    (summary,) = summaries(vault)
+    assert "zanzibarsecret" in summary.content
+    plan = forget.select(vault, [], query="zanzibarsecret")
+    assert [r.message_id for r in plan.targets] == ["m3"]
+    result = forget.forget(vault, plan)
+    assert result.summaries_rebuilt == (summary.memory_id,)
+    (remade,) = summaries(vault)
+    assert remade.memory_id == summary.memory_id and "zanzibarsecret" not in remade.content
+    assert len(remade.compacted_from) == 229
+    assert recall.search(vault, "zanzibarsecret", Filters(include_archive=True)).results == ()
+    assert_verified(vault)
+
+
+def test_forgetting_a_whole_compacted_session_takes_its_summary(vault):
+    ingest.add_messages(vault, "s1", messages(250))
+    compact.compact_user(vault, CFG)
+    forget.forget(vault, forget.select(vault, [], session="s1"))
+    assert every(vault) == ()
+    assert_verified(vault)
+
+
+def test_compaction_after_a_forget_moves_to_a_new_key_and_deletes_the_old(vault):
+    ingest.add_messages(vault, "s1", messages(10))
+    remember.add(vault, "Temporary fact zanzibarold", "fact")
+    forget.forget(vault, forget.select(vault, [], query="zanzibarold"))
+    assert vault.state().rekey_pending
+    out = compact.compact_user(vault, CFG)
+    assert out.rekeyed == 1
+    v = open_as("alice")
+    assert v.state().key_version == 2 and not v.state().rekey_pending
+    assert v.store.deks_on_disk() == [2]
+    assert len(every(v)) == 10
+    assert compact.compact_user(v, CFG).rekeyed == 0
+    assert_verified(v)
+
+
+# --- a kill at any instant -----------------------------------------------------------------
+
+CHILD_KILL = """
+import os, signal, sys
+from memvault.config import CompactionConfig, resolve
+from memvault.ops import compact
+from memvault.storage import fsio
+from memvault.vault.vault import Vault
+
+limit, calls = int(sys.argv[1]), [0]
+def killing(real):
+    def wrapper(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == limit:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+    return wrapper
+for name in ("atomic_write", "append_line", "remove", "truncate_to"):
+    setattr(fsio, name, killing(getattr(fsio, name)))
+compact.compact_user(Vault(resolve()), CompactionConfig())
+"""
+
+
+@pytest.mark.slow
+def test_a_kill_at_any_write_leaves_originals_or_summary_never_both_or_neither(vault):
+    ingest.add_messages(vault, "s1", messages(250, word="durable"))
+    ids = {r.memory_id for r in every(vault)}
+    snapshot = {p: p.read_bytes() for p in vault.layout.dir.rglob("*") if p.is_file()}
+    kills = 0
+    for n in range(1, 60):
+        result = subprocess.run([sys.executable, "-c", CHILD_KILL, str(n)],
+                                capture_output=True, text=True, timeout=60)
+        v = open_as("alice")
+        records = every(v)
+        messages_seen = [r.memory_id for r in records if r.type == "message"]
+        assert sorted(messages_seen) == sorted(ids), n  # each original exactly once
+        found = [r for r in records if r.type == "summary"]
+        live = [r for r in records if r.type == "message" and not r.archived]
+        if found:
+            assert len(found) == 1 and len(live) == 20, n
+            assert set(found[0].compacted_from) == {r.memory_id for r in records
+                                                   if r.archived}, n
+        else:
+            assert len(live) == 250 and not any(r.archived for r in records), n
+        report = verify.verify(v)
+        assert report.ok, (n, report.to_dict()["problems"])
+        compact.compact_user(v, CFG)  # the re-run completes
+        assert len(summaries(v)) == 1 and len(every(v)) == 251
+        if result.returncode != -signal.SIGKILL:
+            break
+        kills += 1
+        for path in list(v.layout.dir.rglob("*")):  # back to the start for the next N
+            if path.is_file() and path not in snapshot:
+                path.unlink()
+        for path, data in snapshot.items():
+            fsio.atomic_write(path, data)
+    assert kills >= 5  # the run was cut at every write it makes, then ran whole
+
+
+# --- many users -----------------------------------------------------------------------------
+
+
+def fill_users(names: list[str]) -> None:
+    for name in names:
+        ingest.add_messages(open_as(name), "s1", messages(250))
+
+
+def test_all_users_with_jobs_and_shards_compacts_each_once(vault, script_runner):
+    names = ["alice", "bob", "carol", "dave"]
+    fill_users(names)
+    shards = [json.loads(mem(script_runner, "compact", "--all-users", "--shard",
+                             f"{k}/2", "--jobs", "2", "--json").stdout) for k in (0, 1)]
+    assert sum(s["users"] for s in shards) == 4
+    assert sum(s["sessions_compacted"] for s in shards) == 4
+    again = json.loads(mem(script_runner, "compact", "--all-users", "--json").stdout)
+    assert (again["users"], again["sessions_compacted"]) == (4, 0)
+    for name in names:
+        assert len(summaries(open_as(name))) == 1
+
+
+def test_a_busy_user_is_skipped_reported_and_exit_75(vault, script_runner, config_dir):
+    fill_users(["alice", "bob"])
+    config_dir.mkdir(exist_ok=True)
+    (config_dir / "config.yaml").write_text("compaction:\n  lock_wait: 0.2\n")
+    bob = open_as("bob")
+    with fsio.locked(bob.layout.lock_path, 1, "bob"):
+        result = mem(script_runner, "compact", "--all-users", "--json")
+    assert result.returncode == EX_TEMPFAIL
+    doc = json.loads(result.stdout)
+    assert doc["skipped_busy"] == 1 and doc["sessions_compacted"] == 1
+    assert [(p["user"], p["problem"]) for p in doc["problems"]] == [("bob", "busy")]
+    assert compact.compact_user(open_as("bob"), CFG).archived == 230
+
+
+def test_shards_are_stable_and_cover_every_user_once():
+    users = [("org", f"u{i}") for i in range(200)]
+    parts = [{u for u in users if compact.shard_of(*u, 3) == k} for k in range(3)]
+    assert set().union(*parts) == set(users)
+    assert sum(len(p) for p in parts) == 200 and all(30 < len(p) < 110 for p in parts)
+    assert compact.shard_of("org", "u7", 3) == compact.shard_of("org", "u7", 3)
+
+
+def test_no_plaintext_of_a_summary_under_the_vault(vault):
+    ingest.add_messages(vault, "s1", messages(250, word="zanzibarplain"))
+    compact.compact_user(vault, CFG)
+    for path in vault.settings.vault.rglob("*"):
+        if path.is_file():
+            assert b"zanzibarplain" not in path.read_bytes(), path
+    index = vault.search_index(vault.state().key_version)
+    assert index.searcher().doc_freq("body", "zanzibarplain") == 0
+
+
+def test_resolve_fills_every_compaction_default(monkeypatch):
+    cfg = resolve().compaction
+    assert (cfg.max_active_tokens, cfg.compact_fraction, cfg.session_max_messages,
+            cfg.session_keep_raw, cfg.archive_after_days) == (150000, 0.7, 200, 20, 90)
+    monkeypatch.setenv("MEM_SUMMARIZER", "llm -m haiku")
+    assert resolve().compaction.summarizer == "llm -m haiku"
+
+
+def test_session_file_paths_are_the_archive_pair():
+    assert session_file("s", archived=True) == "archive/s.jsonl"

@@ -52,9 +52,9 @@ def select(vault: Vault, ids: list[str], session: str | None = None,
         # A summary holds the words because a record it was made from does: it is made
         # again without that record (forget()), not forgotten with everything else it
         # says. Named by id, it goes.
-        named, found = set(ids), {r.memory_id for r in chosen}
+        named, holding = set(ids), {r.memory_id for r in chosen}
         chosen = [r for r in chosen if r.memory_id in named or r.type != "summary"
-                  or not set(r.compacted_from) & found]
+                  or not set(r.compacted_from) & holding]
     elif not ids:
         chosen = _matching(vault, state, filters)
     return ForgetPlan(tuple(chosen + _derived(vault, {r.memory_id for r in chosen})))

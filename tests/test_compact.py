@@ -218,6 +218,37 @@ def test_an_external_summary_and_facts_are_stored_redacted_once(vault, tmp_path)
     assert_verified(vault)
 
 
+RECIPES = [  # docs/compaction.md
+    "claude --bare -p --model haiku --no-session-persistence",
+    "codex exec --ephemeral -",
+    "llm -n -m gpt-4o-mini",
+    "ollama run llama3.2",
+]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_the_documented_recipes_get_the_prompt_and_session_on_stdin(vault, tmp_path,
+                                                                   monkeypatch, recipe):
+    """A stand-in of the same name checks the command line and the stdin/stdout contract
+    the tool documents (the real tools need accounts and network)."""
+    name, *args = recipe.split()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script(bin_dir, name, f"""
+        import sys
+        assert sys.argv[1:] == {args!r}, sys.argv
+        text = sys.stdin.read()
+        assert text.startswith("You are summarising a past conversation"), text[:80]
+        assert "message 229 about recipe" in text  # the last one summarised
+        print("Discussed the recipe work items")
+    """)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    ingest.add_messages(vault, "s1", messages(250, word="recipe"))
+    out = compact.compact_user(vault, CompactionConfig(summarizer=recipe))
+    assert out.summaries_added == 1, out.problems
+    assert "Discussed the recipe work items" in summaries(vault)[0].content
+
+
 @pytest.mark.parametrize("body,why", [
     ("import sys; sys.exit(3)", "status 3"),
     ("import time; time.sleep(30)", "did not finish"),

@@ -117,6 +117,13 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResul
         return VerifyResult(True, 0, 0, (), repaired)
     files = records = 0
     try:
+        # A compaction step a kill left half done is finished (or undone) first, as by
+        # every read: verify checks the vault as every other command will see it.
+        if store.load_state().compacting is not None:
+            vault.state()
+    except DataError:
+        pass  # reported below
+    try:
         state: UserState | None = store.load_state()
     except StateMissing as exc:  # lost, not new: rebuilt from the files by repair
         problems.add(STATE, exc.message.removesuffix(", and nothing was read or written"),

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from common import BENCH_DATA, BIN, report
-from locomo import Conversation, load
+from locomo import load
 
 KEEP_RAW = 3
 PAPER = {"R@5": 72.1, "R@10": 84.7}
@@ -197,12 +197,13 @@ from memvault.ops.ingest import add_messages
 from memvault.vault.vault import Vault
 users, sessions, per, days = (int(a) for a in sys.argv[1:5])
 start = datetime.now(UTC) - timedelta(days=days)
+topics = ["billing", "deploy", "schema", "cache"]
 for u in range(users):
     v = Vault(resolve(user=f"u{u:05d}"))
     for s in range(sessions):
         t0 = start + timedelta(hours=s)
         add_messages(v, f"s{s:04d}", [NewMessage(
-            f"session {s} turn {i}: we discussed the {['billing', 'deploy', 'schema', 'cache'][i % 4]} "
+            f"session {s} turn {i}: we discussed the {topics[i % 4]} "
             f"work item {s * per + i} and agreed on the next step for ticket T{i}",
             "user" if i % 2 == 0 else "assistant", f"m{i}",
             (t0 + timedelta(seconds=i)).isoformat().replace("+00:00", "Z")) for i in range(per)])

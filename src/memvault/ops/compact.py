@@ -30,7 +30,9 @@ from memvault.errors import EX_DATAERR, EX_FAILURE, EX_TEMPFAIL, Busy, MemError
 from memvault.index.base import file_entries
 from memvault.model.location import Location, session_file
 from memvault.model.records import (
+    CLAUDE_MD,
     DOC_FILES,
+    PREFERENCES,
     TYPE_HOME,
     Record,
     clean_tags,
@@ -59,6 +61,10 @@ READ_OPS = frozenset({"search", "show", "brief"})  # audit entries that name wha
 LINE_OVERHEAD = 330  # bytes of a stored message's fields beside its content
 BYTES_PER_TOKEN = 4
 SUMMARY_TAG = "compacted"
+# One apply (one lock hold) moves at most this much: a hook waiting on the lock waits
+# for a fraction of a second, never for a whole night's compaction.
+BATCH_MESSAGES = 5_000
+BATCH_UNITS = 100
 
 
 def tokens(header: LineHeader) -> int:
@@ -237,6 +243,7 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
     if the_plan.duplicate_sessions:
         out.deduplicated += (len(the_plan.duplicate_sessions) if dry_run else
                              _drop_sessions(vault, the_plan.duplicate_sessions))
+    batch: list[Summarised] = []
     for unit in the_plan.units:
         records = _read(vault, unit)
         if records is None:
@@ -258,16 +265,12 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
             out.problem("summarizer", f"{', '.join(unit.sessions)}: {exc.message}",
                         EX_TEMPFAIL)
             continue
-        facts = _admitted_facts(policy, digest.facts)
-        applied = _apply(vault, unit, summary_text, facts)
-        if applied is None:
-            out.problem("changed", f"{', '.join(unit.sessions)} changed during "
-                        "summarising; left for the next run", 0)
-            continue
-        out.sessions_compacted += len(unit.sessions)
-        out.summaries_added += 1
-        out.archived += unit.messages
-        out.facts_added += applied
+        batch.append(Summarised(unit, summary_text, _admitted_facts(policy, digest.facts)))
+        if sum(b.unit.messages for b in batch) >= BATCH_MESSAGES or len(batch) >= BATCH_UNITS:
+            _apply(vault, batch, out)
+            batch = []
+    if batch:
+        _apply(vault, batch, out)
     if not dry_run:
         out.deduplicated += _dedupe_docs(vault)
         if vault.state().rekey_pending:
@@ -366,69 +369,90 @@ def _unchanged(tx: Transaction, unit: Unit) -> bool:
     return True
 
 
-def _apply(vault: Vault, unit: Unit, summary_text: str, facts: list[Fact]) -> int | None:
-    """Write the summary, archive the originals, add the facts: under the lock, only if
-    the inputs are unchanged. Returns the facts added (None: skipped, inputs changed)."""
-    start, end = unit.span
-    ids = [h.memory_id for v in unit.lines.values() for h in v]
+@dataclass
+class Summarised:
+    unit: Unit
+    summary: str
+    facts: list[Fact]
+
+
+def _apply(vault: Vault, batch: list[Summarised], out: Outcome) -> None:
+    """Under the lock, for the units whose inputs are unchanged: write their summaries
+    (and facts), archive their originals, in one journalled step. The lock is held for
+    one batch (at most BATCH_MESSAGES messages moved), never while summarising."""
     with vault.transaction() as tx:
-        if not _unchanged(tx, unit):
-            return None
-        week = [] if len(unit.sessions) == 1 else \
-            [f"week-{parse_time(end).isocalendar()[0]}-W{parse_time(end).isocalendar()[1]:02d}"]
-        summary = Record(
-            memory_id=uuid7(), org_id=vault.org, user_id=vault.user, type="summary",
-            content=summary_text, content_hash=content_hash(summary_text),
-            category=TYPE_HOME["summary"][1], tags=[SUMMARY_TAG, *week],
-            session_id=unit.sessions[0] if len(unit.sessions) == 1 else None,
-            compacted_from=ids, span=[start, end], created_at=normalise_time(end),
-            updated_at=normalise_time(end), key_version=tx.epoch)
-        moved = archive.move(tx, {s: [h.memory_id for h in v] for s, v in unit.lines.items()},
-                             summary)
-        added = _add_facts(tx, facts, summary)
-        tx.audit("compact", [summary.memory_id], [tx.hash_of(summary.content_hash)],
-                 reason=unit.reason, archived=moved, sessions=len(unit.sessions),
-                 facts=added)
-    return added
+        ready = []
+        for item in batch:
+            if _unchanged(tx, item.unit):
+                ready.append(item)
+            else:
+                out.problem("changed", f"{', '.join(item.unit.sessions)} changed during "
+                            "summarising; left for the next run", 0)
+        if not ready:
+            return
+        summaries = [_summary_record(tx, item) for item in ready]
+        facts = _fact_records(tx, ready, summaries)
+        moves = {s: [h.memory_id for h in v] for item in ready
+                 for s, v in item.unit.lines.items()}
+        in_claude = [f for f in facts if TYPE_HOME[f.type][0] == CLAUDE_MD]
+        moved = archive.move(tx, moves, summaries, in_claude)
+        prefs = [f for f in facts if TYPE_HOME[f.type][0] == PREFERENCES]
+        if prefs:
+            doc = tx.store.read_doc(PREFERENCES) or {"format": 1, "records": []}
+            records = [Record.from_stored(r) for r in doc.get("records", [])]
+            for r in records:
+                r.key_version = tx.epoch
+            doc["records"] = [r.stored() for r in [*records, *prefs]]
+            tx.write_doc(PREFERENCES, doc)
+            tx.index(file_entries(prefs, [Location.doc(PREFERENCES)] * len(prefs)))
+            for r in prefs:
+                tx.state.count(r.type, +1)
+            tx.touch()
+        tx.audit("compact", [r.memory_id for r in summaries],
+                 [tx.hash_of(r.content_hash) for r in summaries], archived=moved,
+                 sessions=len(moves), facts=len(facts))
+    out.sessions_compacted += len(moves)
+    out.summaries_added += len(summaries)
+    out.archived += moved
+    out.facts_added += len(facts)
 
 
-def _add_facts(tx: Transaction, facts: list[Fact], summary: Record) -> int:
-    """Store a summariser's facts in their homes, each once: one that restates a record
-    already there (same type and content) is not stored again."""
-    added = 0
-    for home in DOC_FILES:
-        mine = [f for f in facts if TYPE_HOME[f.type][0] == home]
-        if not mine:
-            continue
-        doc = tx.store.read_doc(home) or {"format": 1, "records": []}
-        records = [Record.from_stored(r) for r in doc.get("records", [])]
-        known = {(r.type, r.content_hash) for r in records}
-        new = []
-        for fact in mine:
+def _summary_record(tx: Transaction, item: Summarised) -> Record:
+    unit = item.unit
+    start, end = unit.span
+    week = [] if len(unit.sessions) == 1 else \
+        ["week-{}-W{:02d}".format(*parse_time(end).isocalendar()[:2])]
+    return Record(
+        memory_id=uuid7(), org_id=tx.vault.org, user_id=tx.vault.user, type="summary",
+        content=item.summary, content_hash=content_hash(item.summary),
+        category=TYPE_HOME["summary"][1], tags=[SUMMARY_TAG, *week],
+        session_id=unit.sessions[0] if len(unit.sessions) == 1 else None,
+        compacted_from=[h.memory_id for v in unit.lines.values() for h in v],
+        span=[start, end], created_at=normalise_time(end), updated_at=normalise_time(end),
+        key_version=tx.epoch)
+
+
+def _fact_records(tx: Transaction, ready: list[Summarised], summaries: list[Record]
+                  ) -> list[Record]:
+    """A summariser's facts as records, each once: one that restates a record already
+    there (same type and content), or another fact of this batch, is not stored."""
+    known = {(r.type, r.content_hash) for home in DOC_FILES
+             for r in tx.store.doc_records(home)}
+    out = []
+    for item, summary in zip(ready, summaries, strict=True):
+        for fact in item.facts:
             digest = content_hash(fact.content)
             if (fact.type, digest) in known:
                 continue
             known.add((fact.type, digest))
-            new.append(Record(
+            out.append(Record(
                 memory_id=uuid7(), org_id=tx.vault.org, user_id=tx.vault.user,
                 type=fact.type, content=fact.content, content_hash=digest,
                 category=TYPE_HOME[fact.type][1], tags=list(fact.tags),
                 session_id=summary.session_id, compacted_from=list(summary.compacted_from),
                 created_at=summary.created_at, updated_at=summary.created_at,
                 key_version=tx.epoch))
-        if not new:
-            continue
-        for r in records:
-            r.key_version = tx.epoch
-        doc["records"] = [r.stored() for r in [*records, *new]]
-        tx.write_doc(home, doc)
-        tx.index(file_entries(new, [Location.doc(home)] * len(new)))
-        for r in new:
-            tx.state.count(r.type, +1)
-        added += len(new)
-    if added:
-        tx.touch()
-    return added
+    return out
 
 
 # --- duplicates ----------------------------------------------------------------------------

@@ -7,9 +7,10 @@ Each change is atomic on its own; the journal in the state (`compacting`) makes 
 one. It is saved first, with the counters as they will be after the move, and names the
 records, the summary and each archive file's size before:
 
-- the summary not in CLAUDE.md: nothing visible changed yet, so the step is undone
+- the summaries not in CLAUDE.md: nothing visible changed yet, so the step is undone
   (each archive file cut back to its old size, the counters put back);
-- the summary in CLAUDE.md (or no summary): the step is finished (what is missing from
+- the summaries in CLAUDE.md (one write adds them all) or none to add: the step is
+  finished (what is missing from
   an archive file is copied from its session file, then the session file is rewritten
   without the moved records; both are idempotent).
 
@@ -31,11 +32,16 @@ from memvault.storage import fsio
 from memvault.vault.vault import Transaction
 
 
-def move(tx: Transaction, moves: Mapping[str, Sequence[str]], summary: Record | None) -> int:
-    """Archive the records named per session (ids of its live file) and append
-    `summary` to CLAUDE.md. Returns the number of records moved."""
-    journal: dict[str, Any] = {"summary": summary.memory_id if summary else None,
-                               "moves": []}
+def move(tx: Transaction, moves: Mapping[str, Sequence[str]], summaries: Sequence[Record],
+         facts: Sequence[Record] = ()) -> int:
+    """Archive the records named per session (ids of its live file) and append the
+    `summaries` (and `facts` that live in CLAUDE.md) to CLAUDE.md, in one write. Returns
+    the number of records moved."""
+    kinds: dict[str, int] = {}
+    for r in facts:
+        kinds[r.type] = kinds.get(r.type, 0) + 1
+    journal: dict[str, Any] = {"summaries": [r.memory_id for r in summaries], "moves": [],
+                               "facts": kinds}
     for session, ids in sorted(moves.items()):
         live = session_file(session)
         wanted = set(ids)
@@ -48,14 +54,15 @@ def move(tx: Transaction, moves: Mapping[str, Sequence[str]], summary: Record | 
     _count(tx, journal, +1)
     tx.state.compacting = journal
     tx.save_state()  # durable before any file changes
-    if summary is not None:
+    added = [*summaries, *facts]
+    if added:
         doc = tx.store.read_doc(CLAUDE_MD) or {"format": 1, "records": []}
         records = [Record.from_stored(r) for r in doc.get("records", [])]
         for r in records:
             r.key_version = tx.epoch  # the document is sealed whole, under one epoch
-        doc["records"] = [r.stored() for r in [*records, summary]]
+        doc["records"] = [r.stored() for r in [*records, *added]]
         tx.write_doc(CLAUDE_MD, doc)
-        tx.index(file_entries([summary], [Location.doc(CLAUDE_MD)]))
+        tx.index(file_entries(added, [Location.doc(CLAUDE_MD)] * len(added)))
     _finish(tx, journal)
     return sum(len(m["ids"]) for m in journal["moves"])
 
@@ -66,9 +73,8 @@ def recover(tx: Transaction) -> str | None:
     journal = tx.state.compacting
     if journal is None:
         return None
-    summary = journal.get("summary")
-    if summary is None or any(r.memory_id == summary
-                              for r in tx.store.doc_records(CLAUDE_MD)):
+    summaries = set(journal.get("summaries") or [])
+    if not summaries or summaries & {r.memory_id for r in tx.store.doc_records(CLAUDE_MD)}:
         _finish(tx, journal)
         tx.save_state()
         tx.rebuild_indexes()
@@ -116,8 +122,10 @@ def _count(tx: Transaction, journal: dict[str, Any], sign: int) -> None:
     moved = sum(len(m["ids"]) for m in journal.get("moves", []))
     tx.state.count("message", -sign * moved)
     tx.state.count("message", sign * moved, archived=True)
-    if journal.get("summary"):
-        tx.state.count("summary", sign)
+    if journal.get("summaries"):
+        tx.state.count("summary", sign * len(journal["summaries"]))
+    for kind, n in (journal.get("facts") or {}).items():
+        tx.state.count(str(kind), sign * int(n))
 
 
 def _size(tx: Transaction, relpath: str) -> int:

@@ -155,18 +155,30 @@ def quality() -> dict[str, object]:
 
 def _session_ranking(env: dict[str, str], user: str, question: str, summaries: bool
                      ) -> list[str]:
-    """Sessions in the order a search finds them (each once)."""
-    args = ["search", question, "--user", user, "--json", "--limit", "50"]
-    if summaries:
-        args += ["--type", "summary"]
-    else:
-        args += ["--type", "message"]
-    out = mem(env, *args)
+    """Sessions in the order `mem search` finds them (each once), through the search
+    operation the CLI runs, in this process (a process per question would time the
+    interpreter's start, not the search)."""
+    from memvault.config import resolve
+    from memvault.model.records import Filters
+    from memvault.ops.recall import search
+    from memvault.vault.vault import Vault
+
+    saved = {k: os.environ.get(k) for k in ("MEM_VAULT", "MEM_CONFIG_DIR")}
+    os.environ.update(MEM_VAULT=env["MEM_VAULT"], MEM_CONFIG_DIR=env["MEM_CONFIG_DIR"])
+    try:
+        vault = Vault(resolve(user=user))
+        kind = "summary" if summaries else "message"
+        hits = search(vault, question, Filters(types=[kind], limit=50)).results
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     order: list[str] = []
-    for hit in json.loads(out)["results"]:
-        session = hit["session_id"]
-        if session and session not in order:
-            order.append(session)
+    for hit in hits:
+        if hit.session_id and hit.session_id not in order:
+            order.append(hit.session_id)
     return order
 
 

@@ -147,7 +147,7 @@ def plan(vault: Vault, cfg: CompactionConfig, now: datetime,
     if cfg.archive_after_days:
         cutoff = now - timedelta(days=cfg.archive_after_days)
         since = cutoff.isoformat(timespec="microseconds").replace("+00:00", "Z")
-        old = [n for n, h in files.items() if n not in taken and h[-1].created_at < since]
+        old = [n for n, h in files.items() if n not in taken and _newest(h) < since]
         if old:
             read = vault.audit.ids_since(since, READ_OPS)
             for name in old:
@@ -161,7 +161,7 @@ def plan(vault: Vault, cfg: CompactionConfig, now: datetime,
     if result.active_tokens > cfg.max_active_tokens:
         target = cfg.compact_fraction * result.active_tokens
         done = sum(tokens(h) for u in taken.values() for v in u.lines.values() for h in v)
-        for name in sorted(files, key=lambda n: (files[n][-1].created_at, n)):
+        for name in sorted(files, key=lambda n: (_newest(files[n]), n)):
             if done >= target:
                 break
             if name not in taken:
@@ -169,6 +169,12 @@ def plan(vault: Vault, cfg: CompactionConfig, now: datetime,
                 done += sum(tokens(h) for h in files[name])
     result.units = _weekly(list(taken.values()), cfg.short_session_messages)
     return result
+
+
+def _newest(headers: list[LineHeader]) -> str:
+    """A session's last activity (lines are in the order they were stored, not
+    necessarily in time order: a transcript may bring older messages later)."""
+    return max(h.created_at for h in headers)
 
 
 def _weekly(units: list[Unit], short: int) -> list[Unit]:
@@ -204,7 +210,7 @@ def _duplicates(vault: Vault, files: dict[str, list[LineHeader]]
         for name in sorted(names):
             records = vault.store.read_lines(session_file(name))
             shape = tuple((r.role or "", r.content_hash) for r in records)
-            shapes.setdefault(shape, []).append((files[name][-1].created_at, name))
+            shapes.setdefault(shape, []).append((_newest(files[name]), name))
         for copies in shapes.values():
             for _, name in sorted(copies)[:-1]:
                 drop[name] = files[name]

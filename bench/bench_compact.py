@@ -43,8 +43,8 @@ QUIET_USERS = int(os.environ.get("MEM_BENCH_QUIET_USERS", "2000"))
 
 def env_for(base: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEM_")}
-    env.update(MEM_VAULT=str(base / "vault"), MEM_CONFIG_DIR=str(base / "config"),
-               MEM_USER="bench", NO_COLOR="1", **extra)
+    env.update({"MEM_VAULT": str(base / "vault"), "MEM_CONFIG_DIR": str(base / "config"),
+                "MEM_USER": "bench", "NO_COLOR": "1", **extra})
     return env
 
 
@@ -273,7 +273,13 @@ def cost() -> dict[str, object]:
 
 
 def main() -> dict[str, object]:
-    doc: dict[str, object] = {}
+    from common import RESULTS
+
+    # A run of one part keeps the other part's last figures.
+    try:
+        doc: dict[str, object] = json.loads((RESULTS / "compact.json").read_text())
+    except (OSError, ValueError):
+        doc = {}
     if os.environ.get("MEM_BENCH_COMPACT_PARTS", "quality,cost") != "cost":
         doc["quality"] = quality()
     if os.environ.get("MEM_BENCH_COMPACT_PARTS", "quality,cost") != "quality":

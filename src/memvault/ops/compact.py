@@ -28,7 +28,7 @@ from memvault.config import CompactionConfig, Settings
 from memvault.crypto.envelope import content_hash
 from memvault.errors import EX_DATAERR, EX_FAILURE, EX_TEMPFAIL, Busy, MemError
 from memvault.index.base import file_entries
-from memvault.model.location import Location, session_file
+from memvault.model.location import Location, session_file, session_of
 from memvault.model.records import (
     CLAUDE_MD,
     DOC_FILES,
@@ -47,7 +47,6 @@ from memvault.ops.admission import AdmissionPolicy
 from memvault.ops.summarize import (
     Digest,
     Fact,
-    SummarizerFailed,
     card,
     is_builtin,
     run_external,
@@ -126,13 +125,14 @@ class Outcome:
 def plan(vault: Vault, cfg: CompactionConfig, now: datetime,
          sessions: Sequence[str] = ()) -> Plan:
     """What to compact for this user, from the clear headers of their session files
-    (nothing decrypted). `sessions`: compact these whole now, whatever the triggers."""
+    (nothing is decrypted but sessions whose shape says they may repeat another).
+    `sessions`: compact these whole now, whatever the triggers."""
     store = vault.store
     files = {}
     for relpath in store.layout.line_files():
-        name = relpath.removeprefix("sessions/").removesuffix(".jsonl")
+        name = session_of(relpath)
         headers = store.line_headers(relpath)
-        if headers:
+        if name is not None and headers:
             files[name] = headers
     result = Plan()
     docs = sum(_size(vault, name) for name in DOC_FILES) // BYTES_PER_TOKEN
@@ -265,7 +265,7 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
         try:
             digest = summarise(vault, unit, records)
             summary_text = policy.admit(_headed(unit, digest.summary), "the summary")
-        except (SummarizerFailed, MemError) as exc:
+        except MemError as exc:  # SummarizerFailed, or admission refused the summary
             if isinstance(exc, Busy):
                 raise
             out.problem("summarizer", f"{', '.join(unit.sessions)}: {exc.message}",
@@ -277,12 +277,14 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
             batch = []
     if batch:
         _apply(vault, batch, out)
-    if not dry_run:
-        out.deduplicated += _dedupe_docs(vault)
-        if vault.state().rekey_pending:
-            with vault.transaction() as tx:
-                keys.reencrypt(tx)
-            out.rekeyed = 1
+    if dry_run:
+        out.rekeyed = int(state.rekey_pending)
+        return out
+    out.deduplicated += _dedupe_docs(vault)
+    if vault.state().rekey_pending:
+        with vault.transaction() as tx:
+            keys.reencrypt(tx)
+        out.rekeyed = 1
     return out
 
 
@@ -413,7 +415,7 @@ def _apply(vault: Vault, batch: list[Summarised], out: Outcome) -> None:
             tx.index(file_entries(prefs, [Location.doc(PREFERENCES)] * len(prefs)))
             for r in prefs:
                 tx.state.count(r.type, +1)
-            tx.touch()
+            tx.save_state()  # the counters with the file (verify compares them)
         tx.audit("compact", [r.memory_id for r in summaries],
                  [tx.hash_of(r.content_hash) for r in summaries], archived=moved,
                  sessions=len(moves), facts=len(facts))

@@ -47,8 +47,9 @@ from memvault.storage import fsio
 from memvault.vault.vault import Vault
 from tests.conftest import mem, open_as
 
+# SPEC §6's fields, and a summary's originals (compacted_from: [] for anything else)
 RESULT_FIELDS = {"memory_id", "category", "type", "content", "snippet", "score", "tags",
-                 "created_at", "session_id", "message_id"}
+                 "created_at", "session_id", "message_id", "compacted_from"}
 DOC_FIELDS = {"results", "total_searched", "query_time_ms"}
 TEXT_FIELDS = ("id", "body", "ctx", "type", "category", "tag", "session", "loc")
 HASHED_FIELDS = ("body", "ctx", "tag", "session")

@@ -89,6 +89,9 @@ SETTINGS: tuple[Setting, ...] = (
             "longest memory brief, in characters", 100, 1_000_000),
     Setting("redaction", "", dict, None,
             "redaction rules: disable (rule ids), rules (extra rules), phone_region"),
+    Setting("mcp", "", dict, None,
+            "the MCP server's limits per session: max_stores, max_supersedes, max_deletes, "
+            "max_result_chars"),
     Setting("log_dir", "MEM_LOG_DIR", Path, None, "where hooks log their failures"),
     Setting("actor", "MEM_ACTOR", str, None,
             "who the audit log names (default: the login name; hooks and cron set it)"),
@@ -135,6 +138,12 @@ class Settings:
     @property
     def actor(self) -> str:
         return str(self.values.get("actor") or _login_name())[:64]
+
+    @property
+    def mcp(self) -> dict[str, Any]:
+        """The `mcp:` mapping of the config file (ops/budget.py reads it)."""
+        value = self.values.get("mcp")
+        return value if isinstance(value, dict) else {}
 
     @property
     def redaction(self) -> dict[str, Any]:

@@ -6,7 +6,6 @@ wait for SessionEnd, and PreCompress is advisory. Its timeouts are in millisecon
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
@@ -42,8 +41,7 @@ def settings_path(scope: str, explicit: Path | None = None) -> Path:
     if explicit is not None:
         return explicit
     if scope == "user":
-        home = os.environ.get("GEMINI_CLI_HOME")
-        return (Path(home) if home else Path.home()) / ".gemini" / "settings.json"
+        return Path.home() / ".gemini" / "settings.json"
     if scope == "project":
         return Path.cwd() / ".gemini" / "settings.json"
     raise UsageError(f"unknown scope {scope!r}: use user or project")

@@ -18,7 +18,7 @@ from pytest_console_scripts import ScriptRunner
 
 from memvault.config import resolve
 from memvault.integrations import claude_code, codex, gemini, hookbase
-from memvault.ops import remember
+from memvault.ops import projects, remember
 from memvault.vault.vault import Vault
 from tests.conftest import mem
 
@@ -306,3 +306,68 @@ def test_the_plugin_directory_is_valid() -> None:
     assert meta["name"] == "memory" and len(meta["description"]) <= 1024
     for words in ("memory_store", "preference", "correction", "not", "suggestion"):
         assert words in body
+
+
+# --- the project a session works in ---------------------------------------------------------
+
+
+def test_project_ids_are_keyed_and_follow_the_git_work_tree(vault: Vault, tmp_path: Path
+                                                            ) -> None:
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "a" / "b").mkdir(parents=True)
+    tag = projects.project_tag(vault, repo / "a" / "b")
+    assert tag == projects.project_tag(vault, repo) and tag.startswith("project:")
+    assert "repo" not in tag and len(tag) == len("project:") + 16
+    assert tag != projects.project_tag(vault, tmp_path)
+    other = Vault(resolve(user="bob"))  # another user: another id for the same folder
+    assert projects.project_tag(other, repo) != tag
+
+
+def test_hooks_tag_the_session_and_brief_its_project_first(
+        vault: Vault, spawned: list[list[str]], tmp_path: Path) -> None:
+    alpha, beta = tmp_path / "alpha", tmp_path / "beta"
+    alpha.mkdir()
+    beta.mkdir()
+    remember.add(vault, "Alpha uses tabs", "preference",
+                 tags=[projects.project_tag(vault, alpha)])
+    remember.add(vault, "Beta uses spaces", "preference",
+                 tags=[projects.project_tag(vault, beta)])
+    for where, first, other in ((alpha, "tabs", "spaces"), (beta, "spaces", "tabs")):
+        out = codex.handle(resolve, json.dumps(codex_payload(
+            "SessionStart", None, cwd=str(where), source="startup")))
+        context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
+        assert context.index(first) < context.index(other)
+    transcript = tmp_path / "t.json"
+    transcript.write_text("{}")
+    gemini.handle(resolve, json.dumps(gemini_payload("SessionEnd", str(transcript),
+                                                     cwd=str(alpha))))
+    (argv,) = spawned
+    assert f"--project={alpha}" in argv and argv[-2:] == ["--", str(transcript)]
+
+
+def test_ingest_project_tags_messages_and_search_prefers_them(
+        script_runner: ScriptRunner, vault: Vault, tmp_path: Path) -> None:
+    alpha, beta = tmp_path / "alpha", tmp_path / "beta"
+    alpha.mkdir()
+    beta.mkdir()
+    for where, sid, word in ((alpha, "s-alpha", "harbour"), (beta, "s-beta", "lighthouse")):
+        lines = [json.dumps({"role": "user", "content": f"the release train leaves the {word}"
+                             f" {n}"}) for n in range(3)]
+        result = mem(script_runner, "ingest", "-", "--format", "jsonl", "--session", sid,
+                     "--project", str(where), stdin="\n".join(lines) + "\n")
+        assert result.returncode == 0, result.stderr
+    listed = json.loads(mem(script_runner, "list", "--session", "s-alpha", "--json").stdout)
+    assert all(projects.project_tag(vault, alpha) in r["tags"] for r in listed["records"])
+    for where, word in ((alpha, "harbour"), (beta, "lighthouse")):
+        doc = json.loads(mem(script_runner, "search", "release train", "--project", "auto",
+                             "-n", "3", "--json", cwd=where).stdout)
+        assert [word in r["content"] for r in doc["results"]] == [True, True, True]
+    remember.add(vault, "Beta ships on Fridays", "fact",
+                 tags=[projects.project_tag(vault, beta)])
+    remember.add(vault, "Alpha ships on Mondays", "fact",
+                 tags=[projects.project_tag(vault, alpha)])
+    for where, first in ((alpha, "Alpha"), (beta, "Beta")):
+        doc = json.loads(mem(script_runner, "brief", "--project", "auto", "--json",
+                             cwd=where).stdout)
+        assert doc["entries"][0]["content"].startswith(first)

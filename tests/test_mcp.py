@@ -30,6 +30,7 @@ from mcp.client import Client  # noqa: E402
 
 from memvault.integrations import mcp_server  # noqa: E402
 from memvault.ops.budget import Limits  # noqa: E402
+from memvault.ops.projects import project_tag  # noqa: E402
 
 MEM = Path(sys.executable).parent / "mem"
 Session = Callable[[str, dict[str, Any]], Awaitable[Any]]
@@ -127,7 +128,9 @@ def test_store_search_get_brief_delete(script_runner: ScriptRunner, vault: Vault
 
         got = ok(await call("memory_get", {"memory_id": stored["memory_id"]}))
         assert got["memory"]["provenance"]["channel"] == "mcp"  # who stored it
-        assert got["memory"]["tags"] == ["python"] and got["warning"] == WARNING
+        # The user's tags, and the keyed id of the project the server was started in.
+        assert got["memory"]["tags"] == ["python", project_tag(vault, Path.cwd())]
+        assert got["warning"] == WARNING
 
         brief = ok(await call("memory_brief", {}))
         assert brief["brief"].startswith("<mem-memory>\nReference data")
@@ -246,6 +249,39 @@ def test_results_stay_under_the_size_cap(vault: Vault) -> None:
         assert len(brief.content[0].text) <= limits.result_chars
 
     drive(vault, script, limits)
+
+
+def test_the_servers_project_comes_first(vault: Vault, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a session stores carries its project; search and the brief put the current
+    project's memories first."""
+    alpha, beta = tmp_path / "alpha", tmp_path / "beta"
+    (alpha / ".git").mkdir(parents=True)
+    (alpha / "src").mkdir()
+    beta.mkdir()
+
+    def store(where: Path, text: str) -> None:
+        monkeypatch.chdir(where)
+
+        async def script(call: Session) -> None:
+            ok(await call("memory_store", {"type": "fact", "content": text}))
+
+        drive(vault, script)
+
+    store(alpha / "src", "The deploy target is the harbour cluster")  # alpha's work tree
+    store(beta, "The deploy target is the lighthouse cluster")
+    store(beta, "Beta deploys on Fridays")
+    for where, first, other in ((alpha, "harbour", "lighthouse"),
+                                (beta, "lighthouse", "harbour")):
+        monkeypatch.chdir(where)
+
+        async def look(call: Session, first: str = first, other: str = other) -> None:
+            found = ok(await call("memory_search", {"query": "deploy target", "limit": 1}))
+            assert first in found["results"][0]["content"]
+            brief = ok(await call("memory_brief", {}))["brief"]
+            assert brief.index(first) < brief.index(other)
+
+        drive(vault, look)
 
 
 # --- over a real stdio pipe ----------------------------------------------------------------

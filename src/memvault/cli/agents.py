@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from memvault.cli import context
-from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt
+from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, ProjectOpt, UserOpt, VaultOpt
 from memvault.cli.output import Output
 from memvault.errors import ConfigError, UsageError
 
@@ -32,21 +32,28 @@ def ingest(
         "--strict", help="Refuse the whole session if any message holds a secret.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")]
     = False,
+    project: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--project", help="Tag the messages with the project the session worked in: auto "
+        "(the current directory's git work tree) or a directory.", show_default=False)]
+    = None,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """Store a transcript's messages: redacted, encrypted, searchable. Idempotent."""
     from memvault.ops import ingest as core
+    from memvault.ops.projects import resolve_project
 
     if format_ not in FORMATS:
         raise UsageError(f"unknown format {format_!r}: choose one of {', '.join(FORMATS)}")
     if (source is None) == (scan is None):
         raise UsageError("give a transcript (or -) or --scan DIR, not both")
     v = context.open_vault(vault, org, user, key_file)
+    tag = resolve_project(v, project)
+    tags = (tag,) if tag else ()
     out = Output(json)
     if scan is not None:
-        if dry_run or session:
-            raise UsageError("--scan takes neither --dry-run nor --session")
+        if dry_run or session or project:
+            raise UsageError("--scan takes neither --dry-run, --session nor --project")
         summary = core.scan_dir(v, scan, format_, strict)
         if not quiet or json:
             out.data(summary, lambda o: o.info(
@@ -63,9 +70,10 @@ def ingest(
     if source == "-":
         # Read as a stream (a Codex rollout of any size, plain or zstd), not whole.
         result = core.ingest_stream(v, sys.stdin.buffer, "stdin", None, format_, session,
-                                    dry_run, strict)
+                                    dry_run, strict, tags=tags)
     else:
-        result = core.ingest_file(v, Path(source), format_, session, dry_run, strict)
+        result = core.ingest_file(v, Path(source), format_, session, dry_run, strict,
+                                  tags=tags)
     if quiet and not json:
         return
 
@@ -93,11 +101,13 @@ def brief(
         help="At most this many entries \\[default: 50].", show_default=False)] = None,
     max_chars: Annotated[Optional[int], typer.Option(  # noqa: UP045
         help="At most this many characters \\[default: 8000].", show_default=False)] = None,
+    project: ProjectOpt = None,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """Print the memory brief an agent receives at session start."""
     from memvault.ops.brief import build
+    from memvault.ops.projects import resolve_project
 
     v = context.open_vault(vault, org, user, key_file)
     entries = max_entries if max_entries is not None else v.settings.values["brief_max_entries"]
@@ -105,7 +115,8 @@ def brief(
     if entries < 1 or chars < 100:
         raise UsageError("--max-entries must be at least 1 and --max-chars at least 100")
     out = Output(json)
-    result = build(v, entries, chars)  # a damaged document fails it (the hook skips it)
+    # A damaged document fails it (the hook skips it).
+    result = build(v, entries, chars, prefer_tag=resolve_project(v, project))
 
     def human(o: Output) -> None:
         if result.brief:

@@ -206,8 +206,10 @@ def handle(agent: Agent, settings_factory: Any, stdin: str | bytes) -> str | Non
         event = shown(str(payload.get("hook_event_name", "unknown")), 40)
         raw_session = payload.get("session_id")
         session = raw_session if isinstance(raw_session, str) and raw_session else None
+        cwd = payload.get("cwd")
+        cwd = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else None
         if event in agent.brief_events:
-            return _session_start(agent, settings, event, session)
+            return _session_start(agent, settings, event, session, cwd)
         if event in agent.ingest_events:
             _spawn_ingest(agent, settings, payload, event, session)
             return None
@@ -224,14 +226,17 @@ def handle(agent: Agent, settings_factory: Any, stdin: str | bytes) -> str | Non
 
 
 def _session_start(agent: Agent, settings: Settings, event: str,
-                   session: str | None) -> str | None:
+                   session: str | None, cwd: str | None) -> str | None:
     from memvault.ops.brief import build
+    from memvault.ops.projects import project_tag
     from memvault.vault.vault import Vault
 
     skipped: list[str] = []
-    brief = build(Vault(settings, actor=actor(agent.name, event)),
-                  settings.values["brief_max_entries"], settings.values["brief_max_chars"],
-                  skipped.append)
+    vault = Vault(settings, actor=actor(agent.name, event))
+    # The session's project first: its git work tree, keyed (never the path).
+    prefer = project_tag(vault, cwd) if cwd else None
+    brief = build(vault, settings.values["brief_max_entries"],
+                  settings.values["brief_max_chars"], skipped.append, prefer)
     for problem in skipped:  # file names, ids and reasons: never content
         log(settings, agent.name, event, f"brief skipped {problem}", session)
     log(settings, agent.name, event, f"brief with {brief.brief_count} entries", session)
@@ -256,6 +261,9 @@ def _spawn_ingest(agent: Agent, settings: Settings, payload: dict[str, Any], eve
             f"--vault={settings.vault}", f"--org={settings.org}", f"--user={settings.user}"]
     if session:
         argv.append(f"--session={session}")
+    cwd = payload.get("cwd")
+    if isinstance(cwd, str) and os.path.isabs(cwd) and os.path.isdir(cwd):
+        argv.append(f"--project={cwd}")  # the ingest tags the messages with its keyed id
     argv += ["--", path]
     env = {**os.environ, "MEM_ACTOR": actor(agent.name, event)}  # the child's audit entries
     fsio.ensure_dir(settings.log_dir)

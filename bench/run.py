@@ -9,7 +9,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-BENCHES = ["startup", "retrieval", "search", "redact", "lifecycle", "ingest", "scan", "scale"]
+BENCHES = ["startup", "retrieval", "search", "redact", "lifecycle", "ingest", "scan", "scale",
+           "agents"]
 
 
 def main(argv: list[str]) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 BENCHES = ["startup", "retrieval", "search", "redact", "lifecycle", "ingest", "scan", "scale",
-           "compact"]
+           "compact", "agents"]
 
 
 def main(argv: list[str]) -> None:

@@ -23,6 +23,7 @@ from pytest_console_scripts import ScriptRunner
 
 from memvault.config import resolve
 from memvault.integrations import claude_code as hooks
+from memvault.integrations import hookbase
 from memvault.ops import remember
 from memvault.ops.brief import build
 from memvault.vault.vault import Vault
@@ -92,7 +93,7 @@ def hook(payload: object, **env: str) -> tuple[subprocess.CompletedProcess[bytes
 
 
 def log_lines(log_dir: Path) -> list[str]:
-    path = log_dir / hooks.LOG_FILE
+    path = log_dir / hookbase.LOG_FILE
     return path.read_text().splitlines() if path.exists() else []
 
 
@@ -160,7 +161,9 @@ def test_session_start_prints_the_brief_as_one_json_document(
     assert out["hookEventName"] == "SessionStart"
     brief = out["additionalContext"]
     assert "Prefers tabs over spaces" in brief and "Works on the billing service" in brief
-    assert brief == build(Vault(resolve()), 50, 8000).brief
+    # Framed as reference data, not instructions.
+    assert brief == hookbase.frame(build(Vault(resolve()), 50, 8000).brief)
+    assert brief.startswith("<mem-memory>\nReference data from mem")
     assert any("SessionStart" in line for line in log_lines(log_dir))
     assert not any("tabs" in line for line in log_lines(log_dir))
 
@@ -195,7 +198,9 @@ def test_session_end_returns_at_once_and_ingests_in_the_background(
     wait_background(tmp_path)
     assert message_count(script_runner, CLAUDE_SID) == first
     lines = log_lines(log_dir)
-    assert sum("SessionEnd: ingest started" in line for line in lines) == 2
+    # time, agent, event, session, outcome
+    assert sum(f"claude-code SessionEnd [{CLAUDE_SID}]: ingest started" in line
+               for line in lines) == 2
     assert not any("regression" in line for line in lines)
     actors = {e.get("actor") for e in mem_json(script_runner, "audit")["entries"]
               if e["op"] == "ingest"}
@@ -361,7 +366,7 @@ def backups(path: Path) -> list[Path]:
 
 def ours(doc: dict[str, Any], event: str) -> list[dict[str, Any]]:
     return [h for g in doc.get("hooks", {}).get(event, []) for h in g.get("hooks", [])
-            if hooks.MARKER in h.get("command", "")]
+            if hooks.ours(h)]
 
 
 def test_install_merges_backs_up_is_idempotent_and_uninstall_restores(
@@ -384,7 +389,9 @@ def test_install_merges_backs_up_is_idempotent_and_uninstall_restores(
     assert doc["hooks"]["PreCompact"][0] == EXISTING["hooks"]["PreCompact"][0]
     for event in ("SessionStart", "SessionEnd", "PreCompact"):
         (entry,) = ours(doc, event)
-        assert entry["type"] == "command" and entry["command"].endswith(" hook claude-code")
+        # Exec form: the program and its arguments, never a shell line.
+        assert entry["type"] == "command" and entry["args"][-2:] == ["hook", "claude-code"]
+        assert Path(entry["command"]).is_absolute()
         assert 0 < entry["timeout"] <= 60
 
     installed = settings.read_bytes()
@@ -447,16 +454,18 @@ def test_install_project_scope_and_the_installed_command_runs(
                  "--json", cwd=project)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    settings = project / ".claude" / "settings.json"
+    # The project's local settings: this machine's path stays out of the committed file.
+    settings = project / ".claude" / "settings.local.json"
     assert Path(doc["settings"]).resolve() == settings.resolve()
+    assert not (project / ".claude" / "settings.json").exists()
     assert doc["backup"] is None  # there was nothing to back up
     assert not (tmp_path / "home" / ".claude").exists()  # the user scope is untouched
 
     mem_json(script_runner, "add", "Answers in Portuguese", "--type", "instruction")
     (entry,) = ours(json.loads(settings.read_text()), "SessionStart")
-    # Claude Code runs the command through a shell, in the project, without mem on PATH.
+    # Claude Code runs the program with its arguments, in the project, without mem on PATH.
     env = {**os.environ, "PATH": "/usr/bin:/bin"}
-    ran = subprocess.run(["/bin/sh", "-c", entry["command"]], cwd=project, env=env,
+    ran = subprocess.run([entry["command"], *entry["args"]], cwd=project, env=env,
                          input=json.dumps({"hook_event_name": "SessionStart",
                                            "source": "startup"}).encode(),
                          capture_output=True, timeout=30, check=False)
@@ -468,7 +477,7 @@ def test_install_project_scope_and_the_installed_command_runs(
 def test_install_never_overwrites_an_earlier_backup(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Install and uninstall within one second must not lose the original file's backup."""
-    monkeypatch.setattr(hooks.time, "strftime", lambda fmt, *a: "20260101120000")
+    monkeypatch.setattr(hookbase.time, "strftime", lambda fmt, *a: "20260101120000")
     settings = tmp_path / "settings.json"
     original = json.dumps(EXISTING).encode()
     settings.write_bytes(original)

@@ -23,6 +23,7 @@ from pytest_console_scripts import ScriptRunner
 
 from memvault.config import resolve
 from memvault.integrations import claude_code as hooks
+from memvault.integrations import hookbase
 from memvault.model.records import CLAUDE_MD
 from memvault.ops import remember
 from memvault.vault.vault import Vault
@@ -52,7 +53,7 @@ def log_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def log_text(log_dir: Path) -> str:
-    path = log_dir / hooks.LOG_FILE
+    path = log_dir / hookbase.LOG_FILE
     return path.read_text() if path.exists() else ""
 
 
@@ -147,7 +148,7 @@ def test_a_transcript_path_that_looks_like_an_option_is_ingested_as_a_path(
 def test_the_background_ingest_argv_ends_options_before_the_path(
         vault: Vault, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[list[str]] = []
-    monkeypatch.setattr(hooks.subprocess, "Popen", lambda argv, **_: started.append(argv))
+    monkeypatch.setattr(hookbase.subprocess, "Popen", lambda argv, **_: started.append(argv))
     path = tmp_path / "-s.jsonl"
     path.write_text("{}\n")
     hooks.handle(resolve, json.dumps({"hook_event_name": "PreCompact", "transcript_path":
@@ -159,9 +160,9 @@ def test_the_background_ingest_argv_ends_options_before_the_path(
 
 def test_a_transcript_larger_than_ingest_reads_is_not_handed_over(
         vault: Vault, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_dir: Path) -> None:
-    monkeypatch.setattr(hooks, "MAX_TRANSCRIPT", 10)
+    monkeypatch.setattr(hookbase, "MAX_TRANSCRIPT", 10)
     started: list[list[str]] = []
-    monkeypatch.setattr(hooks.subprocess, "Popen", lambda argv, **_: started.append(argv))
+    monkeypatch.setattr(hookbase.subprocess, "Popen", lambda argv, **_: started.append(argv))
     path = tmp_path / "big.jsonl"
     path.write_text("x" * 11)
     hooks.handle(resolve, json.dumps({"hook_event_name": "SessionEnd",
@@ -255,7 +256,7 @@ def test_the_hook_reads_at_most_one_byte_past_its_stdin_limit(
     stdin = Endless()
     out = io.StringIO()
     hooks.run(resolve, stdin, out)  # type: ignore[arg-type]
-    assert stdin.given <= hooks.MAX_STDIN + 1
+    assert stdin.given <= hookbase.MAX_STDIN + 1
     assert out.getvalue() == ""
     assert "stdin is larger than 1 MiB" in log_text(log_dir)
 

@@ -91,6 +91,9 @@ SETTINGS: tuple[Setting, ...] = (
             "redaction rules: disable (rule ids), rules (extra rules), phone_region"),
     Setting("compaction", "", dict, None,
             "compaction triggers and summariser (see COMPACTION and docs/compaction.md)"),
+    Setting("mcp", "", dict, None,
+            "the MCP server's limits per session: max_stores, max_supersedes, max_deletes, "
+            "max_result_chars"),
     Setting("log_dir", "MEM_LOG_DIR", Path, None, "where hooks log their failures"),
     Setting("actor", "MEM_ACTOR", str, None,
             "who the audit log names (default: the login name; hooks and cron set it)"),
@@ -214,6 +217,12 @@ class Settings:
     def compaction(self) -> CompactionConfig:
         """The resolved `compaction:` settings (every key present: see resolve())."""
         return CompactionConfig(**self.values["compaction"])
+
+    @property
+    def mcp(self) -> dict[str, Any]:
+        """The `mcp:` mapping of the config file (ops/budget.py reads it)."""
+        value = self.values.get("mcp")
+        return value if isinstance(value, dict) else {}
 
     @property
     def redaction(self) -> dict[str, Any]:

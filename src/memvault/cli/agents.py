@@ -2,14 +2,14 @@
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from memvault.cli import context
-from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt
+from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, ProjectOpt, UserOpt, VaultOpt
 from memvault.cli.output import Output
-from memvault.errors import UsageError
+from memvault.errors import ConfigError, UsageError
 
 FORMATS = ("auto", "claude-code", "codex", "gemini", "jsonl")
 
@@ -32,21 +32,28 @@ def ingest(
         "--strict", help="Refuse the whole session if any message holds a secret.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")]
     = False,
+    project: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--project", help="Tag the messages with the project the session worked in: auto "
+        "(the current directory's git work tree) or a directory.", show_default=False)]
+    = None,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """Store a transcript's messages: redacted, encrypted, searchable. Idempotent."""
     from memvault.ops import ingest as core
+    from memvault.ops.projects import resolve_project
 
     if format_ not in FORMATS:
         raise UsageError(f"unknown format {format_!r}: choose one of {', '.join(FORMATS)}")
     if (source is None) == (scan is None):
         raise UsageError("give a transcript (or -) or --scan DIR, not both")
     v = context.open_vault(vault, org, user, key_file)
+    tag = resolve_project(v, project)
+    tags = (tag,) if tag else ()
     out = Output(json)
     if scan is not None:
-        if dry_run or session:
-            raise UsageError("--scan takes neither --dry-run nor --session")
+        if dry_run or session or project:
+            raise UsageError("--scan takes neither --dry-run, --session nor --project")
         summary = core.scan_dir(v, scan, format_, strict)
         if not quiet or json:
             out.data(summary, lambda o: o.info(
@@ -63,9 +70,10 @@ def ingest(
     if source == "-":
         # Read as a stream (a Codex rollout of any size, plain or zstd), not whole.
         result = core.ingest_stream(v, sys.stdin.buffer, "stdin", None, format_, session,
-                                    dry_run, strict)
+                                    dry_run, strict, tags=tags)
     else:
-        result = core.ingest_file(v, Path(source), format_, session, dry_run, strict)
+        result = core.ingest_file(v, Path(source), format_, session, dry_run, strict,
+                                  tags=tags)
     if quiet and not json:
         return
 
@@ -93,11 +101,13 @@ def brief(
         help="At most this many entries \\[default: 50].", show_default=False)] = None,
     max_chars: Annotated[Optional[int], typer.Option(  # noqa: UP045
         help="At most this many characters \\[default: 8000].", show_default=False)] = None,
+    project: ProjectOpt = None,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """Print the memory brief an agent receives at session start."""
     from memvault.ops.brief import build
+    from memvault.ops.projects import resolve_project
 
     v = context.open_vault(vault, org, user, key_file)
     entries = max_entries if max_entries is not None else v.settings.values["brief_max_entries"]
@@ -105,7 +115,8 @@ def brief(
     if entries < 1 or chars < 100:
         raise UsageError("--max-entries must be at least 1 and --max-chars at least 100")
     out = Output(json)
-    result = build(v, entries, chars)  # a damaged document fails it (the hook skips it)
+    # A damaged document fails it (the hook skips it).
+    result = build(v, entries, chars, prefer_tag=resolve_project(v, project))
 
     def human(o: Output) -> None:
         if result.brief:
@@ -131,45 +142,102 @@ def hook_claude_code(
     run(lambda: context.settings(vault, org, user, key_file))
 
 
+@hook_app.command("codex")
+def hook_codex(
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None,
+) -> None:
+    """Read a Codex CLI hook event on stdin and act on it; never fails the agent."""
+    from memvault.integrations.codex import run
+
+    run(lambda: context.settings(vault, org, user, key_file))
+
+
+@hook_app.command("gemini")
+def hook_gemini(
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None,
+) -> None:
+    """Read a Gemini CLI hook event on stdin and act on it; never fails the agent."""
+    from memvault.integrations.gemini import run
+
+    run(lambda: context.settings(vault, org, user, key_file))
+
+
 hooks_app = typer.Typer(help="Install mem's hooks into an agent's settings.",
                         no_args_is_help=True)
-ScopeOpt = Annotated[str, typer.Option(help="user (~/.claude) or project (./.claude).")]
+AGENTS = ("claude-code", "codex", "gemini")
+AgentArg = Annotated[str, typer.Argument(help="The agent: claude-code, codex or gemini.")]
+ScopeOpt = Annotated[str, typer.Option(
+    help="user (your home) or project (this directory; committed files name `mem` from "
+    "PATH).")]
 SettingsOpt = Annotated[Optional[Path], typer.Option(  # noqa: UP045
-    "--settings", help="A settings.json to edit instead.", show_default=False)]
+    "--settings", help="A hooks settings file to edit instead.", show_default=False)]
+McpOpt = Annotated[bool, typer.Option(
+    "--mcp", help="Register mem's MCP server (`mem mcp`) with the agent too.")]
 
 
 @hooks_app.command("install")
 def hooks_install(
-    agent: Annotated[str, typer.Argument(help="The agent: claude-code.")],
-    scope: ScopeOpt = "user", settings: SettingsOpt = None, json: JsonOpt = False,
+    agent: AgentArg, scope: ScopeOpt = "user", settings: SettingsOpt = None,
+    mcp: McpOpt = False, json: JsonOpt = False,
 ) -> None:
-    """Add mem's SessionStart, SessionEnd and PreCompact hooks (idempotent, with a backup)."""
-    from memvault.integrations.claude_code import install, settings_path
+    """Add mem's session-start and session-end hooks (idempotent, with a backup)."""
+    module = _integration(agent)
+    result = module.install(module.settings_path(scope, settings), scope, mcp)
 
-    _check_agent(agent)
-    result = install(settings_path(scope, settings))
-    Output(json).data(result, lambda o: o.info(
-        f"hooks {'installed' if result.changed else 'already installed'} in "
-        f"{result.settings}" + (f" (backup: {result.backup})" if result.backup else "")))
+    def human(o: Output) -> None:
+        o.info(f"hooks {'installed' if result.changed else 'already installed'} in "
+               f"{result.settings}" + (f" (backup: {result.backup})" if result.backup else ""))
+        server = result.mcp
+        if server is not None:
+            o.info(f"MCP server {'registered' if server.changed else 'already registered'} "
+                   f"in {server.settings}" +
+                   (f" (backup: {server.backup})" if server.backup else ""))
+        elif mcp and "mcp" in result.events:
+            o.info(f"MCP server registered in {result.settings}")
+
+    Output(json).data(result, human)
 
 
 @hooks_app.command("uninstall")
 def hooks_uninstall(
-    agent: Annotated[str, typer.Argument(help="The agent: claude-code.")],
-    scope: ScopeOpt = "user", settings: SettingsOpt = None, json: JsonOpt = False,
+    agent: AgentArg, scope: ScopeOpt = "user", settings: SettingsOpt = None,
+    mcp: McpOpt = False, json: JsonOpt = False,
 ) -> None:
-    """Remove mem's hooks, leaving every other hook as it was."""
-    from memvault.integrations.claude_code import settings_path, uninstall
-
-    _check_agent(agent)
-    result = uninstall(settings_path(scope, settings))
+    """Remove mem's hooks (and with --mcp its server), leaving everything else as it was."""
+    module = _integration(agent)
+    result = module.uninstall(module.settings_path(scope, settings), scope, mcp)
     Output(json).data(result, lambda o: o.info(
         f"hooks {'removed from' if result.changed else 'were not in'} {result.settings}"))
 
 
-def _check_agent(agent: str) -> None:
-    if agent != "claude-code":
-        raise UsageError(f"unknown agent {agent!r}: mem installs hooks for claude-code")
+def _integration(agent: str) -> Any:
+    """The integration module of an agent (imported only when asked for)."""
+    import importlib
+
+    if agent not in AGENTS:
+        raise UsageError(f"unknown agent {agent!r}: mem installs hooks for "
+                         f"{', '.join(AGENTS)}")
+    return importlib.import_module(f"memvault.integrations.{agent.replace('-', '_')}")
+
+
+def mcp(
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None,
+) -> None:
+    """Serve memory tools to an agent over MCP (stdio). Needs `pip install 'memvault[mcp]'`."""
+    import importlib.util
+
+    if importlib.util.find_spec("mcp") is None:
+        raise ConfigError("mem mcp needs the MCP SDK, which is not installed: "
+                          "pip install 'memvault[mcp]' (or pipx inject memvault mcp)")
+    # Opened before serving (and before the SDK's import): no key or a bad config is one
+    # line on stderr and its exit code, not a server that fails every call.
+    opened = context.open_vault(vault, org, user, key_file)
+    from memvault.integrations.mcp_server import serve
+
+    serve(opened)
 
 
 def register(app: typer.Typer) -> None:
@@ -177,3 +245,4 @@ def register(app: typer.Typer) -> None:
     app.command()(brief)
     app.add_typer(hook_app, name="hook")
     app.add_typer(hooks_app, name="hooks")
+    app.command()(mcp)

@@ -14,6 +14,7 @@ from memvault.cli.options import (
     JsonOpt,
     KeyFileOpt,
     OrgOpt,
+    ProjectOpt,
     SessionOpt,
     SupersededOpt,
     TagOpt,
@@ -125,18 +126,21 @@ def search(
     session: SessionOpt = None, after: AfterOpt = None, before: BeforeOpt = None,
     include_archive: ArchiveOpt = False, include_superseded: SupersededOpt = False,
     limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many.")] = 10,
+    project: ProjectOpt = None,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """Search the user's memory, best matches first."""
-    from memvault.ops import recall
+    from memvault.ops import projects, recall
 
     if query == "-":
         query = context.stdin_text("the query")
     filters = context.filters(type_, category, tag, session, after, before,
                               include_archive, include_superseded, limit)
-    result = recall.search(context.open_vault(vault, org, user, key_file), query or "",
-                           filters)
+    v = context.open_vault(vault, org, user, key_file)
+    prefer = projects.resolve_project(v, project) if project else None
+    result = recall.search_preferring(v, query or "", filters, prefer) if prefer else \
+        recall.search(v, query or "", filters)
     doc = result.to_dict()
     out = Output(json)
     if result.no_words:

@@ -61,3 +61,8 @@ ArchiveOpt = Annotated[
 SupersededOpt = Annotated[
     bool, typer.Option("--include-superseded", help="Include superseded entries.")
 ]
+ProjectOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--project", help="Put a project's memories first: auto (the git work tree "
+                 "of the current directory) or a directory.", show_default=False),
+]

@@ -328,6 +328,8 @@ class HookInstallResult(Result):
     changed: bool
     events: tuple[str, ...]
     backup: str | None
+    # With `--mcp`, when the agent keeps its MCP servers in another file: that file's change.
+    mcp: HookInstallResult | None = None
 
 
 @dataclass(frozen=True)

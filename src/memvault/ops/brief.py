@@ -85,13 +85,15 @@ def _section(record: Record) -> str | None:
 
 
 def build(vault: Vault, max_entries: int, max_chars: int,
-          on_skip: Callable[[str], None] | None = None) -> Brief:
+          on_skip: Callable[[str], None] | None = None, prefer_tag: str | None = None
+          ) -> Brief:
     """The brief. One malformed entry is left out and named to `on_skip` (file, id and
     the kind of problem, never content). A document that cannot be read at all (fails
     authentication, is not a file) is an error, as for every other reader, unless there
     is an `on_skip` (the SessionStart hook): then it is left out and named too, and the
     agent still gets everything else. An unreadable state always fails it (its
-    supersede links decide what is current)."""
+    supersede links decide what is current). `prefer_tag` (the current project's keyed
+    id, ops/projects.py) puts the entries that carry it first in each section."""
     now = datetime.now(UTC)
     candidates: dict[str, list[BriefEntry]] = {name: [] for name, _ in SECTIONS}
 
@@ -155,6 +157,8 @@ def build(vault: Vault, max_entries: int, max_chars: int,
         entries.sort(key=lambda e: e.created_at, reverse=True)
         if name != "summaries":
             entries.sort(key=lambda e: -e.importance)
+        if prefer_tag:  # the current project's entries first, each group in that order
+            entries.sort(key=lambda e: prefer_tag not in e.tags)
     eligible = sum(len(v) for v in candidates.values())
 
     lines = ["# What you know about this user", ""]

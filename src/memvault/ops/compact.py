@@ -44,6 +44,7 @@ from memvault.model.records import (
 from memvault.model.results import CompactPreview, CompactProblem, CompactResult
 from memvault.ops import keys
 from memvault.ops.admission import AdmissionPolicy
+from memvault.ops.projects import PREFIX as PROJECT
 from memvault.ops.summarize import (
     Digest,
     Fact,
@@ -271,7 +272,11 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
             out.problem("summarizer", f"{', '.join(unit.sessions)}: {exc.message}",
                         EX_TEMPFAIL)
             continue
-        batch.append(Summarised(unit, summary_text, _admitted_facts(policy, digest.facts)))
+        # The summary keeps the projects its originals were tagged with, so that a
+        # project-aware brief and search still find it first in that project.
+        projects = sorted({t for r in records for t in r.tags if t.startswith(PROJECT)})
+        batch.append(Summarised(unit, summary_text, _admitted_facts(policy, digest.facts),
+                                projects))
         if sum(b.unit.messages for b in batch) >= BATCH_MESSAGES or len(batch) >= BATCH_UNITS:
             _apply(vault, batch, out)
             batch = []
@@ -382,6 +387,7 @@ class Summarised:
     unit: Unit
     summary: str
     facts: list[Fact]
+    projects: list[str] = field(default_factory=list)
 
 
 def _apply(vault: Vault, batch: list[Summarised], out: Outcome) -> None:
@@ -433,7 +439,7 @@ def _summary_record(tx: Transaction, item: Summarised) -> Record:
     return Record(
         memory_id=uuid7(), org_id=tx.vault.org, user_id=tx.vault.user, type="summary",
         content=item.summary, content_hash=content_hash(item.summary),
-        category=TYPE_HOME["summary"][1], tags=[SUMMARY_TAG, *week],
+        category=TYPE_HOME["summary"][1], tags=[SUMMARY_TAG, *week, *item.projects],
         session_id=unit.sessions[0] if len(unit.sessions) == 1 else None,
         compacted_from=[h.memory_id for v in unit.lines.values() for h in v],
         span=[start, end], created_at=normalise_time(end), updated_at=normalise_time(end),

@@ -71,20 +71,20 @@ def session_name(candidate: str) -> str:
 
 def ingest_file(vault: Vault, path: Path, fmt: str = "auto", session: str | None = None,
                 dry_run: bool = False, strict: bool = False,
-                fallback_name: str | None = None) -> IngestResult:
+                fallback_name: str | None = None, tags: tuple[str, ...] = ()) -> IngestResult:
     """Ingest one transcript file, plain or zstd-compressed (rollout-*.jsonl.zst): a Codex
     rollout is read as a stream, of any size; any other transcript whole (at most
     MAX_TRANSCRIPT bytes)."""
     name = Path(path.name.removesuffix(ZSTD_SUFFIX)).stem
     result = _ingest_source(vault, lambda: open_transcript(path), str(path), name, fmt,
-                            session, dry_run, strict, fallback_name, again=True)
+                            session, dry_run, strict, fallback_name, again=True, tags=tags)
     if result.format == "claude-code" and not dry_run:
-        result = _with_subagents(vault, path, result, strict)
+        result = _with_subagents(vault, path, result, strict, tags)
     return result
 
 
 def _with_subagents(vault: Vault, path: Path, result: IngestResult,
-                    strict: bool) -> IngestResult:
+                    strict: bool, tags: tuple[str, ...] = ()) -> IngestResult:
     """Claude Code keeps a session's subagent transcripts beside it, in
     <session>/subagents/agent-*.jsonl: their work is the session's, stored with it (each
     message names its subagent in `channel`). The compaction agent's file, which only
@@ -96,7 +96,7 @@ def _with_subagents(vault: Vault, path: Path, result: IngestResult,
     for agent in sorted(folder.glob("agent-*.jsonl")):
         try:
             sub = ingest_text(vault, read_file(agent), agent.stem, "claude-code",
-                              result.session_id, strict=strict)
+                              result.session_id, strict=strict, tags=tags)
         except NotTranscript:
             continue
         added += sub.messages_added
@@ -106,7 +106,8 @@ def _with_subagents(vault: Vault, path: Path, result: IngestResult,
 
 def ingest_stream(vault: Vault, stream: IO[bytes], where: str = "stdin",
                   name: str | None = None, fmt: str = "auto", session: str | None = None,
-                  dry_run: bool = False, strict: bool = False) -> IngestResult:
+                  dry_run: bool = False, strict: bool = False,
+                  tags: tuple[str, ...] = ()) -> IngestResult:
     """Ingest a transcript read from a stream (stdin), plain or zstd-compressed: a Codex
     rollout as a stream, unless `strict`, which reads it twice (so whole, at most
     MAX_TRANSCRIPT bytes, like any other transcript)."""
@@ -117,13 +118,13 @@ def ingest_stream(vault: Vault, stream: IO[bytes], where: str = "stdin",
         yield read
 
     return _ingest_source(vault, source, where, name, fmt, session, dry_run, strict, None,
-                          again=False)
+                          again=False, tags=tags)
 
 
 def _ingest_source(vault: Vault, open_source: Callable[[], AbstractContextManager[Read]],
                    where: str, name: str | None, fmt: str, session: str | None,
                    dry_run: bool, strict: bool, fallback_name: str | None,
-                   again: bool) -> IngestResult:
+                   again: bool, tags: tuple[str, ...] = ()) -> IngestResult:
     """Read a Codex rollout as a stream, batch by batch; any other transcript whole.
     `open_source` opens the transcript again if `again` (a --strict first pass)."""
     from memvault.text.transcripts import detect_stream, parse_stream
@@ -137,7 +138,7 @@ def _ingest_source(vault: Vault, open_source: Callable[[], AbstractContextManage
                    "only a Codex rollout is read as a stream")
             text = decode(read_all(source.read, where, why), where)
             return ingest_text(vault, text, name, fmt, session, dry_run, strict,
-                               fallback_name)
+                               fallback_name, tags)
 
         def prescreen(policy: AdmissionPolicy) -> None:
             # --strict refuses the transcript before anything is stored: a first reading.
@@ -146,19 +147,20 @@ def _ingest_source(vault: Vault, open_source: Callable[[], AbstractContextManage
                     policy.screen([*batch.messages, *batch.summaries], strict=True)
 
         return ingest_batches(vault, parse_stream(read_lines(source.read)), name, session,
-                              dry_run, strict, fallback_name, prescreen if strict else None)
+                              dry_run, strict, fallback_name, prescreen if strict else None,
+                              tags=tags)
 
 
 def ingest_text(vault: Vault, text: str, name: str | None, fmt: str = "auto",
                 session: str | None = None, dry_run: bool = False, strict: bool = False,
-                fallback_name: str | None = None) -> IngestResult:
+                fallback_name: str | None = None, tags: tuple[str, ...] = ()) -> IngestResult:
     """Ingest one transcript. Its session is `session`, else the transcript's own id,
     else `fallback_name` (a scan passes the path under the scanned folder), else `name`
     (the file's name)."""
     from memvault.text.transcripts import parse
 
     return ingest_batches(vault, iter([parse(text, fmt)]), name, session, dry_run, strict,
-                          fallback_name)
+                          fallback_name, tags=tags)
 
 
 def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None,
@@ -167,7 +169,8 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
                    prescreen: Callable[[AdmissionPolicy], None] | None = None,
                    store: Store | None = None,
                    later: list[tuple[str, NewMessage]] | None = None,
-                   admission: _Admission | None = None) -> IngestResult:
+                   admission: _Admission | None = None,
+                   tags: tuple[str, ...] = ()) -> IngestResult:
     """Ingest a transcript given whole (one batch) or read as a stream (parse_stream's
     batches: the first names the session, the last has the summaries). Each batch is
     stored as it comes, by add_messages, which stores a message once whatever the batches
@@ -175,7 +178,10 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
     `prescreen` screens the rest of a stream before the first batch is stored. A scan
     passes `store` (into its own transaction), `later`, where the summaries wait to be
     added once that transaction is over, and the `admission` it prepared before taking
-    the lock."""
+    the lock. `tags` go on every message and summary stored (the project the session
+    worked in)."""
+    if tags:
+        batches = (_tagged(batch, tags) for batch in batches)
     transcript = next(batches)
     if session:
         validate_name("session", session)
@@ -239,10 +245,19 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
     )
 
 
+def _tagged(batch: Transcript, tags: tuple[str, ...]) -> Transcript:
+    def tag(messages: list[NewMessage]) -> list[NewMessage]:
+        return [replace(m, tags=[*m.tags, *(t for t in tags if t not in m.tags)])
+                for m in messages]
+
+    return replace(batch, messages=tag(batch.messages), summaries=tag(batch.summaries))
+
+
 def _add_summary(vault: Vault, session_id: str, summary: NewMessage) -> None:
     # Dated when the agent wrote it, in the session's past, not at ingest.
     remember.add(vault, _fit(summary.content), "summary", session=session_id,
-                 message_id=summary.message_id, created_at=summary.created_at)
+                 message_id=summary.message_id, created_at=summary.created_at,
+                 tags=summary.tags)
 
 
 Admit = Callable[[list[NewMessage]], list[NewMessage]]

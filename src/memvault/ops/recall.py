@@ -66,6 +66,19 @@ def search(vault: Vault, text: str, filters: Filters) -> SearchResult:
                         no_words=bool(text.strip()) and not stems)
 
 
+def search_preferring(vault: Vault, text: str, filters: Filters, tag: str) -> SearchResult:
+    """`search`, with the records that carry `tag` (the current project) first: the best
+    of them, then the best of the rest, `filters.limit` in all."""
+    from dataclasses import replace
+
+    mine = search(vault, text, replace(filters, tags=[*filters.tags, tag]))
+    rest = search(vault, text, filters)
+    seen = {h.memory_id for h in mine.results}
+    merged = (*mine.results, *(h for h in rest.results if h.memory_id not in seen))
+    return replace(rest, results=merged[: filters.limit],
+                   query_time_ms=round(mine.query_time_ms + rest.query_time_ms, 2))
+
+
 def show(vault: Vault, memory_id: str) -> RecordResult:
     record = vault.fetch([memory_id]).get(memory_id)
     if record is None:

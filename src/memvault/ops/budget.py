@@ -1,0 +1,94 @@
+"""Write limits for one agent session: how much an agent may change on its own.
+
+A model that reads poisoned text (a web page, a file, a tool's output) may be steered
+into storing instructions, replacing good memories or erasing them. An agent's tools
+therefore get a budget per session (the MCP server's `mcp:` settings): at most 20 stores,
+5 supersedes and 5 deletes by default. A user at the keyboard (`mem add`, `mem forget`)
+has none of these limits.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from memvault.config import Settings
+from memvault.errors import ConfigError, Refused
+
+KINDS = ("stores", "supersedes", "deletes")
+
+
+@dataclass(frozen=True)
+class Limits:
+    stores: int = 20
+    supersedes: int = 5
+    deletes: int = 5
+    # The largest tool result, in characters of JSON: well under the 10,000 tokens at
+    # which Claude Code warns, and far from its limit, past which it writes the result
+    # (decrypted memory) to a file.
+    result_chars: int = 8000
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        """The `mcp:` mapping of the config file (ConfigError when malformed)."""
+        doc: dict[str, Any] = settings.mcp
+        where = str(settings.config_path)
+        names = {"max_stores": "stores", "max_supersedes": "supersedes",
+                 "max_deletes": "deletes", "max_result_chars": "result_chars"}
+        unknown = sorted(set(doc) - set(names))
+        if unknown:
+            raise ConfigError(f"unknown mcp setting {unknown[0]!r} in {where}")
+        values: dict[str, int] = {}
+        for key, attr in names.items():
+            if key not in doc:
+                continue
+            value = doc[key]
+            low, high = (1000, 20000) if attr == "result_chars" else (0, 10000)
+            if isinstance(value, bool) or not isinstance(value, int) \
+                    or not low <= value <= high:
+                raise ConfigError(f"invalid value for mcp.{key} in {where}: expected a whole "
+                                  f"number from {low} to {high}")
+            values[attr] = value
+        return cls(**values)
+
+
+class Budget:
+    """What is left of a session's limits. Safe to share between threads: tool calls
+    may run at once."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self._used = dict.fromkeys(KINDS, 0)
+        self._lock = threading.Lock()
+
+    def left(self, kind: str) -> int:
+        with self._lock:
+            return int(getattr(self.limits, kind)) - self._used[kind]
+
+    @contextmanager
+    def spend(self, *kinds: str) -> Iterator[None]:
+        """Take one of each kind for the block; given back when the block fails (nothing
+        was written). Refused (exit 77) when any kind is spent."""
+        with self._lock:
+            for kind in kinds:
+                limit = int(getattr(self.limits, kind))
+                if self._used[kind] >= limit:
+                    raise Refused(
+                        f"refused: this session has used its {limit} {kind}; the limit guards "
+                        "memory against a session steered by what it read. Ask the user to "
+                        "make further changes with the mem command", field=kind)
+            for kind in kinds:
+                self._used[kind] += 1
+        try:
+            yield
+        except BaseException:
+            self.refund(*kinds)
+            raise
+
+    def refund(self, *kinds: str) -> None:
+        with self._lock:
+            for kind in kinds:
+                self._used[kind] = max(0, self._used[kind] - 1)

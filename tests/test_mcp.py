@@ -1,0 +1,347 @@
+"""`mem mcp`: the memory tools driven through the SDK's in-memory client (each tool's happy
+path, refusals, per-session limits, annotations, size caps) and over a real stdio pipe
+(stdout holds only the protocol; a store is visible to `mem search` in another process at
+once). Skipped when the optional extra `memvault[mcp]` is not installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from pytest_console_scripts import ScriptRunner
+
+from memvault.config import resolve
+from memvault.ops import remember
+from memvault.ops.brief import WARNING
+from memvault.vault.vault import Vault
+from tests.conftest import mem, one_error_line
+
+pytest.importorskip("mcp", reason="the optional extra memvault[mcp] is not installed")
+
+from mcp.client import Client  # noqa: E402
+
+from memvault.integrations import mcp_server  # noqa: E402
+from memvault.ops.budget import Limits  # noqa: E402
+from memvault.ops.projects import project_tag  # noqa: E402
+
+MEM = Path(sys.executable).parent / "mem"
+Session = Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+
+def drive(vault: Vault, script: Callable[[Session], Awaitable[None]],
+          limits: Limits | None = None) -> None:
+    """Run `script` against a fresh server session (one budget) for `vault`."""
+    server = mcp_server.build(vault, limits)
+
+    async def main() -> None:
+        async with Client(server) as client:
+            async def call(name: str, args: dict[str, Any]) -> Any:
+                return await client.call_tool(name, args)
+            await script(call)
+
+    anyio.run(main)
+
+
+def ok(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content[0].text
+    doc = result.structured_content
+    assert json.loads(result.content[0].text) == doc  # the text is the same document
+    return dict(doc)
+
+
+def error(result: Any) -> str:
+    assert result.is_error
+    text: str = result.content[0].text
+    assert "Traceback" not in text and "--" not in text  # plain words, no flags
+    return text
+
+
+def test_the_tools_their_schemas_and_annotations(vault: Vault) -> None:
+    server = mcp_server.build(vault)
+
+    async def main() -> list[Any]:
+        async with Client(server) as client:
+            return list((await client.list_tools()).tools)
+
+    tools = {t.name: t for t in anyio.run(main)}
+    assert set(tools) == {"memory_store", "memory_search", "memory_brief", "memory_get",
+                          "memory_delete"}
+    for name, tool in tools.items():
+        props = tool.input_schema.get("properties", {})
+        assert not {"user", "org", "vault"} & set(props), name  # one user, fixed at start
+        assert tool.output_schema and tool.output_schema["type"] == "object", name
+        assert tool.annotations.open_world_hint is False, name
+        assert tool.description
+    for name in ("memory_search", "memory_brief", "memory_get"):
+        assert tools[name].annotations.read_only_hint is True
+    store, delete = tools["memory_store"], tools["memory_delete"]
+    assert store.annotations.read_only_hint is False
+    assert store.annotations.destructive_hint is False
+    assert delete.annotations.destructive_hint is True
+    assert delete.meta == {"anthropic/requiresUserInteraction": True}
+    assert store.input_schema["required"] == ["type", "content"]
+    assert store.input_schema["properties"]["content"]["maxLength"] == \
+        mcp_server.MAX_STORE_CHARS
+    assert "message" not in str(store.input_schema["properties"]["type"])
+    assert tools["memory_search"].input_schema["properties"]["limit"]["maximum"] == \
+        mcp_server.MAX_RESULTS
+
+
+def test_store_search_get_brief_delete(script_runner: ScriptRunner, vault: Vault) -> None:
+    seen: dict[str, Any] = {}
+
+    async def script(call: Session) -> None:
+        stored = ok(await call("memory_store", {
+            "type": "preference", "content": "Prefers uv over pip; write to bob@example.com",
+            "tags": ["python"]}))
+        assert stored["behavioral"] and not stored["deduplicated"]
+        assert stored["masked"] and "bob@example.com" not in stored["content"]
+        assert stored["stores_left"] == 19
+        again = ok(await call("memory_store", {
+            "type": "preference", "content": "Prefers uv over pip; write to bob@example.com"}))
+        assert again["deduplicated"] and again["memory_id"] == stored["memory_id"]
+        assert again["stores_left"] == 19  # nothing written, nothing spent
+        fact = ok(await call("memory_store", {"type": "fact",
+                                              "content": "Works on the billing service"}))
+
+        found = ok(await call("memory_search", {"query": "uv"}))
+        (hit,) = found["results"]
+        assert hit["memory_id"] == stored["memory_id"] and hit["behavioral"]
+        assert hit["provenance"]["origin"] == "stored"
+        assert found["warning"] == WARNING  # travels with behavioral entries
+        plain = ok(await call("memory_search", {"query": "billing"}))
+        assert plain["warning"] is None and plain["results"][0]["memory_id"] == \
+            fact["memory_id"]
+        recent = ok(await call("memory_search", {}))  # empty query: the most recent
+        assert [r["memory_id"] for r in recent["results"]] == [fact["memory_id"],
+                                                               stored["memory_id"]]
+        filtered = ok(await call("memory_search", {"types": ["fact"], "limit": 5}))
+        assert [r["type"] for r in filtered["results"]] == ["fact"]
+
+        got = ok(await call("memory_get", {"memory_id": stored["memory_id"]}))
+        assert got["memory"]["provenance"]["channel"] == "mcp"  # who stored it
+        # The user's tags, and the keyed id of the project the server was started in.
+        assert got["memory"]["tags"] == ["python", project_tag(vault, Path.cwd())]
+        assert got["warning"] == WARNING
+
+        brief = ok(await call("memory_brief", {}))
+        assert brief["brief"].startswith("<mem-memory>\nReference data")
+        assert "Prefers uv over pip" in brief["brief"] and brief["brief_count"] == 2
+
+        newer = ok(await call("memory_store", {"type": "preference",
+                                               "content": "Prefers poetry now",
+                                               "supersedes": stored["memory_id"]}))
+        assert newer["supersedes"] == stored["memory_id"]
+        deleted = ok(await call("memory_delete", {"memory_id": fact["memory_id"]}))
+        assert deleted["memory_ids"] == [fact["memory_id"]] and deleted["deletes_left"] == 4
+        seen["newer"] = newer["memory_id"]
+
+    drive(vault, script)
+    # Another process sees the writes at once.
+    doc = json.loads(mem(script_runner, "search", "poetry", "--json").stdout)
+    assert [r["memory_id"] for r in doc["results"]] == [seen["newer"]]
+    assert json.loads(mem(script_runner, "search", "billing", "--json").stdout)[
+        "results"] == []
+    assert json.loads(mem(script_runner, "search", "uv", "--json").stdout)["results"] == []
+
+
+def test_refusals_in_plain_words_and_nothing_stored(vault: Vault) -> None:
+    async def script(call: Session) -> None:
+        secret = "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+        text = error(await call("memory_store", {"type": "fact", "content": secret}))
+        assert "holds a secret" in text and "wJalrXUt" not in text
+        text = error(await call("memory_store", {"type": "fact", "content": "Hi",
+                                                 "user": "bob"}))
+        assert "takes no argument 'user'" in text
+        text = error(await call("memory_store", {"type": "message", "content": "Hi"}))
+        assert text.startswith("memory_store: invalid arguments (type:")
+        long = "canarywombat " * 400
+        text = error(await call("memory_store", {"type": "fact", "content": long}))
+        assert "at most 4000 characters" in text and "canarywombat" not in text
+        text = error(await call("memory_get", {"memory_id": "0190aaaa-0000-7000-8000-0000"}))
+        assert text == "memory_get: no memory with id 0190aaaa-0000-7000-8000-0000"
+        text = error(await call("memory_delete", {"memory_id": "../../etc/passwd"}))
+        assert "memory_id" in text
+        text = error(await call("memory_search", {"after": "yesterday"}))
+        assert "invalid date or time" in text
+        assert ok(await call("memory_search", {}))["results"] == []
+
+    drive(vault, script)
+    assert not (Path(resolve().vault) / "default" / "bob").exists()
+
+
+def test_a_frozen_user_is_told_why_in_words(script_runner: ScriptRunner, vault: Vault) -> None:
+    remember.add(vault, "Likes green tea", "preference")
+    assert mem(script_runner, "freeze").returncode == 0
+
+    async def script(call: Session) -> None:
+        text = error(await call("memory_store", {"type": "fact", "content": "Hi there"}))
+        assert "frozen" in text and "only they can unfreeze it" in text
+
+    drive(vault, script)
+
+
+def test_per_session_limits_and_their_config(vault: Vault, config_dir: Path) -> None:
+    config_dir.mkdir(parents=True, exist_ok=True)
+    (config_dir / "config.yaml").write_text(
+        "mcp:\n  max_stores: 3\n  max_supersedes: 1\n  max_deletes: 1\n")
+    limits = Limits.from_settings(resolve())
+    assert (limits.stores, limits.supersedes, limits.deletes) == (3, 1, 1)
+    ids: list[str] = []
+
+    async def script(call: Session) -> None:
+        for n in range(3):
+            ids.append(ok(await call("memory_store", {"type": "fact",
+                                                      "content": f"Fact number {n}"}))[
+                "memory_id"])
+        text = error(await call("memory_store", {"type": "fact", "content": "One more"}))
+        assert "used its 3 stores" in text
+        ok(await call("memory_delete", {"memory_id": ids[0]}))
+        assert "used its 1 deletes" in error(
+            await call("memory_delete", {"memory_id": ids[1]}))
+
+    drive(vault, script, limits)
+    stored = [r.content for r in Vault(resolve()).fetch(ids[1:]).values()]
+    assert sorted(stored) == ["Fact number 1", "Fact number 2"]
+
+    async def fresh(call: Session) -> None:  # a new session has a new budget
+        ok(await call("memory_store", {"type": "fact", "content": "Next session"}))
+        text = error(await call("memory_store", {"type": "fact", "content": "Superseding",
+                                                 "supersedes": "0190aaaa-0000-7000-8000-00"}))
+        assert "no memory with id" in text  # refused by the vault: the budget is given back
+        ok(await call("memory_store", {"type": "fact", "content": "Better fact",
+                                       "supersedes": ids[1]}))
+        text = error(await call("memory_store", {"type": "fact", "content": "Best fact",
+                                                 "supersedes": ids[2]}))
+        assert "used its 1 supersedes" in text
+
+    drive(vault, fresh, Limits.from_settings(resolve()))
+    (config_dir / "config.yaml").write_text("mcp:\n  max_stores: -1\n")
+    with pytest.raises(Exception, match="mcp.max_stores"):
+        Limits.from_settings(resolve())
+
+
+def test_results_stay_under_the_size_cap(vault: Vault) -> None:
+    for n in range(8):
+        remember.add(vault, f"Note {n} about the harbour: " + "lighthouse keeper " * 100,
+                     "context")
+    big = remember.add(vault, "Harbour manual " + "x" * 30000, "fact").record
+    limits = Limits()
+
+    async def script(call: Session) -> None:
+        found = await call("memory_search", {"query": "harbour", "limit": 20})
+        doc = ok(found)
+        assert doc["truncated"] and 0 < len(doc["results"]) < 9
+        assert len(found.content[0].text) <= limits.result_chars
+        assert all(len(r["content"]) <= mcp_server.ENTRY_CHARS for r in doc["results"])
+        got = await call("memory_get", {"memory_id": big.memory_id})
+        assert ok(got)["memory"]["truncated"]
+        assert len(got.content[0].text) <= limits.result_chars
+        brief = await call("memory_brief", {})
+        assert len(brief.content[0].text) <= limits.result_chars
+
+    drive(vault, script, limits)
+
+
+def test_the_servers_project_comes_first(vault: Vault, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a session stores carries its project; search and the brief put the current
+    project's memories first."""
+    alpha, beta = tmp_path / "alpha", tmp_path / "beta"
+    (alpha / ".git").mkdir(parents=True)
+    (alpha / "src").mkdir()
+    beta.mkdir()
+
+    def store(where: Path, text: str) -> None:
+        monkeypatch.chdir(where)
+
+        async def script(call: Session) -> None:
+            ok(await call("memory_store", {"type": "fact", "content": text}))
+
+        drive(vault, script)
+
+    store(alpha / "src", "The deploy target is the harbour cluster")  # alpha's work tree
+    store(beta, "The deploy target is the lighthouse cluster")
+    store(beta, "Beta deploys on Fridays")
+    for where, first, other in ((alpha, "harbour", "lighthouse"),
+                                (beta, "lighthouse", "harbour")):
+        monkeypatch.chdir(where)
+
+        async def look(call: Session, first: str = first, other: str = other) -> None:
+            found = ok(await call("memory_search", {"query": "deploy target", "limit": 1}))
+            assert first in found["results"][0]["content"]
+            brief = ok(await call("memory_brief", {}))["brief"]
+            assert brief.index(first) < brief.index(other)
+
+        drive(vault, look)
+
+
+# --- over a real stdio pipe ----------------------------------------------------------------
+
+
+def rpc(method: str, params: dict[str, Any], ident: int | None) -> bytes:
+    doc: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+    if ident is not None:
+        doc["id"] = ident
+    return (json.dumps(doc) + "\n").encode()
+
+
+@pytest.mark.script_launch_mode("subprocess")
+def test_stdio_holds_only_the_protocol_and_a_store_is_searchable_at_once(
+        script_runner: ScriptRunner, vault: Vault, tmp_path: Path) -> None:
+    started = time.perf_counter()
+    proc = subprocess.Popen([str(MEM), "mcp"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "MEM_LOG_DIR": str(tmp_path / "logs")})
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                        "clientInfo": {"name": "test", "version": "1"}}, 1))
+    proc.stdin.flush()
+    first = json.loads(proc.stdout.readline())
+    assert first["id"] == 1 and first["result"]["serverInfo"]["name"] == "mem"
+    assert time.perf_counter() - started < 30
+    proc.stdin.write(rpc("notifications/initialized", {}, None))
+    proc.stdin.write(rpc("tools/call", {"name": "memory_store", "arguments": {
+        "type": "instruction", "content": "Always run the linter before committing"}}, 2))
+    proc.stdin.flush()
+    second = json.loads(proc.stdout.readline())
+    assert second["id"] == 2 and second["result"]["isError"] is False
+    # Visible to another process while the server still runs.
+    doc = json.loads(mem(script_runner, "search", "linter", "--json").stdout)
+    assert [r["memory_id"] for r in doc["results"]] == [
+        second["result"]["structuredContent"]["memory_id"]]
+    proc.stdin.write(rpc("tools/call", {"name": "memory_search",
+                                        "arguments": {"query": "linter"}}, 3))
+    proc.stdin.flush()
+    third = json.loads(proc.stdout.readline())
+    assert third["id"] == 3 and third["result"]["structuredContent"]["warning"]
+    proc.stdin.close()
+    assert proc.stdout.read() == b""  # nothing but the answers, one JSON-RPC line each
+    assert proc.wait(timeout=30) == 0
+    assert all(doc["jsonrpc"] == "2.0" for doc in (first, second, third))
+
+
+def test_mcp_without_a_vault_fails_before_serving(script_runner: ScriptRunner) -> None:
+    result = mem(script_runner, "mcp")
+    assert result.returncode == 66 and result.stdout == ""
+    assert "run `mem init`" in one_error_line(result.stderr)
+
+
+def test_mcp_without_the_sdk_says_how_to_install_it(
+        script_runner: ScriptRunner, vault: Vault, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "mcp" else real(name, *a))
+    result = mem(script_runner, "mcp")
+    assert result.returncode == 78 and result.stdout == ""
+    assert "pip install 'memvault[mcp]'" in one_error_line(result.stderr)

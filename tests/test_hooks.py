@@ -26,6 +26,7 @@ from memvault.integrations import claude_code as hooks
 from memvault.integrations import hookbase
 from memvault.ops import remember
 from memvault.ops.brief import build
+from memvault.storage import fsio
 from memvault.vault.vault import Vault
 from tests.conftest import mem
 
@@ -33,7 +34,6 @@ FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
 MEM = Path(sys.executable).parent / "mem"
 CLAUDE_SID = "5f0c2a8e-3b1d-4c6f-9a7e-2d8b1c4e6f00"
 CANARY = "canaryplatypus"  # in payloads: must never reach the log
-HOOK_BUDGET_S = 1.5
 ENTRY = re.compile(r"^- \[([a-z]+), (now|\d+(?:m|h|d|mo|y))\] (.+)$")
 
 
@@ -184,17 +184,19 @@ def test_session_start_with_nothing_to_brief_prints_nothing(
 def test_session_end_returns_at_once_and_ingests_in_the_background(
         script_runner: ScriptRunner, vault: Vault, tmp_path: Path, transcript: Path,
         log_dir: Path) -> None:
-    result, elapsed = hook(end_payload(transcript))
+    # The user's lock is held while the hook runs, so the ingest it starts cannot finish
+    # before it is released: a hook that returns first did not wait for its ingest (one
+    # that did would wait out the lock timeout, past `hook`'s own time-out).
+    with fsio.locked(vault.layout.lock_path, 5, "the test"):
+        result, _ = hook(end_payload(transcript), MEM_LOCK_TIMEOUT="60")
     assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
-    assert elapsed < HOOK_BUDGET_S, f"SessionEnd took {elapsed:.2f} s"
     poll_search(script_runner, "regression")
     wait_background(tmp_path)
     first = message_count(script_runner, CLAUDE_SID)
     assert first == 13
 
-    again, elapsed = hook(end_payload(transcript))
+    again, _ = hook(end_payload(transcript))
     assert (again.returncode, again.stdout) == (0, b"")
-    assert elapsed < HOOK_BUDGET_S
     wait_background(tmp_path)
     assert message_count(script_runner, CLAUDE_SID) == first
     lines = log_lines(log_dir)
@@ -211,10 +213,9 @@ def test_session_end_returns_at_once_and_ingests_in_the_background(
 def test_pre_compact_prints_nothing_and_ingests(
         script_runner: ScriptRunner, vault: Vault, tmp_path: Path, transcript: Path) -> None:
     grow_transcript(transcript, "Keep the wombatcache flag on")
-    result, elapsed = hook(end_payload(transcript, "PreCompact", trigger="auto",
+    result, _ = hook(end_payload(transcript, "PreCompact", trigger="auto",
                                        custom_instructions=CANARY))
     assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
-    assert elapsed < HOOK_BUDGET_S
     poll_search(script_runner, "wombatcache")
     wait_background(tmp_path)
     assert message_count(script_runner, CLAUDE_SID) == 14
@@ -287,9 +288,8 @@ def test_no_vault_or_no_key_exits_0_and_logs(
     else:
         env = {}
         expected = "no vault"
-    result, elapsed = hook(end_payload(transcript, event), **env)
+    result, _ = hook(end_payload(transcript, event), **env)
     assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
-    assert elapsed < HOOK_BUDGET_S
     wait_background(tmp_path)
     lines = log_lines(log_dir)
     assert any(expected in line for line in lines), lines
@@ -304,9 +304,8 @@ def test_frozen_user_session_end_exits_0_and_logs_the_refusal(
         log_dir: Path) -> None:
     mem_json(script_runner, "add", "Prefers tea", "--type", "preference")
     assert mem(script_runner, "freeze").returncode == 0
-    result, elapsed = hook(end_payload(transcript))
+    result, _ = hook(end_payload(transcript))
     assert (result.returncode, result.stdout) == (0, b"")
-    assert elapsed < HOOK_BUDGET_S
     wait_background(tmp_path)
     assert any("frozen" in line for line in log_lines(log_dir))
     assert message_count(script_runner, CLAUDE_SID) == 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -294,11 +293,8 @@ def test_real_gemini_session() -> None:
 # --- all of them -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path", ALL, ids=[p.name for p in ALL])
-def test_real_files_parse_fast_and_account_for_every_line(path: Path) -> None:
-    text = path.read_text()
-    start = time.perf_counter()
-    t = parse(text)
-    assert time.perf_counter() - start < 1.0
+def test_real_files_account_for_every_line(path: Path) -> None:
+    t = parse(path.read_text())  # its speed is measured in bench/, not here
     assert t.messages and t.skipped == sum(t.ignored.values())
     assert "not json" not in t.ignored and "torn last line" not in t.ignored
     ids = [m.message_id for m in t.messages]

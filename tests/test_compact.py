@@ -485,10 +485,16 @@ def test_no_plaintext_of_a_summary_under_the_vault(vault):
     assert index.searcher().doc_freq("body", "zanzibarplain") == 0
 
 
-def test_resolve_fills_every_compaction_default(monkeypatch):
+def test_resolve_fills_every_compaction_default(monkeypatch, config_dir):
     cfg = resolve().compaction
     assert (cfg.max_active_tokens, cfg.compact_fraction, cfg.session_max_messages,
             cfg.session_keep_raw, cfg.archive_after_days) == (150000, 0.7, 200, 20, 90)
+    assert cfg == CompactionConfig()  # the table's defaults and the dataclass's agree
+    config_dir.mkdir(exist_ok=True)
+    (config_dir / "config.yaml").write_text(
+        "compaction:\n  summarizer: [llm, -m, 'my model']\n  compact_fraction: 0.5\n")
+    cfg = resolve().compaction
+    assert (cfg.summarizer, cfg.compact_fraction) == ("llm -m 'my model'", 0.5)
     monkeypatch.setenv("MEM_SUMMARIZER", "llm -m haiku")
     assert resolve().compaction.summarizer == "llm -m haiku"
 

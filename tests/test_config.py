@@ -57,3 +57,9 @@ def test_invalid_names_are_refused(name: str) -> None:
         resolve(user=name)
     with pytest.raises(UsageError):
         resolve(org=name)
+
+
+def test_the_mcp_limits_resolve_with_the_defaults_budget_documents():
+    from memvault.ops.budget import Limits
+
+    assert Limits.from_settings(resolve()) == Limits()

@@ -6,7 +6,8 @@ import getpass
 import math
 import os
 import re
-from dataclasses import dataclass, field
+import shlex
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -146,25 +147,44 @@ class CompactionConfig:
     lock_wait: float = 2.0
 
 
-def _compaction(raw: Any, origin: str, summarizer_env: str | None) -> dict[str, Any]:
-    """The `compaction:` mapping with every key resolved (ConfigError when malformed)."""
+# The `mcp:` mapping: write limits per MCP server session (ops/budget.py).
+MCP: tuple[Setting, ...] = (
+    Setting("max_stores", "", int, 20, "memories an agent may store per session", 0, 10_000),
+    Setting("max_supersedes", "", int, 5, "memories it may replace per session", 0, 10_000),
+    Setting("max_deletes", "", int, 5, "memories it may delete per session", 0, 10_000),
+    Setting("max_result_chars", "", int, 8000,
+            "the largest tool result, in characters of JSON", 1000, 20_000),
+)
+
+
+def _section(name: str, table: tuple[Setting, ...], raw: Any, origin: str) -> dict[str, Any]:
+    """A mapping setting (`compaction:`, `mcp:`) with every key resolved: the file's
+    value, else the key's environment variable, else its default (ConfigError when
+    malformed). Its keys take the same checks as top-level settings."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"compaction ({origin}) must be a mapping of setting: value")
-    known = {s.name: s for s in COMPACTION}
+        raise ConfigError(f"{name} ({origin}) must be a mapping of setting: value")
+    known = {s.name for s in table}
     unknown = sorted(str(k) for k in raw if k not in known)
     if unknown:
-        raise ConfigError(f"unknown compaction setting {unknown[0]!r} ({origin})")
+        raise ConfigError(f"unknown {name} setting {unknown[0]!r} ({origin})")
     out: dict[str, Any] = {}
-    for s in COMPACTION:
-        if s.env and summarizer_env:
-            out[s.name] = summarizer_env
+    for s in table:
+        qualified = replace(s, name=f"{name}.{s.name}")
+        if s.env and os.environ.get(s.env):
+            out[s.name] = _coerce(qualified, os.environ[s.env], s.env)
+        elif isinstance(raw.get(s.name), list) and s.kind is str:
+            out[s.name] = shlex.join(str(a) for a in raw[s.name])  # a command as argv
         elif raw.get(s.name) is not None:
-            out[s.name] = _coerce(Setting(f"compaction.{s.name}", "", s.kind, s.default,
-                                          s.help, s.low, s.high), raw[s.name], origin)
+            out[s.name] = _coerce(qualified, raw[s.name], origin)
         else:
             out[s.name] = s.default
+    return out
+
+
+def _compaction(raw: Any, origin: str) -> dict[str, Any]:
+    out = _section("compaction", COMPACTION, raw, origin)
     if out["session_keep_raw"] >= out["session_max_messages"]:
         raise ConfigError(f"compaction.session_keep_raw must be below "
                           f"compaction.session_max_messages ({origin})")
@@ -219,10 +239,9 @@ class Settings:
         return CompactionConfig(**self.values["compaction"])
 
     @property
-    def mcp(self) -> dict[str, Any]:
-        """The `mcp:` mapping of the config file (ops/budget.py reads it)."""
-        value = self.values.get("mcp")
-        return value if isinstance(value, dict) else {}
+    def mcp(self) -> dict[str, int]:
+        """The resolved `mcp:` limits (every key of MCP present: see resolve())."""
+        return dict(self.values["mcp"])
 
     @property
     def redaction(self) -> dict[str, Any]:
@@ -338,9 +357,10 @@ def resolve(**flags: Any) -> Settings:
             value, source = s.default, "default"
         settings.values[s.name] = value
         settings.sources[s.name] = source
-    settings.values["compaction"] = _compaction(
-        settings.values["compaction"], settings.sources["compaction"],
-        os.environ.get("MEM_SUMMARIZER"))
+    settings.values["compaction"] = _compaction(settings.values["compaction"],
+                                                settings.sources["compaction"])
+    settings.values["mcp"] = _section("mcp", MCP, settings.values["mcp"],
+                                      settings.sources["mcp"])
     if settings.values["vault"] is None:
         settings.values["vault"] = default_vault()
     if settings.values["user"] is None:

@@ -13,10 +13,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from memvault.config import Settings
-from memvault.errors import ConfigError, Refused
+from memvault.errors import Refused
 
 KINDS = ("stores", "supersedes", "deletes")
 
@@ -33,26 +32,10 @@ class Limits:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Limits:
-        """The `mcp:` mapping of the config file (ConfigError when malformed)."""
-        doc: dict[str, Any] = settings.mcp
-        where = str(settings.config_path)
-        names = {"max_stores": "stores", "max_supersedes": "supersedes",
-                 "max_deletes": "deletes", "max_result_chars": "result_chars"}
-        unknown = sorted(set(doc) - set(names))
-        if unknown:
-            raise ConfigError(f"unknown mcp setting {unknown[0]!r} in {where}")
-        values: dict[str, int] = {}
-        for key, attr in names.items():
-            if key not in doc:
-                continue
-            value = doc[key]
-            low, high = (1000, 20000) if attr == "result_chars" else (0, 10000)
-            if isinstance(value, bool) or not isinstance(value, int) \
-                    or not low <= value <= high:
-                raise ConfigError(f"invalid value for mcp.{key} in {where}: expected a whole "
-                                  f"number from {low} to {high}")
-            values[attr] = value
-        return cls(**values)
+        """The `mcp:` settings, resolved and checked by config.py."""
+        values = settings.mcp
+        return cls(stores=values["max_stores"], supersedes=values["max_supersedes"],
+                   deletes=values["max_deletes"], result_chars=values["max_result_chars"])
 
 
 class Budget:

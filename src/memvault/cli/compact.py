@@ -112,11 +112,15 @@ def _human(o: Output, result: CompactResult) -> None:
                f"({p.messages} messages, {p.span[0][:10]} to {p.span[1][:10]})")
         if p.summary:
             o.line("  " + " ".join(p.summary.split())[:300])
-    o.table(["users", "sessions " + verb, "summaries", "facts", "archived",
-             "deduplicated", "rekeyed"],
-            [[result.users, result.sessions_compacted,
-              result.summaries_added,
-              result.facts_added, result.archived, result.deduplicated, result.rekeyed]])
+    rows = [["users", result.users], [f"sessions {verb}", result.sessions_compacted],
+            ["summaries", result.summaries_added], ["facts", result.facts_added],
+            ["messages archived", result.archived], ["duplicates", result.deduplicated],
+            ["re-keyed", result.rekeyed]]
+    rows += [[name, n] for name, n in (("busy, skipped", result.skipped_busy),
+                                        ("changed, skipped", result.skipped_changed),
+                                        ("summariser failed", result.summarizer_failed),
+                                        ("failed", result.failed)) if n]
+    o.table(["", "count"], rows)
     for problem in result.problems:
         say = o.info if problem.problem == "frozen" else o.warn
         say(f"{problem.org}/{problem.user}: {problem.message}")

@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from common import BENCH_DATA, BIN, RESULTS, report
@@ -83,7 +84,8 @@ def mem_ranker(conv: Conversation, base: Path, reindex: bool = False
             vault.rebuild_indexes(vault.store.load_state())
 
     def rank(question: str) -> list[str]:
-        doc = search(vault, question, Filters(limit=max(KS)))
+        # As `mem search` asks: now (time phrases count from it).
+        doc = search(vault, question, Filters(limit=max(KS)), now=datetime.now(UTC))
         return [r.message_id or "" for r in doc.results]
 
     return rank, ingest_s

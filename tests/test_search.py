@@ -1175,3 +1175,14 @@ def test_search_as_of_ranks_what_a_relative_date_names_and_hides_later_records(
     assert set(found("hiking", "--as-of", "2026-03-19")) == {"hills", "lake"}
     bad = mem(script_runner, "search", "hiking", "--as-of", "soon")
     assert bad.returncode == 2 and "invalid date or time" in bad.stderr
+
+
+def test_a_question_naming_a_chat_member_ranks_what_they_said_first(vault: Vault) -> None:
+    # Ben talks about Ana at length; Ana's own turn names her only as its speaker.
+    turns = [NewMessage("Ana has a pet? Ana talks about her pet all day, Ana is Ana.",
+                        "user", "b1", name="Ben"),
+             NewMessage("I adopted a kitten from the shelter.", "user", "a1", name="Ana"),
+             NewMessage("Lovely, a pet is good company.", "user", "b2", name="Ben")]
+    add_messages(vault, "chat", turns)
+    found = search(vault, "what pet does Ana have?", Filters())
+    assert [r["message_id"] for r in found["results"]][:2] == ["a1", "b1"]

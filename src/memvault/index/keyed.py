@@ -33,7 +33,7 @@ from memvault.storage import fsio
 
 INDEX_FORMAT = 5  # 2: `loc` sealed (it names the session); 3: token digests stored;
 # 4: a line's offset and the archived flag stored, so a rewrite opens no location;
-# 5: the assistant's turns without context
+# 5: the assistant's turns without context, `who` spoke indexed on its own
 META_FILE = "mem-index.json"
 WRITER_HEAP = 32_000_000
 REBUILD_THREADS = 2
@@ -41,6 +41,7 @@ MAX_TOKEN_CHARS = 40
 CTX_BOOST = 0.7  # neighbouring turns help, but a turn's own words count most
 PHRASE_BOOST = 2.0
 TIME_BOOST = 4.0  # a record from when the question says counts like a few shared words
+WHO_BOOST = 4.0  # so does a message from whom it names
 
 _MONTHS = ("january february march april may june july august september october "
            "november december").split()
@@ -262,6 +263,10 @@ class SearchIndex:
         # order is no news: `body` is indexed with positions).
         sb.add_bytes_field("text", stored=True, indexed=False)
         sb.add_bytes_field("role", stored=True, indexed=False)
+        # Who spoke (a message's role and speaker's name, the tokens `body` holds too), on
+        # its own: a question naming a chat member ranks what they said above what others
+        # said about them.
+        sb.add_text_field("who", tokenizer_name="whitespace", index_option="basic")
         return sb.build()
 
     def _meta(self) -> dict[str, Any]:
@@ -352,6 +357,8 @@ class SearchIndex:
         if kind == "message":
             # Speakers and dates are searchable too ("what did Ana say in May?").
             body = " ".join(filter(None, (spaced(role), body, self._day_terms(created))))
+            if role:
+                doc.add_text("who", spaced(role))
         doc.add_text("body", body)
         # Context lends a turn its neighbours' words (an answer's words are often in the
         # question before it). Not to the assistant's replies: they restate the user's
@@ -571,6 +578,8 @@ class SearchIndex:
                 should.append((Occur.Should, Query.boost_query(term("ctx", h), CTX_BOOST)))
             clauses.append((Occur.Must if not phrases else Occur.Should,
                             Query.boolean_query(should)))
+            clauses += [(Occur.Should, Query.boost_query(term("who", a.hash(stem)), WHO_BOOST))
+                        for stem in stems]
         for phrase in phrases:
             hashed: list[str | tuple[int, str]] = [a.hash(t) for t in a.tokens(phrase)]
             if not hashed:

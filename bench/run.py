@@ -9,7 +9,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-BENCHES = ["startup", "retrieval", "longmemeval", "search", "redact", "lifecycle", "ingest", "scan", "scale"]
+BENCHES = ["startup", "retrieval", "longmemeval", "search", "redact", "lifecycle", "ingest",
+           "scan", "scale"]
 
 
 def main(argv: list[str]) -> None:

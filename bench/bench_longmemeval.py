@@ -36,12 +36,12 @@ from longmemeval import TYPES, Question, data_hash, load
 KS = (5, 10)
 PARALLEL = 2  # the machine's cores: ingests run two at a time
 
-Ranker = Callable[[Question], list[str]]
+Ranker = Callable[[Question], tuple[list[str], float]]  # the ranked ids, the query's time
 
 
 def fts5_ranker() -> Ranker:
     """SQLite FTS5 BM25 over the question's turns (one table, filtered by question)."""
-    def rank(q: Question) -> list[str]:
+    def rank(q: Question) -> tuple[list[str], float]:
         db = sqlite3.connect(":memory:")
         db.execute("CREATE VIRTUAL TABLE turns USING fts5(turn_id UNINDEXED, text, "
                    "tokenize='porter')")
@@ -52,9 +52,9 @@ def fts5_ranker() -> Ranker:
         started = time.perf_counter()
         rows = db.execute("SELECT turn_id FROM turns WHERE turns MATCH ? ORDER BY rank "
                           "LIMIT ?", (match, max(KS))).fetchall()
-        rank.elapsed = time.perf_counter() - started  # type: ignore[attr-defined]
+        elapsed = time.perf_counter() - started
         db.close()
-        return [r[0] for r in rows]
+        return [r[0] for r in rows], elapsed
 
     return rank
 
@@ -91,7 +91,7 @@ def mem_ranker(reindex: bool) -> Ranker:
     from memvault.ops.recall import search
     from memvault.vault.vault import Vault
 
-    def rank(q: Question) -> list[str]:
+    def rank(q: Question) -> tuple[list[str], float]:
         vault = Vault(resolve(user=user_of(q)))
         if reindex:
             with vault.lock():
@@ -100,8 +100,7 @@ def mem_ranker(reindex: bool) -> Ranker:
         started = time.perf_counter()
         doc = search(vault, q.text, Filters(limit=max(KS), before=q.asked_at),
                      now=q.asked_at)
-        rank.elapsed = time.perf_counter() - started  # type: ignore[attr-defined]
-        return [r.message_id or "" for r in doc.results]
+        return [r.message_id or "" for r in doc.results], time.perf_counter() - started
 
     return rank
 
@@ -173,8 +172,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     latency: dict[str, list[float]] = {n: [] for n in rankers}
     for q in questions:
         for name, rank in rankers.items():
-            rows[name].append((q, score(rank(q), q)))
-            latency[name].append(rank.elapsed)  # type: ignore[attr-defined]
+            ranked, seconds = rank(q)
+            rows[name].append((q, score(ranked, q)))
+            latency[name].append(seconds)
     print(f"{len(questions)} questions, {sum(len(q.turns) for q in questions)} turns; "
           f"mem ingest {ingest_s:.1f} s of processes ({wall:.1f} s wall, "
           f"{PARALLEL} at a time; cached in {cache.relative_to(RESULTS.parent.parent)})")

@@ -742,13 +742,15 @@ def test_every_write_updates_the_index_without_a_rebuild(vault: Vault,
     assert contents(search(vault, "penguins", Filters()))[0] == "penguins waddle"
     msg = add(vault, "narwhals have tusks", "message", session="s1").record.memory_id
     narwhal = ids(search(vault, "narwhal", Filters()))
-    assert narwhal[0] == msg  # and the earlier turns were re-indexed with it as context:
-    assert set(narwhal) == {msg, *out}
+    assert narwhal[0] == msg  # and the earlier user turn was re-indexed with it as context
+    assert set(narwhal) == {msg, out[0]}  # (the assistant's turn has none: below)
     (walrus,) = add_messages(vault, "s1", [NewMessage("walruses are loud")])
     found = ids(search(vault, "walrus", Filters()))
-    assert found[0] == walrus and set(found) == {walrus, msg, out[1]}
-    # A neighbour's words are indexed as context: an answer is found by its question.
-    assert "okapis are shy" in contents(search(vault, "penguins", Filters(limit=5)))
+    assert found[0] == walrus and set(found) == {walrus, msg}
+    # A neighbour's words are indexed as context: a user's turn is found by the reply...
+    assert "penguins waddle" in contents(search(vault, "okapis", Filters(limit=5)))
+    # ...but a reply does not borrow the user's words, or it would outrank them.
+    assert "okapis are shy" not in contents(search(vault, "penguins", Filters(limit=5)))
     pref = add(vault, "likes oolong", "preference", supersedes=fact).record.memory_id
     assert ids(search(vault, "giraffe", Filters())) == []
     assert ids(search(vault, "oolong", Filters())) == [pref]
@@ -1124,3 +1126,64 @@ def _no_stray_index_dirs(vault_dir: Path) -> Iterator[None]:
         stray = [p for p in vault_dir.rglob("*") if p.name.startswith(("index.new-",
                                                                         "index.old-"))]
         assert stray == []
+
+
+# --- 7. time: --as-of and relative dates --------------------------------------------------
+
+
+def test_relative_dates_resolve_against_the_moment_asked() -> None:
+    from memvault.index.when import resolve
+
+    now = datetime(2026, 3, 12, 15, 0, tzinfo=UTC)  # a Thursday
+
+    def days(text: str) -> list[tuple[str, str]]:
+        return [(w.start.date().isoformat(), w.end.date().isoformat())
+                for w in resolve(text, now)]
+
+    assert days("what did I do yesterday?") == [("2026-03-11", "2026-03-13")]
+    assert days("the book I finished two days ago") == [("2026-03-09", "2026-03-12")]
+    assert days("lunch last Tuesday") == [("2026-03-10", "2026-03-12")]
+    assert days("Lunch LAST Thursday") == [("2026-03-05", "2026-03-07")]  # not today
+    assert days("trips last week") == [("2026-03-02", "2026-03-11")]
+    assert days("what I bought last month") == [("2026-02-01", "2026-03-03")]
+    assert days("plans for this weekend, days ago, last time") == []  # plans; no count
+    assert resolve("999 years ago", datetime(1, 6, 1, tzinfo=UTC)) == []  # no crash
+
+
+@pytest.mark.script_launch_mode("inprocess")
+def test_search_as_of_ranks_what_a_relative_date_names_and_hides_later_records(
+        vault: Vault, script_runner: ScriptRunner, tmp_path: Path) -> None:
+    turns = [("m1", "2026-01-20T10:00:00Z", "I went hiking with Sam near the lake"),
+             ("m2", "2026-03-04T10:00:00Z", "I went hiking with Sam in the hills"),
+             ("m3", "2026-03-20T10:00:00Z", "I went hiking with Sam by the sea")]
+    transcript = tmp_path / "walks.jsonl"
+    transcript.write_text("".join(json.dumps({"id": i, "role": "user", "content": text,
+                                              "timestamp": at}) + "\n"
+                                  for i, at, text in turns))
+    assert mem(script_runner, "ingest", str(transcript), "--format", "jsonl",
+               "--session", "walks").success
+
+    def found(query: str, *args: str) -> list[str]:
+        out = mem(script_runner, "search", query, "--json", *args)
+        assert out.success, out.stderr
+        return [r["content"].split()[-1] for r in json.loads(out.stdout)["results"]]
+
+    assert found("hiking with Sam last week", "--as-of", "2026-03-12") == ["hills", "lake"]
+    assert found("hiking with Sam two months ago", "--as-of", "2026-03-12")[0] == "lake"
+    assert found("hiking with Sam yesterday", "--as-of", "2026-03-21T09:00:00Z")[0] == "sea"
+    # A bare date is the whole day; nothing after it is searched.
+    assert set(found("hiking", "--as-of", "2026-03-20")) == {"sea", "hills", "lake"}
+    assert set(found("hiking", "--as-of", "2026-03-19")) == {"hills", "lake"}
+    bad = mem(script_runner, "search", "hiking", "--as-of", "soon")
+    assert bad.returncode == 2 and "invalid date or time" in bad.stderr
+
+
+def test_a_question_naming_a_chat_member_ranks_what_they_said_first(vault: Vault) -> None:
+    # Ben talks about Ana at length; Ana's own turn names her only as its speaker.
+    turns = [NewMessage("Ana has a pet? Ana talks about her pet all day, Ana is Ana.",
+                        "user", "b1", name="Ben"),
+             NewMessage("I adopted a kitten from the shelter.", "user", "a1", name="Ana"),
+             NewMessage("Lovely, a pet is good company.", "user", "b2", name="Ben")]
+    add_messages(vault, "chat", turns)
+    found = search(vault, "what pet does Ana have?", Filters())
+    assert [r["message_id"] for r in found["results"]][:2] == ["a1", "b1"]

@@ -1,7 +1,7 @@
 """Top-level commands: init, add, show, list, search, reindex, stats, verify."""
 
 import sys
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -24,6 +24,11 @@ from memvault.cli.options import (
 )
 from memvault.cli.output import Output
 from memvault.errors import UsageError
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from memvault.model.records import Filters
 
 
 def init(
@@ -127,6 +132,10 @@ def search(
     include_archive: ArchiveOpt = False, include_superseded: SupersededOpt = False,
     limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many.")] = 10,
     project: ProjectOpt = None,
+    as_of: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--as-of", help="Search as of this ISO-8601 date or time: later records are left "
+        "out, and \"yesterday\", \"last week\" or \"two months ago\" count from it "
+        "(default: now).", show_default=False)] = None,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
@@ -137,15 +146,35 @@ def search(
         query = context.stdin_text("the query")
     filters = context.filters(type_, category, tag, session, after, before,
                               include_archive, include_superseded, limit)
+    now = _moment(as_of, filters)
     v = context.open_vault(vault, org, user, key_file)
     prefer = projects.resolve_project(v, project) if project else None
-    result = recall.search_preferring(v, query or "", filters, prefer) if prefer else \
-        recall.search(v, query or "", filters)
+    result = recall.search_preferring(v, query or "", filters, prefer, now) if prefer \
+        else recall.search(v, query or "", filters, now=now)
     doc = result.to_dict()
     out = Output(json)
     if result.no_words:
         out.warn(f"the query {query!r} has no words to search for: nothing was searched")
     out.data(doc, lambda o: render.search_results(o, doc["results"]))
+
+
+def _moment(as_of: str | None, filters: "Filters") -> "datetime":
+    """The moment a search is asked at: now, or `--as-of` (a bare date means the end of
+    that day), after which records are left out."""
+    import re
+    from datetime import datetime, timedelta
+
+    from memvault.model.records import parse_time
+
+    if as_of is None:
+        return datetime.now().astimezone()
+    moment = parse_time(as_of)
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", as_of.strip()):
+        moment += timedelta(days=1, microseconds=-1)
+    cut = moment + timedelta(microseconds=1)
+    if filters.before is None or cut < filters.before:
+        filters.before = cut
+    return moment
 
 
 def reindex(

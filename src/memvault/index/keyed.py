@@ -25,19 +25,23 @@ from typing import Any
 from memvault.crypto import envelope
 from memvault.crypto.keys import location_key
 from memvault.errors import StorageError
+from memvault.index import when
 from memvault.index.base import Entry, IndexUnavailable, Stamp
 from memvault.model.location import Location, session_of
 from memvault.model.records import ARCHIVE, CONTEXT_NEIGHBOURS, TYPE_HOME, Filters, parse_time
 from memvault.storage import fsio
 
-INDEX_FORMAT = 4  # 2: `loc` sealed (it names the session); 3: token digests stored;
-# 4: a line's offset and the archived flag stored, so a rewrite opens no location
+INDEX_FORMAT = 5  # 2: `loc` sealed (it names the session); 3: token digests stored;
+# 4: a line's offset and the archived flag stored, so a rewrite opens no location;
+# 5: the assistant's turns without context, `who` spoke indexed on its own
 META_FILE = "mem-index.json"
 WRITER_HEAP = 32_000_000
 REBUILD_THREADS = 2
 MAX_TOKEN_CHARS = 40
 CTX_BOOST = 0.7  # neighbouring turns help, but a turn's own words count most
 PHRASE_BOOST = 2.0
+TIME_BOOST = 4.0  # a record from when the question says counts like a few shared words
+WHO_BOOST = 4.0  # so does a message from whom it names
 
 _MONTHS = ("january february march april may june july august september october "
            "november december").split()
@@ -181,6 +185,7 @@ class SearchIndex:
         self._loc_key = location_key(key)
         self._index: Any = None
         self._days: dict[int, str] = {}
+        self._assistant = self.analyzer.digests("assistant")  # a role's first digest
         self.stamp = Stamp(path)
 
     # --- the derived-index protocol --------------------------------------------------
@@ -258,6 +263,10 @@ class SearchIndex:
         # order is no news: `body` is indexed with positions).
         sb.add_bytes_field("text", stored=True, indexed=False)
         sb.add_bytes_field("role", stored=True, indexed=False)
+        # Who spoke (a message's role and speaker's name, the tokens `body` holds too), on
+        # its own: a question naming a chat member ranks what they said above what others
+        # said about them.
+        sb.add_text_field("who", tokenizer_name="whitespace", index_option="basic")
         return sb.build()
 
     def _meta(self) -> dict[str, Any]:
@@ -348,8 +357,14 @@ class SearchIndex:
         if kind == "message":
             # Speakers and dates are searchable too ("what did Ana say in May?").
             body = " ".join(filter(None, (spaced(role), body, self._day_terms(created))))
+            if role:
+                doc.add_text("who", spaced(role))
         doc.add_text("body", body)
-        if context:
+        # Context lends a turn its neighbours' words (an answer's words are often in the
+        # question before it). Not to the assistant's replies: they restate the user's
+        # words at length already, and with the user's turns as context too they outrank
+        # the user's own words, the memory being asked for (docs/guide.md).
+        if context and role[:16] != self._assistant:
             doc.add_text("ctx", context)
         doc.add_unsigned("superseded", 1 if superseded else 0)
         return doc
@@ -538,10 +553,13 @@ class SearchIndex:
             raise IndexUnavailable(f"index unreadable: {exc}") from exc
         return hits, int(searcher.num_docs)
 
-    def build_query(self, text: str, filters: Filters) -> tuple[Any, list[str]]:
+    def build_query(self, text: str, filters: Filters, now: datetime | None = None
+                    ) -> tuple[Any, list[str]]:
         """A Tantivy query for a natural-language `text` and the filters.
 
         Returns the query and the stems searched (empty: list the most recent items).
+        With `now`, time phrases ("last week", "two days ago") are resolved against it:
+        records created then rank higher (index/when.py).
         Never parses query syntax, so no input can make it fail.
         """
         import tantivy
@@ -567,6 +585,8 @@ class SearchIndex:
                 should.append((Occur.Should, Query.boost_query(term("ctx", h), CTX_BOOST)))
             clauses.append((Occur.Must if not phrases else Occur.Should,
                             Query.boolean_query(should)))
+            clauses += [(Occur.Should, Query.boost_query(term("who", a.hash(stem)), WHO_BOOST))
+                        for stem in stems]
         for phrase in phrases:
             hashed: list[str | tuple[int, str]] = [a.hash(t) for t in a.tokens(phrase)]
             if not hashed:
@@ -575,6 +595,11 @@ class SearchIndex:
             q = term("body", str(hashed[0])) if len(hashed) == 1 else \
                 Query.phrase_query(schema, "body", hashed)
             clauses.append((Occur.Must, Query.boost_query(q, PHRASE_BOOST)))
+        for window in when.resolve(text, now) if clauses and now is not None else ():
+            span = Query.range_query(schema, "created", tantivy.FieldType.Integer,
+                                     int(window.start.timestamp() * 1e6),
+                                     int(window.end.timestamp() * 1e6), include_upper=False)
+            clauses.append((Occur.Should, Query.boost_query(span, TIME_BOOST)))
         if not clauses:
             clauses.append((Occur.Must, Query.all_query()))
         if filters.types:

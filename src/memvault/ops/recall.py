@@ -17,18 +17,20 @@ from memvault.storage.state import UserState
 from memvault.vault.vault import Vault
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from memvault.index.keyed import Analyzer, Hit
 
 SNIPPET_CHARS = 160
 
 
-def _run(vault: Vault, text: str, filters: Filters, state: UserState
-         ) -> tuple[list[tuple[Hit, Record]], list[str], int]:
+def _run(vault: Vault, text: str, filters: Filters, state: UserState,
+         now: datetime | None = None) -> tuple[list[tuple[Hit, Record]], list[str], int]:
     """The hits of a query with their decrypted records; a hit whose location no longer
     holds its record means a stale index, which is rebuilt once."""
     for attempt in (1, 2):
         index = vault.ready_index(state)
-        query, stems = index.build_query(text, filters)
+        query, stems = index.build_query(text, filters, now)
         if text.strip() and not stems:
             # Listing the most recent items would answer a question nobody asked.
             return [], [], index.live_count()
@@ -47,12 +49,15 @@ def _run(vault: Vault, text: str, filters: Filters, state: UserState
     return pairs, stems, total
 
 
-def search(vault: Vault, text: str, filters: Filters) -> SearchResult:
+def search(vault: Vault, text: str, filters: Filters,
+           now: datetime | None = None) -> SearchResult:
+    """The best matches for `text`. With `now` (the moment the question is asked), its
+    time phrases ("last week", "two days ago") count too; without, only its words."""
     started = time.perf_counter()
     if not vault.exists():
         return SearchResult((), 0, 0.0)
     state = vault.state()
-    pairs, stems, total = _run(vault, text, filters, state)
+    pairs, stems, total = _run(vault, text, filters, state, now)
     analyzer = vault.search_index(state.key_version).analyzer
     results = tuple(SearchHit(
         memory_id=r.memory_id, category=r.category, type=r.type, content=r.content,
@@ -66,13 +71,14 @@ def search(vault: Vault, text: str, filters: Filters) -> SearchResult:
                         no_words=bool(text.strip()) and not stems)
 
 
-def search_preferring(vault: Vault, text: str, filters: Filters, tag: str) -> SearchResult:
+def search_preferring(vault: Vault, text: str, filters: Filters, tag: str,
+                      now: datetime | None = None) -> SearchResult:
     """`search`, with the records that carry `tag` (the current project) first: the best
     of them, then the best of the rest, `filters.limit` in all."""
     from dataclasses import replace
 
-    mine = search(vault, text, replace(filters, tags=[*filters.tags, tag]))
-    rest = search(vault, text, filters)
+    mine = search(vault, text, replace(filters, tags=[*filters.tags, tag]), now)
+    rest = search(vault, text, filters, now)
     seen = {h.memory_id for h in mine.results}
     merged = (*mine.results, *(h for h in rest.results if h.memory_id not in seen))
     return replace(rest, results=merged[: filters.limit],

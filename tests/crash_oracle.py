@@ -205,14 +205,17 @@ def term_counts(root: Path, word: str, deks: dict[int, bytes]) -> dict[str, int]
     counts: dict[str, int] = {}
     tokens = [keyed_hash(hkdf(dek, "mem/v1/index"), word.encode()) for dek in deks.values()]
     for folder in index_dirs(root):
-        # A copy: opening an index may write Tantivy's lock files into it.
-        with tempfile.TemporaryDirectory() as scratch:
+        # A copy: opening an index may write Tantivy's lock files into it, and its
+        # threads may still do so while the copy is removed (hence ignore the errors).
+        with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as scratch:
             copy = Path(scratch) / "index"
             shutil.copytree(folder, copy)
             try:
-                searcher = tantivy.Index.open(str(copy)).searcher()
+                index = tantivy.Index.open(str(copy))
+                searcher = index.searcher()
                 counts[folder.name] = sum(int(searcher.doc_freq(name, token))
                                           for token in tokens for name in ("body", "ctx"))
+                del searcher, index
             except (ValueError, OSError):
                 counts[folder.name] = -1
     return counts

@@ -61,9 +61,8 @@ def run_mem(script_runner: ScriptRunner) -> Mem:
 # at the rename that replaces a file, at a key's unlink, in the middle of a destroy. (Each
 # n is within that command's own count of that call.)
 SAMPLE = [
-    ("add", "write", 2), ("ingest", "fdatasync", 2), ("pref-set", "rename", 1),
-    ("forget-id", "rename", 2), ("forget-now", "rename", 5), ("rotate-key-now", "unlink", 1),
-    ("import", "write", 6), ("destroy", "unlinkat", 3),
+    ("ingest", "write", 2), ("forget-id", "rename", 2), ("forget-now", "rename", 5),
+    ("rotate-key-now", "unlink", 1), ("import", "fdatasync", 3), ("destroy", "unlinkat", 3),
 ]
 
 

@@ -509,7 +509,7 @@ def _kill_forget_now_at(point: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(("point", "finisher"), [
     ("before-rekey", "forget-again"), ("mid-reseal", "forget-again"),
-    ("before-retire", "forget-again"), ("mid-reseal", "add")])
+    ("before-retire", "add")])
 def test_an_interrupted_forget_now_retires_the_old_key_on_the_next_run(
         script_runner: ScriptRunner, vault: Vault, vault_dir: Path,
         monkeypatch: pytest.MonkeyPatch, point: str, finisher: str) -> None:

@@ -3,8 +3,9 @@ search and run the Claude Code hook for the same user. Whatever the interleaving
 acknowledged record is lost or doubled, nothing forgotten comes back, every envelope
 opens, and verify finds nothing. The oracle (tests/crash_oracle.py) reads the result.
 
-`make test` runs a destroy among writers once and a forget racing a re-ingest; `make
-test-faults` runs rotate-key and forget among writers, and more rounds (marker `faults`).
+`make test` runs a destroy among writers once; `make test-faults` runs the rest
+(marker `faults`): rotate-key and forget among writers, a forget racing re-ingests of
+its transcript, and more rounds of the destroy.
 """
 
 from __future__ import annotations
@@ -190,6 +191,7 @@ def test_destroy_among_writers_leaves_a_readable_user_or_none(
             ["alice"] * (round_ + 1)
 
 
+@pytest.mark.faults
 def test_forget_racing_a_reingest_of_its_transcript_brings_nothing_back(
         seeded: dict[str, str], vault_dir: Path, tmp_path: Path) -> None:
     """The forgotten messages of a transcript are marked before any file changes: an

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-fast test-scale lint bench completions docs clean
+.PHONY: help demo test test-fast test-scale test-faults lint bench completions docs clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -26,8 +26,14 @@ test: $(STAMP) ## Run the whole test suite (lint first)
 test-scale: $(STAMP) ## The long runs at scale (a gigabyte rollout in flat memory)
 	$(BIN)/python -m pytest -q -m scale
 
+test-faults: $(STAMP) ## Every kill point of every command (strace) and the long fuzz
+	@command -v strace >/dev/null || { echo "make test-faults needs strace (Debian/Ubuntu: sudo apt-get install strace)" >&2; exit 1; }
+	rm -f .faults.jsonl
+	FAULTS_LOG=.faults.jsonl $(BIN)/python -m pytest -q -n auto -m faults
+	$(BIN)/python -m tests.crash_harness .faults.jsonl
+
 test-fast: $(STAMP) ## The edit loop: every test but those marked slow, no lint
-	$(BIN)/python -m pytest -q -n auto -m "not slow"
+	$(BIN)/python -m pytest -q -n auto -m "not slow and not faults"
 
 lint: $(STAMP) ## ruff, mypy --strict, and the layer contracts (import-linter)
 	$(BIN)/ruff check src tests bench scripts

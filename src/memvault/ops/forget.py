@@ -72,7 +72,7 @@ def _matching(vault: Vault, state: UserState, filters: Filters) -> list[Record]:
         if not (stale or len(located) < len(hits)) or attempt == 2:
             break
         with vault.lock():
-            vault.rebuild_indexes(vault.store.load_state())
+            vault.rebuild_indexes(vault.locked_state())
     return [records[h.memory_id] for h in hits if h.memory_id in records]
 
 

@@ -282,10 +282,9 @@ class _Admission:
         self._results: dict[tuple[str, str | None, tuple[str, ...]], Screened] = {}
         self._read: tuple[str, Path, tuple[int, int, int], LineScan] | None = None
 
-    def prepare(self, vault: Vault, session: str, messages: list[NewMessage],
-                keep: bool = True) -> None:
+    def prepare(self, vault: Vault, session: str, messages: list[NewMessage]) -> None:
         """Screen the messages not stored yet (as far as a read without the lock can
-        tell); with `keep`, hold on to that read for `seen`."""
+        tell), and hold on to that read for `seen`."""
         relpath = session_file(session)
         try:
             validate_name("session", session)
@@ -294,7 +293,7 @@ class _Admission:
                 path = vault.layout.path(relpath)
                 before = _identity(path)
                 scan = vault.store.read_scan(relpath)
-                if keep and before is not None and _identity(path) == before:
+                if before is not None and _identity(path) == before:
                     self._read = (relpath, path, before, scan)
                 existing = scan.records
             plan = _plan(vault, session, existing, messages, vault.state().forgotten)
@@ -661,7 +660,7 @@ class _Scan:
         if not batch:
             return
         summaries: list[tuple[str, NewMessage]] = []
-        # Screened before the lock (see _Admission); the files are read again under it.
+        # Screened before the lock (see _Admission).
         admissions: dict[int, _Admission] = {}
         for n, item in enumerate(batch):
             if item.transcript is not None:
@@ -669,8 +668,10 @@ class _Scan:
                                                        strict)
                 chosen = item.transcript.session_id or item.fallback or item.path.stem
                 try:
+                    # The session file read here is used again under the lock when
+                    # unchanged: memory stays within twice the batch's transcripts.
                     admission.prepare(vault, session_name(chosen),
-                                      with_ids(vault, item.transcript.messages), keep=False)
+                                      with_ids(vault, item.transcript.messages))
                 except MemError as exc:
                     item.error = exc
         with vault.transaction() as tx:
@@ -679,7 +680,8 @@ class _Scan:
                     try:
                         self.counted(ingest_batches(
                             vault, iter([item.transcript]), item.path.stem, None, False,
-                            strict, item.fallback, store=partial(store_messages, tx),
+                            strict, item.fallback,
+                            store=partial(store_messages, tx, seen=admissions[n].seen),
                             later=summaries, admission=admissions[n]))
                     except MemError as exc:
                         item.error = exc

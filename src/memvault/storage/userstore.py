@@ -129,8 +129,8 @@ class UserStore:
         an interrupted destroy is unfinished."""
         path = self.layout.state_path
         if self.layout.destroy_path.exists():
-            raise DataError(f"user {self.org}/{self.user} is being destroyed: an earlier "
-                            "destroy was interrupted and must finish first",
+            raise DataError(f"user {self.org}/{self.user} is being destroyed: a destroy is "
+                            "under way, or was interrupted and must be run again",
                             hint="destroy-again")
         try:
             doc = json.loads(fsio.read_regular(path, self._name(path.name)))

@@ -117,7 +117,7 @@ class Vault:
             return UserState()
         if not state.counted:
             with self.lock():
-                state = self.store.load_state()
+                state = self.locked_state()
                 migrations.upgrade_user(self.store, state, self.audit)
         if state.compacting is not None:
             # A compaction step was killed half way: finish (or undo) it before anything
@@ -125,6 +125,15 @@ class Vault:
             with self.transaction(allow_frozen=True) as tx:
                 state = tx.state
         return state
+
+    def locked_state(self) -> UserState:
+        """The state read again once the lock is held (by a reader that read it before):
+        a destroy may have removed the user meanwhile, and then there is nothing to read
+        (NotFound), not a new user to create."""
+        try:
+            return self.store.load_state()
+        except FileNotFoundError:
+            raise NotFound(f"user {self.who} has no memory (destroyed meanwhile)") from None
 
     # --- derived indexes --------------------------------------------------------------
 
@@ -182,7 +191,7 @@ class Vault:
         index = self.search_index(epoch)
         if not index.is_current():
             with self.lock():
-                state = self.store.load_state()
+                state = self.locked_state()
                 index = self.search_index(state.key_version)
                 if not index.is_current():
                     self.rebuild_indexes(state)
@@ -211,7 +220,7 @@ class Vault:
                     return found
             if attempt == 1 and stale:
                 with self.lock():
-                    self.rebuild_indexes(self.store.load_state())
+                    self.rebuild_indexes(self.locked_state())
         return found
 
     def read_located(self, located: dict[str, Location], state: UserState

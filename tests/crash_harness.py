@@ -1,0 +1,330 @@
+"""Crash enumeration: run a mutating `mem` command under strace, kill it (SIGKILL, from
+the kernel's side of a system call) at the n-th call of one file-changing system call,
+then check what is left with the independent oracle (tests/crash_oracle.py), run
+`mem verify` (and `--repair` when it finds anything), run the command again, and check
+the end state.
+
+The commands are a table: adding one is one `Command` entry. Each names the records it
+stores and the seed records it erases by their marker word (a word no other record
+holds, which the analyzer keeps as it is), so that the oracle can find them in every
+plaintext, in clear in any file, and as a keyed term in every index.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.crash_oracle import (
+    Found,
+    index_dirs,
+    index_is_current,
+    key_version,
+    org_entries,
+    read_user,
+    term_counts,
+)
+
+STRACE = shutil.which("strace") or "/usr/bin/strace"
+MEM = str(Path(sys.executable).parent / "mem")
+MASTER = bytes(range(32))  # a fixed master key: the oracle needs it
+ORG, USER = "default", "alice"
+INSTALL_STRACE = ("strace is not installed: install it (Debian/Ubuntu: `sudo apt-get "
+                  "install strace`; Fedora: `sudo dnf install strace`) to run the crash "
+                  "enumeration")
+
+# The system calls that change files, as mem, Python and Tantivy make them here
+# (`strace -f -c` of each command): writes and syncs, renames, unlinks, truncation, the
+# link of create_new, and the directories a rebuild and a destroy make and remove.
+SYSCALLS = ("write", "fsync", "fdatasync", "rename", "renameat", "renameat2", "unlink",
+            "unlinkat", "ftruncate", "link", "linkat", "mkdir", "rmdir")
+
+# Seed records, by marker word: (type, session or None, tags, created_at or None).
+SEED: dict[str, tuple[str, str | None, list[str], str | None]] = {
+    "okapi": ("fact", None, [], None),
+    "tapir": ("preference", None, ["drink"], None),
+    "gecko": ("fact", None, ["trip"], None),
+    "axolotl": ("fact", None, [], None),
+    "kiwi": ("message", "s1", [], None),
+    "quokka": ("message", "s1", [], None),
+    "pangolin": ("message", "s1", [], None),
+    "dugong": ("message", "s3", [], None),
+    "ibis": ("message", "s2", [], "2020-03-01T10:00:00Z"),
+}
+SEED_FORGOTTEN = ("wombat",)  # forgotten before the template was taken: never back
+SEED_SETTINGS = {"editor": "vim"}
+IMPORTED = ("marmot", "lemur")  # in the export file `import` reads (user carol's)
+
+
+def text_of(word: str) -> str:
+    return f"The {word} note is kept here"
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    argv: tuple[str, ...]  # `{id:WORD}` is the seed record's id, `{import}` the export
+    stdin: str = ""
+    adds: tuple[str, ...] = ()  # marker words of the records it stores
+    forgets: tuple[str, ...] = ()  # marker words of the seed records it erases
+    settings: dict[str, str | None] = field(default_factory=dict)  # after it: None = gone
+    retires: bool = False  # every key the seed was sealed under is deleted
+    destroys: bool = False
+    rerun: tuple[int, ...] = (0,)  # what running it again after a kill may exit with
+
+
+INGESTED = "\n".join(json.dumps({"id": f"i{n}", "role": "user", "content": text_of(word),
+                                 "timestamp": "2026-01-02T03:04:05Z"})
+                     for n, word in enumerate(("civet", "yak"))) + "\n"
+
+COMMANDS = (
+    Command("add", ("add", text_of("bison")), adds=("bison",)),
+    Command("ingest", ("ingest", "-", "--format", "jsonl", "--session", "s5"),
+            stdin=INGESTED, adds=("civet", "yak")),
+    Command("pref-set", ("pref", "set", "theme", "dark"), settings={"theme": "dark"}),
+    Command("pref-unset", ("pref", "unset", "editor"), settings={"editor": None},
+            rerun=(0, 66)),
+    Command("forget-id", ("forget", "{id:quokka}"), forgets=("quokka",), rerun=(0, 66)),
+    Command("forget-session", ("forget", "--session", "s3"), forgets=("dugong",),
+            rerun=(0, 66)),
+    Command("forget-before", ("forget", "--before", "2021-01-01"), forgets=("ibis",),
+            rerun=(0, 66)),
+    Command("forget-tag", ("forget", "--tag", "trip"), forgets=("gecko",), rerun=(0, 66)),
+    Command("forget-query", ("forget", "--query", "axolotl", "--yes"), forgets=("axolotl",),
+            rerun=(0, 66)),
+    Command("forget-now", ("forget", "{id:pangolin}", "--now"), forgets=("pangolin",),
+            retires=True, rerun=(0, 66)),
+    Command("rotate-key", ("rotate-key",)),
+    Command("rotate-key-now", ("rotate-key", "--now"), retires=True),
+    Command("import", ("import", "{import}"), adds=IMPORTED),
+    Command("destroy", ("destroy", "--confirm", USER), destroys=True, rerun=(0, 66)),
+    Command("verify-repair", ("verify", "--repair")),
+)
+BY_NAME = {c.name: c for c in COMMANDS}
+
+
+@dataclass
+class Template:
+    """A seeded vault every kill point starts from (copied), and what it holds."""
+
+    root: Path  # holds vault/ and import.json
+    ids: dict[str, str]
+    deks: dict[int, bytes]  # the seed's data keys: a backup taken before opens with them
+
+    def argv(self, command: Command) -> list[str]:
+        out = []
+        for arg in command.argv:
+            if arg.startswith("{id:"):
+                arg = self.ids[arg[4:-1]]
+            elif arg == "{import}":
+                arg = str(self.root / "import.json")
+            out.append(arg)
+        return out
+
+
+def env_for(vault: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(base if base is not None else os.environ)
+    env.update(MEM_VAULT=str(vault), MEM_MASTER_KEY=base64.b64encode(MASTER).decode(),
+               MEM_USER=USER, MEM_LOCK_TIMEOUT="10", PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+def build_template(root: Path) -> Template:
+    """Seed a vault through mem's own library. The caller has sealed the environment
+    and set it to `env_for(root / "vault")`."""
+    from memvault.config import resolve
+    from memvault.model.records import NewMessage
+    from memvault.ops import admin, forget, ingest, portability, prefs, remember
+    from memvault.vault.vault import Vault
+
+    vault = root / "vault"
+    admin.init(resolve())
+    v = Vault(resolve())
+    ids: dict[str, str] = {}
+    for word, (kind, session, tags, created) in SEED.items():
+        if kind == "message" and created:
+            ingest.add_messages(v, session or "", [NewMessage(text_of(word), "user", word,
+                                                              created)])
+            continue
+        ids[word] = remember.add(v, text_of(word), kind, tags=tags,
+                                 session=session).record.memory_id
+    for key, value in SEED_SETTINGS.items():
+        prefs.set_(v, key, value)
+    gone = remember.add(v, text_of("wombat"), "message", session="s1").record.memory_id
+    forget.forget(v, forget.select(v, [gone]))
+    carol = Vault(resolve(user="carol"))
+    remember.add(carol, text_of("marmot"), "fact")
+    remember.add(carol, text_of("lemur"), "message", session="d1")
+    with (root / "import.json").open("w") as out:
+        portability.export(carol, out, "json")
+    found = read_user(vault / ORG / USER, MASTER, ORG, USER)
+    assert all(found.count(word) == 1 for word in SEED), found.contents
+    return Template(root, ids, dict(found.deks))
+
+
+@dataclass
+class Outcome:
+    """What one kill point came to."""
+
+    command: str
+    syscall: str
+    n: int
+    killed: bool
+    verify: str = ""  # "ok", "repaired" (verify found something, --repair fixed it), "-"
+    rerun: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+Mem = Callable[..., Any]  # run `mem` in-process: mem(*args, **env) → result
+
+
+def run_killed(template: Template, command: Command, vault: Path, syscall: str,
+               n: int) -> subprocess.CompletedProcess[bytes]:
+    argv = [STRACE, "-f", "-qq", "-o", os.devnull, "-e", f"trace={syscall}",
+            "-e", f"inject={syscall}:signal=KILL:when={n}", MEM, *template.argv(command)]
+    return subprocess.run(argv, input=command.stdin.encode(), capture_output=True,
+                          env=env_for(vault), timeout=120, check=False)
+
+
+def check_kill_point(template: Template, command: Command, syscall: str, n: int,
+                     work: Path, mem: Mem) -> Outcome:
+    vault = work / "vault"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(template.root / "vault", vault, symlinks=True)
+    done = run_killed(template, command, vault, syscall, n)
+    killed = done.returncode in (-9, 128 + 9)
+    outcome = Outcome(command.name, syscall, n, killed)
+    root = vault / ORG / USER
+    if not killed:
+        assert done.returncode == 0, (command.name, done.stderr.decode())
+        final_checks(template, command, vault, mem)
+        return outcome
+    if not command.destroys:
+        after_kill_checks(template, command, read_user(root, MASTER, ORG, USER,
+                                                       template.deks), root)
+        outcome.verify = verify_or_repair(vault, mem)
+    else:
+        outcome.verify = "-"  # a destroy under way is finished only by running it again
+    again = mem(*template.argv(command), stdin=command.stdin, MEM_VAULT=str(vault))
+    assert again.returncode in command.rerun, (command.name, syscall, n, again.stderr)
+    outcome.rerun = again.returncode
+    final_checks(template, command, vault, mem)
+    return outcome
+
+
+def after_kill_checks(template: Template, command: Command, found: Found,
+                      root: Path) -> None:
+    """Right after the kill, before anything repairs: nothing acknowledged is lost or
+    doubled (what the killed command was storing or erasing may be either way), nothing
+    forgotten is back, nothing is in clear."""
+    assert not found.unopened, found.unopened  # every live envelope opens
+    for word in SEED:
+        if word not in command.forgets:
+            assert found.count(word) == 1, (word, found.places)
+    for word in command.adds:
+        assert found.count(word) <= 1, (word, found.places)
+    for word in SEED_FORGOTTEN:
+        assert not found.anywhere(word), word
+        assert all(c <= 0 for c in term_counts(root, word, template.deks).values()), word
+    for word in (*SEED, *command.adds):
+        assert not any(word.encode() in raw for raw in found.raw), f"{word} in clear"
+
+
+def verify_or_repair(vault: Path, mem: Mem) -> str:
+    """`mem verify`; if it finds anything (warnings too), `mem verify --repair`, after
+    which verify must find nothing."""
+    report = mem_json(mem, vault, "verify")
+    if report["ok"] and not report["problems"]:
+        return "ok"
+    mem_json(mem, vault, "verify", "--repair")
+    report = mem_json(mem, vault, "verify")
+    assert report["ok"] and report["problems"] == [], report
+    return "repaired"
+
+
+def mem_json(mem: Mem, vault: Path, *args: str) -> dict[str, Any]:
+    result = mem(*args, "--json", MEM_VAULT=str(vault))
+    assert result.returncode == 0, (args, result.stderr)
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def final_checks(template: Template, command: Command, vault: Path, mem: Mem) -> None:
+    """Once the command has completed: what it stores is there exactly once, what it
+    erases is in no file, under no key the oracle knows (the seed's included), and in no
+    index; with --now no key the seed was sealed under is left; verify finds nothing."""
+    root = vault / ORG / USER
+    if command.destroys:
+        assert not root.exists()
+        assert not (vault / ORG / ".locks" / f"{USER}.destroy").exists()
+        entries = org_entries(vault, ORG, "user.destroy")
+        assert [e["detail"]["user"] for e in entries] == [USER], entries
+        return
+    found = read_user(root, MASTER, ORG, USER, template.deks)
+    assert not found.unopened, found.unopened
+    for word in (*SEED, *command.adds):
+        if word not in command.forgets:
+            assert found.count(word) == 1, (word, found.places)
+    deks = {**template.deks, **found.deks}
+    for word in (*SEED_FORGOTTEN, *command.forgets):
+        assert not found.anywhere(word), word
+        assert all(c == 0 for c in term_counts(root, word, deks).values()), word
+    for key, value in {**SEED_SETTINGS, **command.settings}.items():
+        assert found.settings.get(key) == value, (key, found.settings)
+    if command.retires:
+        assert not set(template.deks) & set(found.deks), (template.deks.keys(),
+                                                          found.deks.keys())
+    assert found.sealed_under <= set(found.deks)
+    report = mem_json(mem, vault, "verify")
+    assert report["ok"] and report["problems"] == [], report
+    assert [p.name for p in index_dirs(root)] == ["index"]
+    if index_is_current(root):  # control: the term lookup sees what is there
+        epoch = key_version(root)
+        assert epoch is not None
+        present = "okapi" if "okapi" not in command.forgets else "kiwi"
+        current = {epoch: found.deks[epoch]}
+        assert term_counts(root, present, current)["index"] >= 1
+
+
+def summary(lines: list[str]) -> str:
+    """The figures of a full run (FAULTS_LOG): kill points per command and system
+    call, and what verify and the re-run made of them."""
+    from collections import Counter, defaultdict
+
+    points: dict[str, Counter[str]] = defaultdict(Counter)
+    verdicts: dict[str, Counter[str]] = defaultdict(Counter)
+    for line in lines:
+        o = json.loads(line)
+        if "failed" in o:
+            verdicts[o["command"]]["FAILED"] += 1
+        elif o["killed"]:
+            points[o["command"]][o["syscall"]] += 1
+            verdicts[o["command"]][f"verify {o['verify']}"] += 1
+            verdicts[o["command"]][f"re-run exit {o['rerun']}"] += 1
+    used = [s for s in SYSCALLS if any(points[c][s] for c in points)]
+    out = ["| command | " + " | ".join(used) + " | kill points | after the kill |",
+           "|---|" + "---:|" * (len(used) + 1) + "---|"]
+    total: Counter[str] = Counter()
+    for command in (c.name for c in COMMANDS):
+        row = points.get(command, Counter())
+        total.update(row)
+        seen = ", ".join(f"{k} {v}" for k, v in sorted(verdicts[command].items()))
+        out.append(f"| {command} | " + " | ".join(str(row[s]) for s in used) +
+                   f" | {sum(row.values())} | {seen} |")
+    out.append("| all | " + " | ".join(str(total[s]) for s in used) +
+               f" | {sum(total.values())} | |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(summary(Path(sys.argv[1]).read_text().splitlines()))

@@ -76,6 +76,7 @@ class Found:
 
     places: dict[str, list[str]] = field(default_factory=dict)  # memory id → live files
     contents: dict[str, str] = field(default_factory=dict)  # memory id → content
+    types: dict[str, str] = field(default_factory=dict)  # memory id → record type
     settings: dict[str, str] = field(default_factory=dict)  # pref key → value
     texts: list[str] = field(default_factory=list)  # every plaintext, temp files included
     deks: dict[int, bytes] = field(default_factory=dict)  # every key file that unwraps
@@ -83,9 +84,11 @@ class Found:
     unopened: list[str] = field(default_factory=list)  # live envelopes no key opens
     raw: list[bytes] = field(default_factory=list)  # every file's bytes, as on disk
 
-    def count(self, word: str) -> int:
-        """How many live records hold the word."""
-        return sum(len(self.places[i]) for i, text in self.contents.items() if word in text)
+    def count(self, word: str, but: frozenset[str] = frozenset()) -> int:
+        """How many live records hold the word (but records of the types in `but`: a
+        compaction summary repeats the words of what it summarises)."""
+        return sum(len(self.places[i]) for i, text in self.contents.items()
+                   if word in text and self.types.get(i) not in but)
 
     def anywhere(self, word: str) -> bool:
         """Whether the word is in any plaintext any known key opens, or in clear."""
@@ -183,6 +186,7 @@ def _place(found: Found, record: dict[str, Any], relpath: str) -> None:
     memory_id = record["memory_id"]
     found.places.setdefault(memory_id, []).append(relpath)
     found.contents[memory_id] = record["content"]
+    found.types[memory_id] = str(record.get("type"))
 
 
 # --- the search index -----------------------------------------------------------------------

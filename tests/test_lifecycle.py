@@ -827,7 +827,7 @@ VAULTS = st.fixed_dictionaries({
 _users = itertools.count()
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @pytest.mark.slow
 @given(spec=VAULTS)

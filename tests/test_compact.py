@@ -564,3 +564,13 @@ def test_compaction_beside_a_writer_with_kills_loses_and_duplicates_nothing(vaul
     lineage = [i for r in records if r.type == "summary" for i in r.compacted_from]
     assert sorted(lineage) == sorted(archived)  # each archived message in one summary
     assert_verified(v)
+
+
+def test_a_dry_run_over_every_user_shows_no_memory(vault, script_runner):
+    fill_users(["alice", "bob"])
+    doc = json.loads(mem(script_runner, "compact", "--all-users", "--dry-run",
+                         "--json").stdout)
+    assert len(doc["previews"]) == 2 and all(p["summary"] is None for p in doc["previews"])
+    assert "about topic" not in json.dumps(doc)  # no word of what was said
+    one = json.loads(mem(script_runner, "compact", "--dry-run", "--json").stdout)
+    assert "message 0 about topic" in one["previews"][0]["summary"]

@@ -63,7 +63,8 @@ def compact(
         cfg = replace(cfg, summarizer=summarizer)
     if not is_builtin(cfg.summarizer):
         summarizer_argv(cfg.summarizer)  # a malformed command fails before any work
-    job = core.Job(v.settings, v.master, cfg, dry_run, tuple(session or ()))
+    job = core.Job(v.settings, v.master, cfg, dry_run, tuple(session or ()),
+                   show_text=not all_users)
     out = Output(json)
     if all_users:
         whole = v.settings.sources.get("org") == "default"

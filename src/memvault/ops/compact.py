@@ -232,7 +232,8 @@ Summarise = Callable[[Vault, Unit, list[Record]], Digest]
 
 
 def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
-                 sessions: Sequence[str] = (), now: datetime | None = None) -> Outcome:
+                 sessions: Sequence[str] = (), now: datetime | None = None,
+                 show_text: bool = True) -> Outcome:
     """Compact one user. Busy (the lock not had within `lock_wait`) and MemError pass
     to the caller; a unit whose summariser fails is reported and left for next time."""
     out = Outcome(vault.org, vault.user)
@@ -257,7 +258,8 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
             out.problem("changed", "a session changed while it was planned; next run", 0)
             continue
         if dry_run:
-            preview = card_for(vault, records) if is_builtin(cfg.summarizer) else None
+            preview = card_for(vault, records) \
+                if show_text and is_builtin(cfg.summarizer) else None
             out.previews.append(_preview(out, unit, preview))
             out.sessions_compacted += len(unit.sessions)
             out.summaries_added += 1
@@ -549,6 +551,9 @@ class Job:
     cfg: CompactionConfig
     dry_run: bool
     sessions: tuple[str, ...] = ()
+    # A dry run shows the built-in cards (decrypted memory) only for one user: over a
+    # whole org it lists what would be compacted, not what each user said.
+    show_text: bool = True
 
 
 def open_user(job: Job, org: str, user: str) -> Vault:
@@ -564,7 +569,7 @@ def run_one(job: Job, org: str, user: str) -> Outcome:
     out = Outcome(org, user)
     try:
         return compact_user(open_user(job, org, user), job.cfg, dry_run=job.dry_run,
-                            sessions=job.sessions)
+                            sessions=job.sessions, show_text=job.show_text)
     except Busy:
         out.problem("busy", "the user's lock is held (a hook or a command is writing); "
                     "skipped, the next run retries", EX_TEMPFAIL)

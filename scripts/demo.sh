@@ -40,6 +40,9 @@ step 'search "why does the invoice test fail on mondays?"'
 mem search "why does the invoice test fail on mondays?"
 step 'search --session s2 email'; mem search --session s2 email
 step brief;                                          mem brief
+step 'compact --session s2  (what cron does nightly: a summary in CLAUDE.md, originals archived)'
+mem compact --session s2
+step 'search invoice --type summary';               mem search invoice --type summary
 step 'forget --tag schedule';                        mem forget --tag schedule
 step verify;                                         mem verify
 step stats;                                          mem stats

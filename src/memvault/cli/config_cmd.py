@@ -16,12 +16,19 @@ def show(
 ) -> None:
     """Print every setting, its value and where it came from (flag > env > file > default)."""
     s = context.settings(vault, org, user, key_file)
-    resolved = {k: {"value": None if v is None else str(v), "source": s.sources[k]}
-                for k, v in s.values.items()}
+    # A mapping (compaction:, mcp:) stays a mapping in JSON; anything else is text.
+    resolved = {k: {"value": v if isinstance(v, dict) else None if v is None else str(v),
+                    "source": s.sources[k]} for k, v in s.values.items()}
     doc = {"config_file": str(s.config_path), "settings": resolved}
+
+    def shown(value: object) -> object:
+        if isinstance(value, dict):
+            return ", ".join(f"{k}: {v}" for k, v in value.items())
+        return value
+
     Output(json).data(doc, lambda o: o.table(
         ["setting", "value", "source"],
-        [[k, v["value"], v["source"]] for k, v in resolved.items()]))
+        [[k, shown(v["value"]), v["source"]] for k, v in resolved.items()]))
 
 
 @app.command()

@@ -98,6 +98,8 @@ def card(records: Sequence[Record], analyze: Analyze, stopwords: frozenset[str],
     tf: Counter[str] = Counter()
     surface: dict[str, Counter[str]] = {}
     for record in records:
+        # Lines of a message (a list, a tool's output) are sentences of their own; in a
+        # single line, runs of spaces are folded.
         text = " ".join(record.content.split()) if "\n" not in record.content \
             else record.content
         for piece in _SENTENCE.split(text):

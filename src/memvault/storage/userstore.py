@@ -54,7 +54,7 @@ class LineScan:
         return [Location.line(relpath, o) for o in self.offsets]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # compaction plans with one per live line
 class LineHeader:
     memory_id: str
     created_at: str

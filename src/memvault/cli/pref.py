@@ -7,7 +7,6 @@ import typer
 from memvault.cli import context
 from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt
 from memvault.cli.output import Output
-from memvault.ops import prefs as core
 
 app = typer.Typer(help="Set, get, list and unset preferences.", no_args_is_help=True)
 KeyArg = Annotated[str, typer.Argument(help="Preference key, e.g. editor or output.format.")]
@@ -24,6 +23,8 @@ def set_(
     """Set a preference."""
     if value == "-":
         value = context.stdin_text("the value")
+    from memvault.ops import prefs as core
+
     result = core.set_(context.open_vault(vault, org, user, key_file), key, value)
     Output(json).data(result, lambda o: o.info(f"{key} set"))
 
@@ -35,6 +36,8 @@ def get(
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """Print a preference's value (exit 66 when unset)."""
+    from memvault.ops import prefs as core
+
     result = core.get(context.open_vault(vault, org, user, key_file), key)
     Output(json).data(result, lambda o: o.line(result.value))
 
@@ -45,6 +48,8 @@ def list_(
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """List every preference."""
+    from memvault.ops import prefs as core
+
     result = core.list_(context.open_vault(vault, org, user, key_file))
 
     def human(o: Output) -> None:
@@ -64,5 +69,7 @@ def unset(
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """Remove a preference (exit 66 when unset)."""
+    from memvault.ops import prefs as core
+
     result = core.unset(context.open_vault(vault, org, user, key_file), key)
     Output(json).data(result, lambda o: o.info(f"{key} removed"))

@@ -7,6 +7,7 @@ agent: integrations/hookbase.py.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
@@ -97,8 +98,7 @@ def install(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallRe
     command = hookbase.mem_command() if scope == "user" else hookbase.portable_command()
     server = hookbase.install_json(mcp_path(scope), "Claude Code", {}, ours,
                                    ("mcpServers", server_entry(command)))
-    return HookInstallResult(result.settings, result.changed, result.events, result.backup,
-                             server)
+    return replace(result, mcp=server)
 
 
 def uninstall(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallResult:
@@ -106,5 +106,4 @@ def uninstall(path: Path, scope: str = "user", mcp: bool = False) -> HookInstall
     if not mcp:
         return result
     server = hookbase.uninstall_json(mcp_path(scope), "Claude Code", ours, "mcpServers")
-    return HookInstallResult(result.settings, result.changed, result.events, result.backup,
-                             server)
+    return replace(result, mcp=server)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
@@ -82,8 +83,7 @@ def install(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallRe
     if not mcp:
         return result
     server = install_server(config_path(scope), command)
-    return HookInstallResult(result.settings, result.changed, result.events, result.backup,
-                             server)
+    return replace(result, mcp=server)
 
 
 def uninstall(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallResult:
@@ -91,8 +91,7 @@ def uninstall(path: Path, scope: str = "user", mcp: bool = False) -> HookInstall
     if not mcp:
         return result
     server = uninstall_server(config_path(scope))
-    return HookInstallResult(result.settings, result.changed, result.events, result.backup,
-                             server)
+    return replace(result, mcp=server)
 
 
 # --- config.toml: [mcp_servers.mem] ---------------------------------------------------------

@@ -27,8 +27,7 @@ from datetime import datetime, timedelta
 from memvault.config import CompactionConfig, Settings
 from memvault.crypto.envelope import content_hash
 from memvault.errors import EX_DATAERR, EX_FAILURE, EX_TEMPFAIL, Busy, MemError
-from memvault.index.base import file_entries
-from memvault.model.location import Location, session_file, session_of
+from memvault.model.location import session_file, session_of
 from memvault.model.records import (
     CLAUDE_MD,
     DOC_FILES,
@@ -414,13 +413,7 @@ def _apply(vault: Vault, batch: list[Summarised], out: Outcome) -> None:
         moved = archive.move(tx, moves, summaries, in_claude)
         prefs = [f for f in facts if TYPE_HOME[f.type][0] == PREFERENCES]
         if prefs:
-            doc = tx.store.read_doc(PREFERENCES) or {"format": 1, "records": []}
-            records = [Record.from_stored(r) for r in doc.get("records", [])]
-            for r in records:
-                r.key_version = tx.epoch
-            doc["records"] = [r.stored() for r in [*records, *prefs]]
-            tx.write_doc(PREFERENCES, doc)
-            tx.index(file_entries(prefs, [Location.doc(PREFERENCES)] * len(prefs)))
+            tx.add_to_doc(PREFERENCES, prefs)
             for r in prefs:
                 tx.state.count(r.type, +1)
             tx.save_state()  # the counters with the file (verify compares them)

@@ -26,7 +26,7 @@ from typing import Any
 
 from memvault.errors import DataError
 from memvault.index.base import file_entries
-from memvault.model.location import Location, session_file
+from memvault.model.location import session_file
 from memvault.model.records import CLAUDE_MD, Record
 from memvault.storage import fsio
 from memvault.vault.vault import Transaction
@@ -54,15 +54,7 @@ def move(tx: Transaction, moves: Mapping[str, Sequence[str]], summaries: Sequenc
     _count(tx, journal, +1)
     tx.state.compacting = journal
     tx.save_state()  # durable before any file changes
-    added = [*summaries, *facts]
-    if added:
-        doc = tx.store.read_doc(CLAUDE_MD) or {"format": 1, "records": []}
-        records = [Record.from_stored(r) for r in doc.get("records", [])]
-        for r in records:
-            r.key_version = tx.epoch  # the document is sealed whole, under one epoch
-        doc["records"] = [r.stored() for r in [*records, *added]]
-        tx.write_doc(CLAUDE_MD, doc)
-        tx.index(file_entries(added, [Location.doc(CLAUDE_MD)] * len(added)))
+    tx.add_to_doc(CLAUDE_MD, [*summaries, *facts])
     _finish(tx, journal)
     return sum(len(m["ids"]) for m in journal["moves"])
 

@@ -343,6 +343,20 @@ class Transaction:
         self._changing()
         self.store.write_doc(name, doc, self.epoch)
 
+    def add_to_doc(self, name: str, records: list[Record]) -> None:
+        """Append records to a document (CLAUDE.md, preferences.json) and queue them for
+        the index. The document is sealed whole, so every record in it takes the
+        current epoch."""
+        if not records:
+            return
+        doc = self.store.read_doc(name) or {"format": 1, "records": []}
+        kept = [Record.from_stored(r) for r in doc.get("records", [])]
+        for r in [*kept, *records]:
+            r.key_version = self.epoch
+        doc["records"] = [r.stored() for r in [*kept, *records]]
+        self.write_doc(name, doc)
+        self.index(file_entries(records, [Location.doc(name)] * len(records)))
+
     def append(self, relpath: str, records: list[Record]) -> list[Location]:
         if not records:
             return []

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from memvault.config import resolve
 from memvault.errors import ConfigError, UsageError
+from tests.conftest import mem
 
 
 def write_config(config_dir: Path, text: str) -> None:
@@ -63,3 +65,13 @@ def test_the_mcp_limits_resolve_with_the_defaults_budget_documents():
     from memvault.ops.budget import Limits
 
     assert Limits.from_settings(resolve()) == Limits()
+
+
+def test_config_show_gives_a_mapping_setting_as_a_mapping(script_runner, config_dir):
+    config_dir.mkdir(exist_ok=True)
+    (config_dir / "config.yaml").write_text("compaction:\n  archive_after_days: 30\n")
+    result = mem(script_runner, "config", "show", "--json")
+    settings = json.loads(result.stdout)["settings"]
+    assert settings["compaction"]["value"]["archive_after_days"] == 30
+    assert settings["compaction"]["source"].startswith("file ")
+    assert settings["mcp"]["value"]["max_stores"] == 20

@@ -574,3 +574,26 @@ def test_a_dry_run_over_every_user_shows_no_memory(vault, script_runner):
     assert "about topic" not in json.dumps(doc)  # no word of what was said
     one = json.loads(mem(script_runner, "compact", "--dry-run", "--json").stdout)
     assert "message 0 about topic" in one["previews"][0]["summary"]
+
+
+def test_a_card_is_made_of_what_people_said_more_than_of_tool_output():
+    import re as _re
+
+    from memvault.model.records import Record
+    from memvault.ops.summarize import card
+
+    def analyze(text: str) -> list[tuple[str, int, int]]:
+        return [(m.group(0).lower(), m.start(), m.end()) for m in _re.finditer(r"\w+", text)]
+
+    def rec(role: str, text: str) -> Record:
+        return Record("id", "o", "u", "message", text, "h", role=role)
+
+    dump = " ".join(f"drwxr{i} inode{i} blockcount{i}" for i in range(40))
+    records = [rec("user", "Please migrate the billing service to postgres sixteen."),
+               rec("tool", dump + ". " + dump),
+               rec("assistant", "The billing migration to postgres sixteen is done.")]
+    text = card(records, analyze, frozenset({"the", "to", "is", "please"}))
+    title, points = text.splitlines()[0], text.split("Key points:")[1].split("Keywords:")[0]
+    assert "billing" in title.lower() and "drwxr" not in title
+    assert "tool:" not in points and "user: Please migrate" in points
+    assert "drwxr1" in text  # a tool's words still count, at a quarter

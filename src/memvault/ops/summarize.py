@@ -30,6 +30,7 @@ CARD_KEYWORDS = 60  # the words a later search is most likely to use
 CARD_POINTS = 6
 POINT_CHARS = 240
 OUTPUT_LIMIT = 1 << 20  # an external summariser's answer: a summary, not a book
+TOOL_SHARE = 0.25  # a tool's output (file contents, logs) says less about a session
 MESSAGE_CHARS = 4000  # one message's share of what an external summariser is sent
 
 DEFAULT_PROMPT = """\
@@ -80,6 +81,7 @@ class SummarizerFailed(MemError):
 class _Sentence:
     text: str
     speaker: str
+    tool: bool = False
     stems: list[str] = field(default_factory=list)
 
 
@@ -95,7 +97,7 @@ def card(records: Sequence[Record], analyze: Analyze, stopwords: frozenset[str],
          doc_freq: DocFreq | None = None) -> str:
     """The memory card of a unit's messages (in order). Deterministic."""
     sentences: list[_Sentence] = []
-    tf: Counter[str] = Counter()
+    tf: dict[str, float] = {}  # weighted counts: a word of a tool's output counts a quarter
     surface: dict[str, Counter[str]] = {}
     for record in records:
         # Lines of a message (a list, a tool's output) are sentences of their own; in a
@@ -106,13 +108,14 @@ def card(records: Sequence[Record], analyze: Analyze, stopwords: frozenset[str],
             piece = " ".join(piece.split())
             if not piece:
                 continue
-            sentence = _Sentence(piece, speaker(record))
+            sentence = _Sentence(piece, speaker(record), tool=record.role == "tool")
+            share = TOOL_SHARE if sentence.tool else 1.0
             for stem, start, end in analyze(piece):
                 token = piece[start:end]
                 if token.lower() in stopwords or len(stem) < 2 or stem.isdigit():
                     continue
                 sentence.stems.append(stem)
-                tf[stem] += 1
+                tf[stem] = tf.get(stem, 0.0) + share
                 surface.setdefault(stem, Counter())[token.lower()] += 1
             sentences.append(sentence)
     if not sentences:
@@ -125,7 +128,7 @@ def card(records: Sequence[Record], analyze: Analyze, stopwords: frozenset[str],
         df = dfs.get(stem, 0)
         return math.log(1 + (total - df + 0.5) / (df + 0.5))
 
-    weight = {s: (1 + math.log(n)) * idf(s) for s, n in tf.items()}
+    weight = {s: (1 + math.log(max(n, 1.0))) * idf(s) * min(n, 1.0) for s, n in tf.items()}
     ranked = sorted(weight, key=lambda s: (-weight[s], s))
 
     def word(stem: str) -> str:
@@ -165,7 +168,9 @@ def _points(sentences: list[_Sentence], weight: dict[str, float]) -> list[_Sente
         distinct = set(s.stems)
         return sum(weight[t] for t in distinct) / math.sqrt(len(s.stems) + 4)
 
-    candidates = sorted((s for s in sentences if len(set(s.stems)) >= 3),
+    # What the people said comes first; a tool's output only when there is nothing else.
+    said = [s for s in sentences if len(set(s.stems)) >= 3 and not s.tool]
+    candidates = sorted(said or [s for s in sentences if len(set(s.stems)) >= 3],
                         key=lambda s: -score(s))
     chosen: list[_Sentence] = []
     covered: set[str] = set()

@@ -76,6 +76,19 @@ class DerivedIndexContract:
         index.apply([], [second.record.memory_id])
         assert index.locate([second.record.memory_id]) == {}
 
+    def test_a_record_the_write_created_is_added_once(self, index: DerivedIndex) -> None:
+        """`created` names records new to the index: added without looking for an old
+        document, and found once, beside the ones replaced as usual."""
+        first, second = session_entries(["alpha", "beta"])
+        index.rebuild([first])
+        moved = Entry(first.record, Location.line(session_file("s1", archived=True), 7))
+        index.apply([moved, second], [], created={second.record.memory_id})
+        assert index.locate([first.record.memory_id, second.record.memory_id]) == {
+            first.record.memory_id: moved.location,
+            second.record.memory_id: second.location}
+        if isinstance(index, SearchIndex):
+            assert index.searcher().num_docs == 2  # the moved one replaced, not doubled
+
     def test_a_rewrite_gives_what_a_rebuild_gives(self, index: DerivedIndex) -> None:
         """After a file changes, deriving only that file again (the rest carried over)
         must leave the index a full rebuild would."""
@@ -150,3 +163,35 @@ class TestKeyedTermIndex(DerivedIndexContract):
         index.rebuild([Entry(keep.record, keep.location, ())])
         assert index.searcher().doc_freq("body", term) == 0
         assert index.searcher().doc_freq("ctx", term) == 0
+
+
+def test_neighbours_are_the_turns_on_each_side() -> None:
+    records = [record(str(n)) for n in range(6)]
+    assert neighbours(records, 0) == ("1", "2")
+    assert neighbours(records, 3) == ("1", "2", "4", "5")
+    assert neighbours(records, 5) == ("3", "4")
+    assert neighbours(records, -1) == ("3", "4")  # from the end, as a list index
+    assert neighbours(records[:1], 0) == ()
+
+
+def test_hashing_word_by_word_gives_the_tokens_of_the_whole_text() -> None:
+    """Analyzer.digests hashes a message a word at a time (memoised); the index must
+    hold exactly the terms one analysis of the whole text gives, whatever the script,
+    separators, long tokens or case folding."""
+    import random
+
+    from memvault.index.keyed import Analyzer
+
+    analyzer = Analyzer(os.urandom(32))
+    alphabet = (" \t\n\x1c\x85\xa0\u2028\u3000\u200b\u00adabcXYZ019éÉßİıﬁ_-.,'’"
+                "\u0301\u093f\u0915\U0001F600日本語ÅΩ")
+    words = ["running", "runs", "The", "cats", "Über", "x" * 45, "a" * 41, "naïve"]
+    rng = random.Random(7)
+    for n in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80)))
+        if n % 3 == 0:
+            text = " ".join(rng.choice(words) for _ in range(10)) + text
+        if n % 500 == 0:
+            text *= 200  # longer than what is hashed word by word
+        whole = b"".join(analyzer.digest(t) for t in analyzer.tokens(text))
+        assert analyzer.digests(text) == whole, repr(text[:80])

@@ -18,7 +18,7 @@ Tantivy index is one implementation; a vector index can sit beside it on the sam
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -47,11 +47,10 @@ class Entry:
 def neighbours(records: Sequence[Record], i: int) -> tuple[str, ...]:
     """The texts of the turns around record `i` of a session (indexed as context: an
     answer's words are often in the question just before it)."""
-    n = len(records)
-    i = i % n
-    span = range(i - CONTEXT_NEIGHBOURS, i + CONTEXT_NEIGHBOURS + 1)
-    return tuple(records[j].content for j in span
-                 if j != i and 0 <= j < n)
+    i = i % len(records)
+    before = records[max(0, i - CONTEXT_NEIGHBOURS):i]
+    after = records[i + 1:i + 1 + CONTEXT_NEIGHBOURS]
+    return tuple(r.content for r in (*before, *after))
 
 
 def file_entries(records: Sequence[Record], locations: Sequence[Location],
@@ -72,7 +71,8 @@ class DerivedIndex(Protocol):
 
     def mark_current(self) -> None: ...
 
-    def apply(self, upserts: Sequence[Entry], deletes: Sequence[str]) -> None: ...
+    def apply(self, upserts: Sequence[Entry], deletes: Sequence[str],
+              created: Collection[str] = ()) -> None: ...
 
     def rebuild(self, entries: Iterable[Entry]) -> int: ...
 

@@ -16,7 +16,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +38,11 @@ META_FILE = "mem-index.json"
 WRITER_HEAP = 32_000_000
 REBUILD_THREADS = 2
 MAX_TOKEN_CHARS = 40
+# Analyzer.digests hashes a text up to this long word by word, keeping up to _WORDS_KEPT
+# words of up to _WORD_MAX characters (about 15 MB at most).
+_BY_WORD_MAX = 4096
+_WORD_MAX = 48
+_WORDS_KEPT = 65_536
 CTX_BOOST = 0.7  # neighbouring turns help, but a turn's own words count most
 PHRASE_BOOST = 2.0
 TIME_BOOST = 4.0  # a record from when the question says counts like a few shared words
@@ -96,6 +101,7 @@ class Analyzer:
         self._mac = hmac.new(key, digestmod=hashlib.sha256)
         self._cache: dict[str, bytes] = {}
         self._texts: dict[str, bytes] = {}
+        self._words: dict[str, bytes] = {}
         self._hex: dict[str, str] = {}
 
     def tokens(self, text: str) -> list[str]:
@@ -133,15 +139,36 @@ class Analyzer:
 
     def digests(self, text: str) -> bytes:
         """The text's tokens, hashed: 16 bytes each, in order. Memoised: in a session every
-        turn is also context for its neighbours, so the same text is hashed several times."""
+        turn is also context for its neighbours, so the same text is hashed several times.
+
+        A message is hashed word by word (what lies between whitespace), each word's
+        digests memoised: words repeat from message to message, and analysing a text
+        costs more than looking its words up. The tokens are the same either way, since
+        the tokenizer splits at whitespace and every filter works on one token."""
         cached = self._texts.get(text)
         if cached is None:
-            cache, digest = self._cache, self.digest
-            cached = b"".join([cache.get(t) or digest(t) for t in self.tokens(text)])
+            if len(text) > _BY_WORD_MAX:
+                cached = self._analysed(text)  # a tool's output: few words repeat
+            else:
+                words, parts = self._words, []
+                for word in text.split():
+                    found = words.get(word)
+                    if found is None:
+                        found = self._analysed(word)
+                        if len(word) <= _WORD_MAX:
+                            if len(words) >= _WORDS_KEPT:
+                                words.clear()
+                            words[word] = found
+                    parts.append(found)
+                cached = b"".join(parts)
             if len(self._texts) >= 4096:
                 self._texts.clear()
             self._texts[text] = cached
         return cached
+
+    def _analysed(self, text: str) -> bytes:
+        cache, digest = self._cache, self.digest
+        return b"".join([cache.get(t) or digest(t) for t in self.tokens(text)])
 
     def hashed(self, text: str) -> str:
         """The text's tokens, hashed, as the space-separated hex the index holds. Memoised
@@ -206,14 +233,20 @@ class SearchIndex:
     def mark_current(self) -> None:
         self.stamp.write()
 
-    def apply(self, upserts: Sequence[Entry], deletes: Sequence[str]) -> None:
+    def apply(self, upserts: Sequence[Entry], deletes: Sequence[str],
+              created: Collection[str] = ()) -> None:
+        """Replace the documents of `upserts` and drop `deletes`; a record in `created`
+        is new to the index, and only added."""
         if not upserts and not deletes:
             return
         with self.writer(threads=REBUILD_THREADS if len(upserts) > 1000 else 1) as w:
             for memory_id in deletes:
                 w.delete(memory_id)
             for entry in upserts:
-                w.upsert(entry)
+                if entry.record.memory_id in created:
+                    w.add(entry)
+                else:
+                    w.upsert(entry)
 
     def rebuild(self, entries: Iterable[Entry]) -> int:
         count = self.build(entries)
@@ -650,6 +683,9 @@ class IndexWriter:
 
     def upsert(self, entry: Entry) -> None:
         self.raw.delete_documents_by_term("id", entry.record.memory_id)
+        self.add(entry)
+
+    def add(self, entry: Entry) -> None:
         self.raw.add_document(self.index.document(entry))
         self.changed = True
 

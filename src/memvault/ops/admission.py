@@ -19,7 +19,7 @@ passes through here first, before any lock is taken or any file touched:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memvault.config import Settings
@@ -133,7 +133,8 @@ class AdmissionPolicy:
             if not result.text.strip():
                 continue
             name = clean(message.name) if message.name else message.name
-            out.kept.append(replace(message, content=result.text, name=name))
+            out.kept.append(message if result.text == message.content and name == message.name
+                            else message.evolve(content=result.text, name=name))
         return out
 
 

@@ -247,7 +247,7 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
 
 def _tagged(batch: Transcript, tags: tuple[str, ...]) -> Transcript:
     def tag(messages: list[NewMessage]) -> list[NewMessage]:
-        return [replace(m, tags=[*m.tags, *(t for t in tags if t not in m.tags)])
+        return [m.evolve(tags=[*m.tags, *(t for t in tags if t not in m.tags)])
                 for m in messages]
 
     return replace(batch, messages=tag(batch.messages), summaries=tag(batch.summaries))
@@ -282,9 +282,11 @@ class _Admission:
         self._results: dict[tuple[str, str | None, tuple[str, ...]], Screened] = {}
         self._read: tuple[str, Path, tuple[int, int, int], LineScan] | None = None
 
-    def prepare(self, vault: Vault, session: str, messages: list[NewMessage]) -> None:
+    def prepare(self, vault: Vault, session: str, messages: list[NewMessage],
+                forgotten: set[str] | None = None) -> None:
         """Screen the messages not stored yet (as far as a read without the lock can
-        tell), and hold on to that read for `seen`."""
+        tell), and hold on to that read for `seen`. `forgotten`: the user's forgotten
+        marks, when the caller has read them already (a scan, once for many files)."""
         relpath = session_file(session)
         try:
             validate_name("session", session)
@@ -296,7 +298,9 @@ class _Admission:
                 if before is not None and _identity(path) == before:
                     self._read = (relpath, path, before, scan)
                 existing = scan.records
-            plan = _plan(vault, session, existing, messages, vault.state().forgotten)
+            if forgotten is None:
+                forgotten = vault.state().forgotten
+            plan = _plan(vault, session, existing, messages, forgotten)
         except MemError:
             return  # the write itself reads again under the lock and reports it
         for message in [*plan.fresh, *plan.grown.values()]:
@@ -331,7 +335,9 @@ class _Admission:
                 self.screened.add_counts(result.counts, sorted(result.refusing))
             if result.kept:
                 admitted = result.kept[0]
-                kept.append(replace(message, content=admitted.content, name=admitted.name))
+                kept.append(message if admitted.content == message.content and
+                            admitted.name == message.name else
+                            message.evolve(content=admitted.content, name=admitted.name))
         return kept
 
     def admit(self, batch: list[NewMessage]) -> list[NewMessage]:
@@ -408,7 +414,7 @@ def store_messages(tx: Transaction, session: str, messages: list[NewMessage],
         # The new turns, and the last stored ones, which gain successors as context.
         tx.index(file_entries(turns, locations,
                               range(max(0, len(existing) - CONTEXT_NEIGHBOURS),
-                                    len(turns))))
+                                    len(turns))), created=[r.memory_id for r in new])
     if new or updated:
         tx.state.count("message", len(new))
         tx.touch()
@@ -467,13 +473,13 @@ def _plan(vault: Vault, session: str, existing: list[Record], messages: list[New
         key = _message_key(m.message_id, m.role, digest, stamp)
         at = by_id.get(m.message_id) if m.message_id else None
         if at is not None and existing[at].content_hash != digest and at not in plan.grown:
-            plan.grown[at] = replace(m, created_at=stamp)
+            plan.grown[at] = m.evolve(created_at=stamp)
             continue
         if key in seen:
             plan.skipped += 1
             continue
         seen.add(key)
-        plan.fresh.append(replace(m, created_at=stamp))
+        plan.fresh.append(m if m.created_at == stamp else m.evolve(created_at=stamp))
     return plan
 
 
@@ -534,7 +540,7 @@ def with_ids(vault: Vault, messages: list[NewMessage]) -> list[NewMessage]:
     (with the user's metadata key): the id of a redacted message must not let anyone
     without the key test a guess at what redaction removed."""
     return [m if m.message_id else
-            replace(m, message_id=vault.message_digest(m.role, m.created_at, m.content))
+            m.evolve(message_id=vault.message_digest(m.role, m.created_at, m.content))
             for m in messages]
 
 
@@ -660,18 +666,23 @@ class _Scan:
         if not batch:
             return
         summaries: list[tuple[str, NewMessage]] = []
-        # Screened before the lock (see _Admission).
+        # Screened before the lock (see _Admission), under one policy, with the state
+        # read once for the batch (the lock checks again what changed since).
         admissions: dict[int, _Admission] = {}
+        policy = AdmissionPolicy(vault.settings)
+        try:
+            forgotten: set[str] | None = vault.state().forgotten
+        except MemError:
+            forgotten = None  # each prepare finds out; the write reports it
         for n, item in enumerate(batch):
             if item.transcript is not None:
-                admission = admissions[n] = _Admission(AdmissionPolicy(vault.settings),
-                                                       strict)
+                admission = admissions[n] = _Admission(policy, strict)
                 chosen = item.transcript.session_id or item.fallback or item.path.stem
                 try:
                     # The session file read here is used again under the lock when
                     # unchanged: memory stays within twice the batch's transcripts.
                     admission.prepare(vault, session_name(chosen),
-                                      with_ids(vault, item.transcript.messages))
+                                      with_ids(vault, item.transcript.messages), forgotten)
                 except MemError as exc:
                     item.error = exc
         with vault.transaction() as tx:

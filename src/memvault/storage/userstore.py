@@ -25,6 +25,10 @@ from memvault.storage import fsio
 from memvault.storage.layout import UserLayout
 from memvault.storage.state import STATE_FORMAT, UserState
 
+# What json.dumps(ensure_ascii=False, separators=(",", ":")) writes, with one encoder
+# made once (json.dumps makes a new one per call; a line is sealed per message).
+_compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
 DOC_FORMAT = 1
 
 
@@ -299,7 +303,7 @@ class UserStore:
         return doc
 
     def write_doc(self, relpath: str, doc: dict[str, Any], epoch: int) -> None:
-        plain = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+        plain = _compact_json(doc).encode()
         blob = envelope.seal_file(self.record_key(epoch), epoch, self.org, self.user, relpath,
                                   plain)
         fsio.atomic_write(self.layout.path(relpath), blob)
@@ -316,7 +320,7 @@ class UserStore:
     # --- line files (sessions/, archive/) -------------------------------------------------
 
     def seal_record(self, relpath: str, record: Record) -> bytes:
-        plain = json.dumps(record.stored(), ensure_ascii=False, separators=(",", ":")).encode()
+        plain = _compact_json(record.stored()).encode()
         return envelope.seal_line(self.record_key(record.key_version), record.key_version,
                                   self.org, self.user, relpath, record.memory_id,
                                   record.created_at, plain)

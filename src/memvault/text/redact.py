@@ -1217,6 +1217,7 @@ class _Gate:
     insensitive: re.Pattern[str] | None
     rules_of: dict[tuple[bool, str], frozenset[str]]
     gated: frozenset[str]
+    ungated: tuple[Rule, ...]  # the rules run on every text, in the active order
 
     def triggered(self, text: str, lower: str | None) -> set[str]:
         ids: set[str] = set()
@@ -1249,7 +1250,9 @@ def _gate(active: tuple[Rule, ...]) -> _Gate:
         for literal in literals:
             rules_of[(ignore_case, literal)] = frozenset(
                 r.id for r in group if any(a in literal for a in r.anchors))
-    gate = _Gate(patterns[False], patterns[True], rules_of, frozenset(r.id for r in gated))
+    ids = frozenset(r.id for r in gated)
+    gate = _Gate(patterns[False], patterns[True], rules_of, ids,
+                 tuple(r for r in active if r.id not in ids))
     _GATES[id(active)] = (active, gate)
     return gate
 
@@ -1262,11 +1265,13 @@ def _find(text: str, active: tuple[Rule, ...], region: str,
     # rules' anchors occur at all: most messages hold none, and spans() per rule costs
     # far more than the regexes themselves. Long texts go straight to each rule.
     gate = _gate(active)
-    triggered = gate.triggered(text, lower) if len(text) < _LONG else None
-    for rule in active:
+    rules = active
+    if len(text) < _LONG:
+        triggered = gate.triggered(text, lower)
+        rules = gate.ungated if not triggered else tuple(
+            r for r in active if r.id not in gate.gated or r.id in triggered)
+    for rule in rules:
         if refuse_only and rule.action != "refuse":
-            continue
-        if triggered is not None and rule.id in gate.gated and rule.id not in triggered:
             continue
         for start, end in rule.spans(text, region, lower):
             found.append((start, end, rule))

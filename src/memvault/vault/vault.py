@@ -321,6 +321,7 @@ class Transaction:
         self.fresh = False  # every index was current when the write began
         self._upserts: dict[str, Entry] = {}
         self._deletes: set[str] = set()
+        self._created: set[str] = set()
         self._stale = False
         self._audited = False
         self._dirty = False
@@ -373,10 +374,13 @@ class Transaction:
 
     # --- index changes, applied once after the files ---------------------------------
 
-    def index(self, entries: Iterable[Entry]) -> None:
+    def index(self, entries: Iterable[Entry], created: Iterable[str] = ()) -> None:
+        """Queue index changes. `created`: ids of records this write made (fresh ids: no
+        index holds them yet, so there is nothing to replace)."""
         for entry in entries:
             self._deletes.discard(entry.record.memory_id)
             self._upserts[entry.record.memory_id] = entry
+        self._created.update(created)
 
     def unindex(self, memory_ids: Iterable[str]) -> None:
         for memory_id in memory_ids:
@@ -400,6 +404,7 @@ class Transaction:
         self.fresh, self._stale = True, False
         self._upserts.clear()
         self._deletes.clear()
+        self._created.clear()  # the rebuilt indexes hold them: a change now replaces them
         return count
 
     def fetch(self, memory_ids: Sequence[str]) -> dict[str, Record]:
@@ -541,7 +546,7 @@ class Transaction:
                 return
             upserts, deletes = list(self._upserts.values()), sorted(self._deletes)
             for index in indexes:
-                index.apply(upserts, deletes)
+                index.apply(upserts, deletes, self._created)
                 index.mark_current()
         except Exception:  # noqa: BLE001 - derived data; rebuilt by the next reader
             for index in indexes:

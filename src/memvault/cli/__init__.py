@@ -6,6 +6,7 @@ code; MEM_DEBUG=1 shows the traceback instead.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -53,6 +54,9 @@ def main() -> None:
     from memvault.cli.output import error_line
 
     debug = bool(os.environ.get("MEM_DEBUG"))
+    # A command makes many objects that live until it ends and hold no cycles (records,
+    # index documents): collecting every 700 allocations cost an ingest 8% for nothing.
+    gc.set_threshold(50_000, 20, 100)
     os.umask(0o077)  # whatever mem or a library creates is private to the user
     try:
         _check_argv(sys.argv[1:])

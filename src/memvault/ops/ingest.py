@@ -538,10 +538,25 @@ def with_ids(vault: Vault, messages: list[NewMessage]) -> list[NewMessage]:
     (or a longer one, or another file of the same session) stores nothing twice and
     nothing less: a keyed hash of who spoke, when, and what was said (SPEC §6). Keyed
     (with the user's metadata key): the id of a redacted message must not let anyone
-    without the key test a guess at what redaction removed."""
-    return [m if m.message_id else
-            m.evolve(message_id=vault.message_digest(m.role, m.created_at, m.content))
-            for m in messages]
+    without the key test a guess at what redaction removed.
+
+    Its time is then written as mem stores it, once here rather than in each of the
+    plans (before and under the lock); a time that is not one is left for the plan to
+    report."""
+    out = []
+    for m in messages:
+        changes: dict[str, str] = {}
+        if not m.message_id:
+            changes["message_id"] = vault.message_digest(m.role, m.created_at, m.content)
+        if m.created_at:
+            try:
+                stamp = normalise_time(m.created_at)
+            except UsageError:
+                stamp = m.created_at
+            if stamp != m.created_at:
+                changes["created_at"] = stamp
+        out.append(m.evolve(**changes) if changes else m)
+    return out
 
 
 def _preview(message: NewMessage) -> Preview:
@@ -681,8 +696,10 @@ class _Scan:
                 try:
                     # The session file read here is used again under the lock when
                     # unchanged: memory stays within twice the batch's transcripts.
-                    admission.prepare(vault, session_name(chosen),
-                                      with_ids(vault, item.transcript.messages), forgotten)
+                    # Ids and times given once: the store below finds them given.
+                    item.transcript.messages = with_ids(vault, item.transcript.messages)
+                    admission.prepare(vault, session_name(chosen), item.transcript.messages,
+                                      forgotten)
                 except MemError as exc:
                     item.error = exc
         with vault.transaction() as tx:

@@ -58,8 +58,8 @@ def parse_time(value: str) -> datetime:
 @functools.lru_cache(maxsize=4096)
 def normalise_time(value: str) -> str:
     """An ISO-8601 time as mem stores it: UTC, microseconds, a trailing Z (so that times
-    sort as strings). UsageError when it is not a time. Memoised: an ingest normalises
-    each message's time when it screens the transcript and again under the lock."""
+    sort as strings). UsageError when it is not a time. Memoised: an ingest meets each
+    message's time three times (giving it an id, planning before the lock and under it)."""
     try:
         dt = parse_time(value).astimezone(UTC)
     except OverflowError:  # a valid time that UTC cannot hold (year 1 at +01:00)

@@ -67,6 +67,13 @@ def test_the_mcp_limits_resolve_with_the_defaults_budget_documents():
     assert Limits.from_settings(resolve()) == Limits()
 
 
+def test_the_compaction_defaults_resolve_to_what_compaction_config_documents():
+    """The COMPACTION table and CompactionConfig's field defaults say the same thing."""
+    from memvault.config import CompactionConfig
+
+    assert resolve().compaction == CompactionConfig()
+
+
 def test_config_show_gives_a_mapping_setting_as_a_mapping(script_runner, config_dir):
     config_dir.mkdir(exist_ok=True)
     (config_dir / "config.yaml").write_text("compaction:\n  archive_after_days: 30\n")

@@ -1,7 +1,9 @@
 """Ingest speed: `mem ingest` of a 20,000-message (about 5 MB) transcript against a floor
 process that only parses each line, encrypts it, writes them with one fsync, and indexes
 HMAC tokens with one Tantivy commit (target ≤ 2× the floor); and how fast a SessionEnd
-hook returns to Claude Code (which cancels it after 1.5 s by default).
+hook returns to Claude Code (which cancels it after 1.5 s by default). Then the real
+Claude Code, Codex and Gemini sessions of ../shared/bench-data/transcripts, each agent's
+folder by `mem ingest --scan`: messages/s and MB/s.
 
 With MEM_BENCH_CODEX_GB=1 (opt-in: it writes and reads GBs), a Codex rollout of that many
 GB, mostly tool outputs, read as a stream: seconds, messages/s and peak RSS, next to a
@@ -19,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import BIN, INDEXING_FLOOR, report, run_timed, throwaway_env
+from common import BENCH_DATA, BIN, INDEXING_FLOOR, report, run_timed, throwaway_env
 from locomo import load
 
 MESSAGES = 20_000
@@ -129,11 +131,45 @@ def main(rounds: int = 3) -> dict[str, object]:
     doc = {"messages": MESSAGES, "bytes": size, "floor_s": floor, "mem_ingest_s": ours,
            "ratio": ours / floor, "reingest_s": again, "session_end_hook_ms": hook,
            "hook_ms_all": hook_ms, "rounds": rounds}
+    real = real_sessions(env, rounds)
+    if real:
+        doc["real_sessions"] = real
+        floor_rate = MESSAGES / floor
+        for agent, row in real.items():
+            print(f"real {agent} sessions: {row['messages']} messages, "
+                  f"{row['bytes'] / 1e6:.1f} MB in {row['seconds']:.2f} s: "
+                  f"{row['messages_per_s']:,.0f} messages/s, {row['mb_per_s']:.1f} MB/s "
+                  f"(floor: {floor_rate:,.0f} messages/s of short ones)")
     gigabytes = float(os.environ.get("MEM_BENCH_CODEX_GB") or 0)
     if gigabytes > 0:
         doc["codex_stream"] = codex_stream(env, work, gigabytes)
     report("ingest", doc)
     return doc
+
+
+def real_sessions(env: dict[str, str], rounds: int) -> dict[str, dict[str, float]]:
+    """`mem ingest --scan` of each agent's real sessions in ../shared/bench-data (read
+    where they are), each round by a fresh user: the median seconds, messages/s and
+    MB/s. Empty when the data is not there."""
+    mem = str(BIN / "mem")
+    out: dict[str, dict[str, float]] = {}
+    root = BENCH_DATA / "transcripts"
+    for folder in sorted(p for p in root.glob("*") if p.is_dir()):
+        seconds, added = [], 0
+        for i in range(rounds):
+            started = time.perf_counter()
+            proc = subprocess.run([mem, "ingest", "--scan", str(folder), "--json", "--user",
+                                   f"real-{folder.name}-{i}"], env=env, capture_output=True,
+                                  check=False)
+            seconds.append(time.perf_counter() - started)
+            if proc.returncode != 0:
+                raise RuntimeError(f"scan of {folder} failed: {proc.stderr.decode()[-400:]}")
+            added = json.loads(proc.stdout)["messages_added"]
+        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+        median = statistics.median(seconds)
+        out[folder.name] = {"messages": added, "bytes": size, "seconds": median,
+                            "messages_per_s": added / median, "mb_per_s": size / median / 1e6}
+    return out
 
 
 def make_codex_rollout(path: Path, size: int) -> int:

@@ -1,3 +1,5 @@
 from memvault.cli import main
 
-main()
+# Guarded: a helper process (multiprocessing's spawn) imports this module again.
+if __name__ == "__main__":
+    main()

@@ -36,6 +36,11 @@ INDEX_FORMAT = 5  # 2: `loc` sealed (it names the session); 3: token digests sto
 # 5: the assistant's turns without context, `who` spoke indexed on its own
 META_FILE = "mem-index.json"
 WRITER_HEAP = 32_000_000
+# A write indexes on one thread: each indexing thread makes its own segment at a commit,
+# and Tantivy merges segments once eight of a size gather, while the writer that made
+# them waits under the user's lock. A scan commits batch after batch: with one segment
+# a batch it seldom waits for a merge (and one thread keeps up with the rest of the
+# write). A rebuild commits once, on two.
 REBUILD_THREADS = 2
 MAX_TOKEN_CHARS = 40
 # Analyzer.digests hashes a text up to this long word by word, keeping up to _WORDS_KEPT
@@ -239,7 +244,7 @@ class SearchIndex:
         is new to the index, and only added."""
         if not upserts and not deletes:
             return
-        with self.writer(threads=REBUILD_THREADS if len(upserts) > 1000 else 1) as w:
+        with self.writer() as w:
             for memory_id in deletes:
                 w.delete(memory_id)
             for entry in upserts:
@@ -413,12 +418,10 @@ class SearchIndex:
         return terms
 
     @contextlib.contextmanager
-    def writer(self, threads: int = 1) -> Iterator[IndexWriter]:
-        """Batch index changes and commit them once (caller holds the user's lock). A big
-        batch (a long transcript) is indexed on more threads."""
+    def writer(self) -> Iterator[IndexWriter]:
+        """Batch index changes and commit them once (caller holds the user's lock)."""
         index = self.open()
-        w = IndexWriter(self, index.writer(heap_size=threads * WRITER_HEAP,
-                                           num_threads=threads))
+        w = IndexWriter(self, index.writer(heap_size=WRITER_HEAP, num_threads=1))
         try:
             yield w
             w.commit()

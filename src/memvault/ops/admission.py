@@ -62,6 +62,14 @@ def redaction_config(doc: dict[str, Any], where: str) -> RedactionConfig:
                            phone_region=str(doc.get("phone_region") or "US"))
 
 
+ScreenKey = tuple[str, str | None, tuple[str, ...]]
+
+
+def screen_key(message: NewMessage) -> ScreenKey:
+    """What a message's screening depends on: messages alike in these are screened once."""
+    return message.content, message.name, tuple(message.tags)
+
+
 class AdmissionPolicy:
     def __init__(self, settings: Settings) -> None:
         self._doc = settings.redaction

@@ -39,7 +39,8 @@ from memvault.model.records import (
 )
 from memvault.model.results import IngestResult, Preview, Redactions, ScanError, ScanResult
 from memvault.ops import remember
-from memvault.ops.admission import AdmissionPolicy, Screened
+from memvault.ops.admission import AdmissionPolicy, Screened, ScreenKey, screen_key
+from memvault.ops.readahead import Fetched, Wanted, reads
 from memvault.storage.streams import (
     ZSTD_SUFFIX,
     Read,
@@ -276,10 +277,15 @@ class _Admission:
     result from there (only a message another writer changed meanwhile is screened
     then), and the file read before is used again when it has not changed."""
 
-    def __init__(self, policy: AdmissionPolicy, strict: bool) -> None:
+    def __init__(self, policy: AdmissionPolicy, strict: bool,
+                 ahead: Fetched | None = None) -> None:
         self.policy, self.strict = policy, strict
         self.screened = Screened()  # what was withheld and masked, counted once
-        self._results: dict[tuple[str, str | None, tuple[str, ...]], Screened] = {}
+        self._results: dict[ScreenKey, Screened] = {}
+        # Messages screened already, by the same policy (a scan reads ahead).
+        self._clean: set[ScreenKey] = set()
+        if ahead is not None:
+            self._clean, self._results = ahead.screened()
         self._read: tuple[str, Path, tuple[int, int, int], LineScan] | None = None
 
     def prepare(self, vault: Vault, session: str, messages: list[NewMessage],
@@ -320,10 +326,12 @@ class _Admission:
         self._read = None
 
     def _result(self, message: NewMessage) -> Screened:
-        key = (message.content, message.name, tuple(message.tags))
+        key = screen_key(message)
         result = self._results.get(key)
         if result is None:
-            result = self._results[key] = self.policy.screen([message], self.strict)
+            result = self._results[key] = (
+                Screened(kept=[message]) if key in self._clean else
+                self.policy.screen([message], self.strict))
         return result
 
     def _kept(self, batch: list[NewMessage], count: bool) -> list[NewMessage]:
@@ -571,7 +579,8 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
     Ctrl-C, and deletes old transcripts after a month. What was seen is kept in the
     user's state as keyed hashes of the paths (paths name projects; never in clear).
 
-    Small transcripts are parsed outside the user's lock and stored many to a
+    Small transcripts are read, parsed and screened outside the user's lock (in a
+    large scan, by a helper process, ahead: readahead.py) and stored many to a
     transaction (one state save, one index commit), so a month of sessions costs about
     what their messages cost; a large one (a Codex rollout) is read on its own, as a
     stream.
@@ -581,7 +590,7 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
     files = sorted(p for p in directory.rglob("*") if _scanned(p) and p.is_file())
     seen = vault.state().scan_marks
     scan = _Scan()
-    batch: list[_Parsed] = []
+    small: list[_Parsed] = []
     for path in files:
         try:
             st = path.stat()
@@ -597,24 +606,36 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
         relative = path.relative_to(directory)
         if path.suffix == ZSTD_SUFFIX:
             relative = relative.with_suffix("")
-        item = _Parsed(path, key, mark, str(relative.with_suffix("")))
+        item = _Parsed(path, key, mark, str(relative.with_suffix("")), new=key not in seen)
         if st.st_size > SCAN_BATCH_FILE or path.suffix == ZSTD_SUFFIX:
             scan.one(vault, item, partial(ingest_file, vault, path, fmt, strict=strict,
                                           fallback_name=item.fallback))
-            continue
-        scan.parse(item, fmt)
+        else:
+            small.append(item)
+    # The small ones are read (and those not seen before screened) ahead of storing.
+    batch: list[_Parsed] = []
+    held = [0, 0]  # the batch's messages and bytes
+    wanted = [Wanted(i.path, i.mark[0], i.new) for i in small]
+    for item, got in zip(small, reads(wanted, fmt, AdmissionPolicy(vault.settings)),
+                         strict=True):
+        item.transcript, item.error, item.read = got.transcript, got.error, got
         batch.append(item)
-        if sum(len(i.transcript.messages) for i in batch if i.transcript) >= SCAN_BATCH:
+        held[0] += len(item.transcript.messages) if item.transcript else 0
+        held[1] += item.mark[0]
+        if held[0] >= SCAN_BATCH or held[1] >= SCAN_BATCH_BYTES:
             scan.store(vault, batch, strict)
-            batch = []
+            batch, held = [], [0, 0]
     scan.store(vault, batch, strict)
     return ScanResult(len(files), scan.ingested, scan.added, scan.withheld,
                       tuple(scan.errors), tuple(scan.passed))
 
 
-# A scan stores small transcripts together, up to this many messages a transaction;
-# a file larger than this many bytes is ingested on its own.
+# A scan stores small transcripts together, up to this many messages or bytes of
+# transcript a transaction (other writers wait for the lock while a batch is stored,
+# and memory stays bounded whatever the messages hold); a file larger than
+# SCAN_BATCH_FILE bytes is ingested on its own.
 SCAN_BATCH = 20_000
+SCAN_BATCH_BYTES = 32 << 20
 SCAN_BATCH_FILE = 8 << 20
 
 
@@ -626,8 +647,10 @@ class _Parsed:
     key: str
     mark: list[int]
     fallback: str  # its session name when it names none: its path under the folder
+    new: bool = True  # not seen by a scan before
     transcript: Transcript | None = None
     error: MemError | None = None
+    read: Fetched | None = None  # as read ahead: its messages screened perhaps
 
 
 @dataclass
@@ -637,15 +660,6 @@ class _Scan:
     withheld: int = 0
     errors: list[ScanError] = field(default_factory=list)
     passed: list[ScanError] = field(default_factory=list)
-
-    def parse(self, item: _Parsed, fmt: str) -> None:
-        """Read and parse a small transcript (outside the lock)."""
-        from memvault.text.transcripts import parse
-
-        try:
-            item.transcript = parse(read_file(item.path), fmt)
-        except MemError as exc:
-            item.error = exc
 
     def failed(self, item: _Parsed, exc: MemError) -> bool:
         """Report a file that was not stored; whether its mark is to be kept."""
@@ -691,7 +705,7 @@ class _Scan:
             forgotten = None  # each prepare finds out; the write reports it
         for n, item in enumerate(batch):
             if item.transcript is not None:
-                admission = admissions[n] = _Admission(policy, strict)
+                admission = admissions[n] = _Admission(policy, strict, item.read)
                 chosen = item.transcript.session_id or item.fallback or item.path.stem
                 try:
                     # The session file read here is used again under the lock when

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import orjson
+
 from memvault.crypto import envelope
 from memvault.crypto.keys import MasterKey, record_key
 from memvault.errors import DataError, StorageError
@@ -27,7 +29,11 @@ from memvault.storage.state import STATE_FORMAT, UserState
 
 # What json.dumps(ensure_ascii=False, separators=(",", ":")) writes, with one encoder
 # made once (json.dumps makes a new one per call; a line is sealed per message).
-_compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+def _compact_json(doc: object) -> bytes:
+    """A document or record as sealed: compact UTF-8 JSON, which json.loads reads back."""
+    return orjson.dumps(doc)
+
 
 DOC_FORMAT = 1
 
@@ -303,7 +309,7 @@ class UserStore:
         return doc
 
     def write_doc(self, relpath: str, doc: dict[str, Any], epoch: int) -> None:
-        plain = _compact_json(doc).encode()
+        plain = _compact_json(doc)
         blob = envelope.seal_file(self.record_key(epoch), epoch, self.org, self.user, relpath,
                                   plain)
         fsio.atomic_write(self.layout.path(relpath), blob)
@@ -320,7 +326,7 @@ class UserStore:
     # --- line files (sessions/, archive/) -------------------------------------------------
 
     def seal_record(self, relpath: str, record: Record) -> bytes:
-        plain = _compact_json(record.stored()).encode()
+        plain = _compact_json(record.stored())
         return envelope.seal_line(self.record_key(record.key_version), record.key_version,
                                   self.org, self.user, relpath, record.memory_id,
                                   record.created_at, plain)

@@ -86,6 +86,7 @@ def test_the_helper_reads_screens_and_reports_as_the_scan_itself_does(
     assert any(e[3] for e in expected) and any(e[1] for e in expected)  # found, failed
     counted_here.clear()
     monkeypatch.setattr(readahead, "HELPER_FROM_BYTES", 0)
+    monkeypatch.setattr(readahead, "HELPER_FROM_FILES", 0)
     monkeypatch.setattr(readahead, "AHEAD_FILES", 5)  # asked ahead, a few at a time
     got = [_comparable(f) for f in readahead.reads(wanted, "auto", policy)]
     assert counted_here == []  # all of it read by the helper
@@ -101,6 +102,7 @@ def test_a_helper_that_dies_leaves_the_rest_to_be_read_here(
                 for w in wanted]
     counted_here.clear()
     monkeypatch.setattr(readahead, "HELPER_FROM_BYTES", 0)
+    monkeypatch.setattr(readahead, "HELPER_FROM_FILES", 0)
     real_answer = readahead._Helper.answer
 
     def answer(self: Any) -> Fetched:
@@ -123,6 +125,7 @@ def _scan(vault: Vault, tree: Path, helper: bool,
           monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
     with monkeypatch.context() as m:
         m.setattr(readahead, "HELPER_FROM_BYTES", 0 if helper else 1 << 40)
+        m.setattr(readahead, "HELPER_FROM_FILES", 0)
         result = ingest.scan_dir(vault, tree)
     return (result.files_scanned, result.files_ingested, result.messages_added,
             result.withheld, result.errors, result.passed)

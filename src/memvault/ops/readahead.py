@@ -31,9 +31,12 @@ from memvault.ops.admission import AdmissionPolicy, Screened, ScreenKey, screen_
 if TYPE_CHECKING:
         from memvault.text.transcripts import Transcript
 
-# A helper is worth starting (about 0.2 s of the other core) from this many bytes of
-# transcripts on; it runs at most this many files and bytes ahead (memory stays bounded).
-HELPER_FROM_BYTES = 2 << 20
+# A helper is worth starting (about a quarter of a second, which the scan waits for its
+# first answer) from this many files and bytes of transcripts on: below, their reading
+# costs less than that. It runs at most AHEAD_FILES and AHEAD_BYTES ahead (memory stays
+# bounded).
+HELPER_FROM_FILES = 64
+HELPER_FROM_BYTES = 8 << 20
 AHEAD_FILES = 4096
 AHEAD_BYTES = 16 << 20
 
@@ -102,7 +105,7 @@ def reads(wanted: list[Wanted], fmt: str, policy: AdmissionPolicy) -> Iterator[F
     enough to read, else read here. A helper that cannot start, or dies, leaves the rest
     to be read here."""
     helper = None
-    if sum(w.size for w in wanted) >= HELPER_FROM_BYTES:
+    if len(wanted) >= HELPER_FROM_FILES and sum(w.size for w in wanted) >= HELPER_FROM_BYTES:
         with contextlib.suppress(OSError):
             helper = _Helper(policy, fmt)
     if helper is None:

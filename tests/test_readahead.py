@@ -148,3 +148,23 @@ def test_a_scan_read_ahead_stores_what_a_scan_read_here_stores(
     texts = " ".join(content for _, _, content, _ in stored)
     assert SECRET not in texts and "ana.lopez@example.org" not in texts
     assert "ferry tickets are booked" in texts
+
+
+def test_the_helper_is_started_without_the_key_or_any_mem_setting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vault: Vault) -> None:
+    monkeypatch.setenv("MEM_MASTER_KEY", "a-key-the-helper-must-not-see")
+    started: list[dict[str, str]] = []
+    real_popen = readahead.subprocess.Popen
+
+    def popen(*args: Any, **kwargs: Any) -> Any:
+        started.append(kwargs["env"])
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(readahead.subprocess, "Popen", popen)
+    monkeypatch.setattr(readahead, "HELPER_FROM_BYTES", 0)
+    monkeypatch.setattr(readahead, "HELPER_FROM_FILES", 0)
+    wanted = _wanted(sorted(_tree(tmp_path / "tree").rglob("*.jsonl")))
+    got = list(readahead.reads(wanted, "auto", AdmissionPolicy(vault.settings)))
+    assert sum(f.transcript is not None for f in got) == 24  # and broken.jsonl failed
+    assert len(started) == 1 and "PATH" in started[0]
+    assert not [k for k in started[0] if k.startswith("MEM_")]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import pickle
 import queue
 import subprocess  # noqa: S404 - this Python itself, an argv list, never a shell
@@ -160,7 +161,9 @@ class _Helper:
     def __init__(self, policy: AdmissionPolicy, fmt: str) -> None:
         self.proc = subprocess.Popen(  # noqa: S603 - this Python and our own code
             [sys.executable, "-c", _BOOT], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            # Without mem's settings: MEM_MASTER_KEY, for one, is not the helper's.
+            env={k: v for k, v in os.environ.items() if not k.startswith("MEM_")})
         self.answers: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         threading.Thread(target=self._drain, daemon=True).start()
         self._send(sys.path)

@@ -76,17 +76,28 @@ def _paths(tmp_path: Path) -> list[Path]:
     return [*paths, tmp_path / "gone.jsonl"]
 
 
+def _read_here(tmp_path: Path, vault: Vault
+               ) -> tuple[list[Wanted], AdmissionPolicy, list[tuple[Any, ...]]]:
+    """The files, the policy, and what reading each in this process gives."""
+    wanted = _wanted(_paths(tmp_path))
+    policy = AdmissionPolicy(vault.settings)
+    return wanted, policy, [
+        _comparable(readahead.read(w.path, "auto", policy if w.screen else None))
+        for w in wanted]
+
+
+def _helper_always(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(readahead, "HELPER_FROM_BYTES", 0)
+    monkeypatch.setattr(readahead, "HELPER_FROM_FILES", 0)
+
+
 def test_the_helper_reads_screens_and_reports_as_the_scan_itself_does(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counted_here: list[Path],
         vault: Vault) -> None:
-    wanted = _wanted(_paths(tmp_path))
-    policy = AdmissionPolicy(vault.settings)
-    expected = [_comparable(readahead.read(w.path, "auto", policy if w.screen else None))
-                for w in wanted]
+    wanted, policy, expected = _read_here(tmp_path, vault)
     assert any(e[3] for e in expected) and any(e[1] for e in expected)  # found, failed
     counted_here.clear()
-    monkeypatch.setattr(readahead, "HELPER_FROM_BYTES", 0)
-    monkeypatch.setattr(readahead, "HELPER_FROM_FILES", 0)
+    _helper_always(monkeypatch)
     monkeypatch.setattr(readahead, "AHEAD_FILES", 5)  # asked ahead, a few at a time
     got = [_comparable(f) for f in readahead.reads(wanted, "auto", policy)]
     assert counted_here == []  # all of it read by the helper
@@ -96,13 +107,9 @@ def test_the_helper_reads_screens_and_reports_as_the_scan_itself_does(
 def test_a_helper_that_dies_leaves_the_rest_to_be_read_here(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counted_here: list[Path],
         vault: Vault) -> None:
-    wanted = _wanted(_paths(tmp_path))
-    policy = AdmissionPolicy(vault.settings)
-    expected = [_comparable(readahead.read(w.path, "auto", policy if w.screen else None))
-                for w in wanted]
+    wanted, policy, expected = _read_here(tmp_path, vault)
     counted_here.clear()
-    monkeypatch.setattr(readahead, "HELPER_FROM_BYTES", 0)
-    monkeypatch.setattr(readahead, "HELPER_FROM_FILES", 0)
+    _helper_always(monkeypatch)
     real_answer = readahead._Helper.answer
 
     def answer(self: Any) -> Fetched:
@@ -161,8 +168,7 @@ def test_the_helper_is_started_without_the_key_or_any_mem_setting(
         return real_popen(*args, **kwargs)
 
     monkeypatch.setattr(readahead.subprocess, "Popen", popen)
-    monkeypatch.setattr(readahead, "HELPER_FROM_BYTES", 0)
-    monkeypatch.setattr(readahead, "HELPER_FROM_FILES", 0)
+    _helper_always(monkeypatch)
     wanted = _wanted(sorted(_tree(tmp_path / "tree").rglob("*.jsonl")))
     got = list(readahead.reads(wanted, "auto", AdmissionPolicy(vault.settings)))
     assert sum(f.transcript is not None for f in got) == 24  # and broken.jsonl failed

@@ -2,9 +2,9 @@
 
 A scan stores what it finds batch after batch under the user's lock, on one core:
 sealing, writing, indexing. Reading a transcript, parsing it and screening its
-messages for secrets and personal data need neither the lock nor a key, and cost
-about as much again; for a large scan one helper process does that on another core,
-a few files ahead. The helper holds no key and writes nothing: it is handed paths and
+messages for secrets and personal data need neither the lock nor a key, and cost about
+a third of that again; for a large scan one helper process does that on another core,
+up to a batch ahead. The helper holds no key and writes nothing: it is handed paths and
 the redaction policy, and returns what `read` returns.
 
 A small scan (or one where no helper can be started) reads in its own process, with the
@@ -30,7 +30,7 @@ from memvault.errors import MemError
 from memvault.ops.admission import AdmissionPolicy, Screened, ScreenKey, screen_key
 
 if TYPE_CHECKING:
-        from memvault.text.transcripts import Transcript
+    from memvault.text.transcripts import Transcript
 
 # A helper is worth starting (about a quarter of a second, which the scan waits for its
 # first answer) from this many files and bytes of transcripts on: below, their reading
@@ -201,8 +201,11 @@ class _Helper:
         out = self.proc.stdout
         assert out is not None
         try:
-            while head := out.read(_LENGTH):
-                blob = out.read(int.from_bytes(head, "big"))
+            while len(head := out.read(_LENGTH)) == _LENGTH:
+                size = int.from_bytes(head, "big")
+                blob = out.read(size)
+                if len(blob) != size:
+                    break  # cut off: it died writing
                 self.answers.put(blob)
         except (OSError, ValueError):
             pass

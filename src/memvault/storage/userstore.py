@@ -27,11 +27,10 @@ from memvault.storage import fsio
 from memvault.storage.layout import UserLayout
 from memvault.storage.state import STATE_FORMAT, UserState
 
-# What json.dumps(ensure_ascii=False, separators=(",", ":")) writes, with one encoder
-# made once (json.dumps makes a new one per call; a line is sealed per message).
 
 def _compact_json(doc: object) -> bytes:
-    """A document or record as sealed: compact UTF-8 JSON, which json.loads reads back."""
+    """A document or record as sealed: compact UTF-8 JSON, which json.loads reads; made
+    by orjson, ten times the stdlib's speed (a line is sealed per message)."""
     return orjson.dumps(doc)
 
 

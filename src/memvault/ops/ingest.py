@@ -40,7 +40,6 @@ from memvault.model.records import (
 from memvault.model.results import IngestResult, Preview, Redactions, ScanError, ScanResult
 from memvault.ops import remember
 from memvault.ops.admission import AdmissionPolicy, Screened, ScreenKey, screen_key
-from memvault.ops.readahead import Fetched, Wanted, reads
 from memvault.storage.streams import (
     ZSTD_SUFFIX,
     Read,
@@ -56,6 +55,7 @@ from memvault.storage.userstore import LineScan, UserStore
 from memvault.vault.vault import Transaction, Vault
 
 if TYPE_CHECKING:
+    from memvault.ops.readahead import Fetched
     from memvault.text.transcripts import Transcript
 
 SCAN_SUFFIXES = (".jsonl", ".json")
@@ -585,6 +585,8 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
     what their messages cost; a large one (a Codex rollout) is read on its own, as a
     stream.
     """
+    from memvault.ops.readahead import Wanted, reads
+
     if not directory.is_dir():
         raise NotFound(f"no directory at {directory}")
     files = sorted(p for p in directory.rglob("*") if _scanned(p) and p.is_file())

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import orjson
-
 from memvault.crypto import envelope
 from memvault.crypto.keys import MasterKey, record_key
 from memvault.errors import DataError, StorageError
@@ -31,6 +29,8 @@ from memvault.storage.state import STATE_FORMAT, UserState
 def _compact_json(doc: object) -> bytes:
     """A document or record as sealed: compact UTF-8 JSON, which json.loads reads; made
     by orjson, ten times the stdlib's speed (a line is sealed per message)."""
+    import orjson  # imported on the first write: it loads uuid (about 7 ms)
+
     return orjson.dumps(doc)
 
 

@@ -141,8 +141,7 @@ class AdmissionPolicy:
             if not result.text.strip():
                 continue
             name = clean(message.name) if message.name else message.name
-            out.kept.append(message if result.text == message.content and name == message.name
-                            else message.evolve(content=result.text, name=name))
+            out.kept.append(message.evolve(content=result.text, name=name))
         return out
 
 

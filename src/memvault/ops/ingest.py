@@ -16,7 +16,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -343,9 +343,7 @@ class _Admission:
                 self.screened.add_counts(result.counts, sorted(result.refusing))
             if result.kept:
                 admitted = result.kept[0]
-                kept.append(message if admitted.content == message.content and
-                            admitted.name == message.name else
-                            message.evolve(content=admitted.content, name=admitted.name))
+                kept.append(message.evolve(content=admitted.content, name=admitted.name))
         return kept
 
     def admit(self, batch: list[NewMessage]) -> list[NewMessage]:
@@ -487,7 +485,7 @@ def _plan(vault: Vault, session: str, existing: list[Record], messages: list[New
             plan.skipped += 1
             continue
         seen.add(key)
-        plan.fresh.append(m if m.created_at == stamp else m.evolve(created_at=stamp))
+        plan.fresh.append(m.evolve(created_at=stamp))
     return plan
 
 
@@ -557,13 +555,9 @@ def with_ids(vault: Vault, messages: list[NewMessage]) -> list[NewMessage]:
         if not m.message_id:
             changes["message_id"] = vault.message_digest(m.role, m.created_at, m.content)
         if m.created_at:
-            try:
-                stamp = normalise_time(m.created_at)
-            except UsageError:
-                stamp = m.created_at
-            if stamp != m.created_at:
-                changes["created_at"] = stamp
-        out.append(m.evolve(**changes) if changes else m)
+            with suppress(UsageError):  # not a time: the plan says so
+                changes["created_at"] = normalise_time(m.created_at)
+        out.append(m.evolve(**changes))
     return out
 
 
@@ -591,7 +585,7 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
         raise NotFound(f"no directory at {directory}")
     files = sorted(p for p in directory.rglob("*") if _scanned(p) and p.is_file())
     seen = vault.state().scan_marks
-    scan = _Scan()
+    scan = _Scan(AdmissionPolicy(vault.settings))
     small: list[_Parsed] = []
     for path in files:
         try:
@@ -616,17 +610,16 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
             small.append(item)
     # The small ones are read (and those not seen before screened) ahead of storing.
     batch: list[_Parsed] = []
-    held = [0, 0]  # the batch's messages and bytes
+    messages = size = 0  # the batch's
     wanted = [Wanted(i.path, i.mark[0], i.new) for i in small]
-    for item, got in zip(small, reads(wanted, fmt, AdmissionPolicy(vault.settings)),
-                         strict=True):
+    for item, got in zip(small, reads(wanted, fmt, scan.policy), strict=True):
         item.transcript, item.error, item.read = got.transcript, got.error, got
         batch.append(item)
-        held[0] += len(item.transcript.messages) if item.transcript else 0
-        held[1] += item.mark[0]
-        if held[0] >= SCAN_BATCH or held[1] >= SCAN_BATCH_BYTES:
+        messages += len(item.transcript.messages) if item.transcript else 0
+        size += item.mark[0]
+        if messages >= SCAN_BATCH or size >= SCAN_BATCH_BYTES:
             scan.store(vault, batch, strict)
-            batch, held = [], [0, 0]
+            batch, messages, size = [], 0, 0
     scan.store(vault, batch, strict)
     return ScanResult(len(files), scan.ingested, scan.added, scan.withheld,
                       tuple(scan.errors), tuple(scan.passed))
@@ -657,6 +650,7 @@ class _Parsed:
 
 @dataclass
 class _Scan:
+    policy: AdmissionPolicy  # one for the whole scan: its rules are compiled once
     ingested: int = 0
     added: int = 0
     withheld: int = 0
@@ -700,14 +694,13 @@ class _Scan:
         # Screened before the lock (see _Admission), under one policy, with the state
         # read once for the batch (the lock checks again what changed since).
         admissions: dict[int, _Admission] = {}
-        policy = AdmissionPolicy(vault.settings)
         try:
             forgotten: set[str] | None = vault.state().forgotten
         except MemError:
             forgotten = None  # each prepare finds out; the write reports it
         for n, item in enumerate(batch):
             if item.transcript is not None:
-                admission = admissions[n] = _Admission(policy, strict, item.read)
+                admission = admissions[n] = _Admission(self.policy, strict, item.read)
                 chosen = item.transcript.session_id or item.fallback or item.path.stem
                 try:
                     # The session file read here is used again under the lock when

@@ -92,7 +92,7 @@ def read(path: Path, fmt: str, policy: AdmissionPolicy | None) -> Fetched:
             outcome = policy.screen([message])
         except MemError:
             continue  # (a tag with a control character) the write screens it and says so
-        if outcome.kept == [message] and outcome.kept[0] is message and not (
+        if len(outcome.kept) == 1 and outcome.kept[0] is message and not (
                 outcome.withheld or outcome.counts or outcome.refusing):
             clean.add(i)
         else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -67,8 +68,9 @@ def test_session_start_answers_with_the_framed_brief(
     doc = json.loads(out)
     context = doc["hookSpecificOutput"]["additionalContext"]
     assert doc["hookSpecificOutput"]["hookEventName"] == "SessionStart"
-    assert context.startswith("<mem-memory>\nReference data from mem")
-    assert context.rstrip().endswith("</mem-memory>") and CANARY in context
+    nonce = re.match(r'<mem-memory id="([0-9a-f]{32})">\nReference data from mem', context)
+    assert nonce and context.endswith(f'</mem-memory id="{nonce.group(1)}">\n')
+    assert CANARY in context
     assert spawned == []
     log = log_text(tmp_path)
     assert f"{module.NAME} SessionStart [{SID}]: brief with 1 entries" in log
@@ -121,7 +123,8 @@ def test_a_long_brief_is_clamped_at_a_line_under_the_hook_limit(
         out = module.handle(resolve, json.dumps({"hook_event_name": "SessionStart"}))
         context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
         assert len(context) <= limit
-        assert hookbase.CUT_NOTE.strip() in context and context.endswith("</mem-memory>\n")
+        assert hookbase.CUT_NOTE.strip() in context
+        assert re.search(r'\n</mem-memory id="\w+">\n\Z', context)
         body = context.split("\n\n", 1)[1]
         assert all(line.startswith(("#", "- [", ">", "[…", "</mem")) or not line
                    for line in body.splitlines())  # cut at a line, never mid-entry

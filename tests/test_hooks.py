@@ -162,8 +162,11 @@ def test_session_start_prints_the_brief_as_one_json_document(
     brief = out["additionalContext"]
     assert "Prefers tabs over spaces" in brief and "Works on the billing service" in brief
     # Framed as reference data, not instructions.
-    assert brief == hookbase.frame(build(Vault(resolve()), 50, 8000).brief)
-    assert brief.startswith("<mem-memory>\nReference data from mem")
+    # Each brief has a nonce of its own: the same brief, framed again, differs only there.
+    nonce = re.match(r'<mem-memory id="([0-9a-f]{32})">\nReference data from mem', brief)
+    assert nonce
+    again = hookbase.frame(build(Vault(resolve()), 50, 8000).brief)
+    assert brief == re.sub(r'(?<=id=")[0-9a-f]{32}', nonce.group(1), again)
     assert any("SessionStart" in line for line in log_lines(log_dir))
     assert not any("tabs" in line for line in log_lines(log_dir))
 

@@ -133,7 +133,8 @@ def test_store_search_get_brief_delete(script_runner: ScriptRunner, vault: Vault
         assert got["warning"] == WARNING
 
         brief = ok(await call("memory_brief", {}))
-        assert brief["brief"].startswith("<mem-memory>\nReference data")
+        assert brief["brief"].startswith('<mem-memory id="')
+        assert '">\nReference data' in brief["brief"]
         assert "Prefers uv over pip" in brief["brief"] and brief["brief_count"] == 2
 
         newer = ok(await call("memory_store", {"type": "preference",

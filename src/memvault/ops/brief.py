@@ -26,6 +26,7 @@ from memvault.model.records import (
 )
 from memvault.model.results import Brief, BriefEntry
 from memvault.ops import prefs
+from memvault.text.frame import neutralise
 from memvault.text.sanitize import clean
 from memvault.vault.vault import Vault
 
@@ -52,11 +53,16 @@ def age(created_at: str, now: datetime) -> str:
     return "now"
 
 
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_ENTRY_CHARS else text[: MAX_ENTRY_CHARS - 1] + "…"
+
+
 def _one_line(text: str) -> str:
     # Cleaned again: a record stored before admission cleaned escapes must not reach
-    # the agent's context (or a terminal) with them.
-    flat = " ".join(clean(text).split())
-    return flat if len(flat) <= MAX_ENTRY_CHARS else flat[: MAX_ENTRY_CHARS - 1] + "…"
+    # the agent's context (or a terminal) with them. Neutralised after the lines are
+    # joined (that may join a delimiter) and the cut: nothing an entry holds can imitate
+    # the frame the brief is handed in (text/frame.py).
+    return _cut(neutralise(_cut(" ".join(clean(text).split()))))
 
 
 def _importance(value: object) -> float:

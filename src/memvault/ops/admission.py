@@ -85,9 +85,12 @@ class AdmissionPolicy:
     def _scan(self, text: str) -> Redaction:
         """The one way text is admitted: cleaned of terminal controls, then scanned for
         secrets and personal data (admit, admit_all and screen all come through here)."""
+        from memvault.text.frame import strip
         from memvault.text.redact import scan
 
-        return scan(clean(text), self.config)
+        # A copy of mem's own brief (an agent's record of its session start) is no one's
+        # words: stored, it would multiply and keep forgotten memories alive.
+        return scan(strip(clean(text)), self.config)
 
     def admit(self, text: str, what: str = "the text") -> str:
         """One item: refused (Refused, exit 77, nothing stored) when it holds a secret;

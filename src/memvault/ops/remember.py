@@ -50,7 +50,8 @@ def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
     policy.admit_tags(tags)
     text = policy.admit(text)
     if not text.strip():
-        raise UsageError("nothing to add: the text holds only terminal control characters")
+        raise UsageError("nothing to add: the text holds only terminal control characters "
+                         "or a copy of mem's brief")
     digest = content_hash(text)
     home, category = TYPE_HOME[kind]
     with vault.transaction() as tx:

@@ -328,6 +328,8 @@ def test_an_agents_copy_of_the_brief_is_not_stored(
     path.write_text(make(handed))
     result = mem(script_runner, "ingest", str(path), "--format", fmt, "--json")
     assert result.returncode == 0, result.stderr
+    again = mem(script_runner, "ingest", str(path), "--format", fmt, "--json")
+    assert json.loads(again.stdout)["messages_added"] == 0  # and once only
     messages = recall.list_records(vault, Filters(limit=100, types=["message"])).records
     said = "\n".join(m.content for m in messages)
     assert PROMPT in said and "Renamed it." in said  # the user's words stay

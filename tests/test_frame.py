@@ -208,7 +208,7 @@ def test_a_summarisers_output_cannot_break_the_frame(vault: Vault, tmp_path: Pat
                                      "content": "Obey " + {hostile}}}]}}))
     """)
     stored, brief = compacted_brief(vault, CompactionConfig(summarizer=cmd))
-    assert reads_as_name(stored) >= len(VARIANTS) - 1  # the tag characters are invisible
+    assert reads_as_name(stored) == len(VARIANTS)  # each one reached the stored summary
     body = assert_framed(brief)
     assert "heronwatch" in body and "Obey" in body
 

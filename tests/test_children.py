@@ -260,3 +260,61 @@ def test_nothing_the_key_command_starts_outlives_it(tmp_path: Path,
         assert [pid for pid in pids_in(pids) if not dead(pid)] == []
     finally:
         kill_all(pids_in(pids))
+
+
+# --- compaction's pool workers --------------------------------------------------------------
+
+
+def test_a_pool_worker_holds_no_descriptor_its_caller_handed_down(
+        vault: Vault, tmp_path: Path) -> None:
+    """docs/cron.md runs `flock -n LOCK mem compact --all-users`: flock's lock is an open
+    file mem inherits. A worker holding a copy would keep that lock as long as it lives;
+    none does. (Its summariser looks: the worker is its keeper's parent.)"""
+    for user in ("alice", "bob"):
+        ingest.add_messages(Vault(resolve(user=user)), "s1", messages(250))
+    lock, seen = tmp_path / "cron.lock", tmp_path / "seen"
+    seen.mkdir()
+    cmd = executable(tmp_path / "summ", f"""
+        import os, sys
+        sys.stdin.read()
+        def parent(pid):
+            return int(open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()[1])
+        worker = parent(parent(os.getpid()))
+        held = [os.readlink(f"/proc/{{worker}}/fd/{{fd}}")
+                for fd in os.listdir(f"/proc/{{worker}}/fd")]
+        open(os.path.join({str(seen)!r}, str(worker)), "w").write("\\n".join(held))
+        print("Discussed the topic")
+    """)
+    done = subprocess.run(
+        ["flock", "-n", str(lock), str(Path(sys.executable).parent / "mem"), "compact",
+         "--all-users", "--jobs", "2", "--json"],
+        env={**os.environ, "MEM_SUMMARIZER": cmd}, capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["summaries_added"] == 2
+    held = {p.name: p.read_text().split("\n") for p in seen.iterdir()}
+    assert held  # the workers that ran a summariser
+    assert not [h for h in held.values() if str(lock) in h], held
+
+
+def test_a_worker_also_ends_when_its_parents_pipe_closes() -> None:
+    """The way a worker notices its parent's death where there is no parent-death
+    signal: the pipe only the parent writes to closes (here closed by a parent that
+    lives on, so that the kernel's signal plays no part)."""
+    code = textwrap.dedent("""
+        import os, time
+        from memvault.process import EXIT_ORPHAN, die_with_parent
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(w)
+            die_with_parent(os.getppid(), r)
+            time.sleep(300)
+            os._exit(0)
+        os.close(r)
+        os.close(w)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status) == EXIT_ORPHAN)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)  # a bound on a hang, not a speed claim
+    assert done.stdout.strip() == "True"

@@ -31,6 +31,7 @@ from typing import Literal
 MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
                "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR")
 _REAPER = str(Path(__file__).with_name("reaper.py"))
+EXIT_ORPHAN = 70  # a worker whose parent died (EX_SOFTWARE): never reported, no one waits
 _KEEPER_GRACE = 5.0  # seconds the keeper has to end the command's tree when told to
 
 
@@ -42,6 +43,48 @@ def minimal_env(extra: Iterable[str] = (), source: Mapping[str, str] | None = No
     wanted = set(MINIMAL_ENV) | set(extra)
     return {k: v for k, v in env.items()
             if (k in wanted or k.startswith("LC_")) and not k.startswith("MEM_")}
+
+
+def open_fds() -> list[int]:
+    """This process's open file descriptors above stderr (empty where none can be
+    listed)."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        with contextlib.suppress(OSError):
+            listed = sorted(fd for fd in map(int, os.listdir(folder)) if fd > 2)
+            break
+    else:
+        return []
+    return [fd for fd in listed if _is_open(fd)]  # not the one the listing itself used
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def die_with_parent(parent: int, watch: int) -> None:
+    """For a worker process forked by `parent`: die when it dies. On Linux the kernel
+    sends SIGKILL (PR_SET_PDEATHSIG); everywhere, a thread waits on `watch`, the read
+    end of a pipe whose write end only the parent holds, and ends this process when it
+    closes. A parent already gone by the time this runs ends it at once."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(EXIT_ORPHAN)
+
+    def wait() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(watch, 1):
+                pass
+        os._exit(EXIT_ORPHAN)
+
+    threading.Thread(target=wait, daemon=True).start()
 
 
 def without_mem(source: Mapping[str, str] | None = None) -> dict[str, str]:

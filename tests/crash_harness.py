@@ -333,14 +333,14 @@ def summary(lines: list[str]) -> str:
         if "failed" in o:
             verdicts[o["command"]]["FAILED"] += 1
         elif o["killed"]:
-            points[o["command"]][o["syscall"]] += 1
+            points[o["command"]][o["syscall"]] += 1  # the pool's: all its calls as one
             verdicts[o["command"]][f"verify {o['verify']}"] += 1
             verdicts[o["command"]][f"re-run exit {o['rerun']}"] += 1
     used = [s for s in SYSCALLS if any(points[c][s] for c in points)]
     out = ["| command | " + " | ".join(used) + " | kill points | after the kill |",
            "|---|" + "---:|" * (len(used) + 1) + "---|"]
     total: Counter[str] = Counter()
-    for command in (c.name for c in COMMANDS):
+    for command in (c.name for c in (*COMMANDS, POOL)):
         row = points.get(command, Counter())
         total.update(row)
         seen = ", ".join(f"{k} {v}" for k, v in sorted(verdicts[command].items()))

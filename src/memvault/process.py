@@ -65,11 +65,12 @@ def _is_open(fd: int) -> bool:
     return True
 
 
-def die_with_parent(parent: int, watch: int) -> None:
-    """For a worker process forked by `parent`: die when it dies. On Linux the kernel
+def die_with_parent(parent: int, watch: int | None) -> None:
+    """For a worker process started by `parent`: die when it dies. On Linux the kernel
     sends SIGKILL (PR_SET_PDEATHSIG); everywhere, a thread waits on `watch`, the read
     end of a pipe whose write end only the parent holds, and ends this process when it
-    closes. A parent already gone by the time this runs ends it at once."""
+    closes (without one, a worker not forked, it checks its parent's id each second).
+    A parent already gone by the time this runs ends it at once."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             import ctypes
@@ -79,9 +80,13 @@ def die_with_parent(parent: int, watch: int) -> None:
         os._exit(EXIT_ORPHAN)
 
     def wait() -> None:
-        with contextlib.suppress(OSError):
-            while os.read(watch, 1):
-                pass
+        if watch is None:
+            while os.getppid() == parent:
+                time.sleep(1)
+        else:
+            with contextlib.suppress(OSError):
+                while os.read(watch, 1):
+                    pass
         os._exit(EXIT_ORPHAN)
 
     threading.Thread(target=wait, daemon=True).start()

@@ -596,17 +596,18 @@ def users(job: Job, org: str | None, shard: tuple[int, int] | None) -> list[tupl
 _JOB: Job | None = None
 
 
-def _init_worker(job: Job, parent: int, watch: tuple[int, int], inherited: list[int]
-                 ) -> None:
-    """A pool worker's start (forked: `job` and its key are not pickled to it): it dies
-    with the parent (killed, it must not go on holding the key and users' locks), and
-    closes what the parent held before the pool, such as the lock fd of a `flock -n`
-    wrapper, so that nothing it holds keeps that lock once the parent is gone."""
+def _init_worker(job: Job, parent: int, watch: tuple[int, int] | None,
+                 inherited: list[int]) -> None:
+    """A pool worker's start: it dies with the parent (killed, it must not go on holding
+    the key and users' locks), and closes what the parent held before the pool, such as
+    the lock fd of a `flock -n` wrapper, so that nothing it holds keeps that lock once
+    the parent is gone. (`watch` and `inherited` are fd numbers of a forked worker.)"""
     global _JOB
     from memvault.process import die_with_parent
 
-    os.close(watch[1])  # only the parent holds the write end: its death closes it
-    die_with_parent(parent, watch[0])
+    if watch is not None:
+        os.close(watch[1])  # only the parent holds the write end: its death closes it
+    die_with_parent(parent, None if watch is None else watch[0])
     for fd in inherited:
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -640,10 +641,12 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
 
     from memvault.process import open_fds
 
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    inherited = open_fds()  # before the pool's own pipes exist
-    watch = os.pipe()
+    # Forked where the platform can (a spawned worker is a new interpreter, which
+    # imports from the current folder, and is handed the job, key included, pickled).
+    forked = "fork" in multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if forked else None)
+    inherited = open_fds() if forked else []  # before the pool's own pipes exist
+    watch = os.pipe() if forked else None
     try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context,
                                  initializer=_init_worker,
@@ -654,7 +657,7 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
                     on_done(out)
                 yield out
     finally:
-        for fd in watch:
+        for fd in watch or ():
             os.close(fd)
 
 

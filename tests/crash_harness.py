@@ -351,9 +351,6 @@ def summary(lines: list[str]) -> str:
     return "\n".join(out)
 
 
-if __name__ == "__main__":
-    print(summary(Path(sys.argv[1]).read_text().splitlines()))
-
 
 # --- a compaction pool whose parent is killed -----------------------------------------------
 #
@@ -468,3 +465,7 @@ def check_pool_kill_point(template: Template, n: int, work: Path, mem: Mem) -> O
     outcome.rerun = again.returncode
     final_checks(template, POOL, vault, mem)
     return outcome
+
+
+if __name__ == "__main__":
+    print(summary(Path(sys.argv[1]).read_text().splitlines()))

@@ -13,6 +13,7 @@ plaintext, in clear in any file, and as a keyed term in every index.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -80,6 +81,7 @@ class Command:
     destroys: bool = False
     rerun: tuple[int, ...] = (0,)  # what running it again after a kill may exit with
     summarises: bool = False  # it adds summaries that repeat the seed's words
+    summary_of: tuple[str, ...] = ("kiwi", "quokka", "pangolin")  # ...these, in one
 
 
 INGESTED = "\n".join(json.dumps({"id": f"i{n}", "role": "user", "content": text_of(word),
@@ -296,7 +298,7 @@ def final_checks(template: Template, command: Command, vault: Path, mem: Mem) ->
             assert found.count(word, skip) == 1, (word, found.places)
     if command.summarises:  # what was summarised is in exactly one summary
         summaries = [t for i, t in found.contents.items() if found.types.get(i) == "summary"]
-        holding = [t for t in summaries if all(w in t for w in ("kiwi", "quokka", "pangolin"))]
+        holding = [t for t in summaries if all(w in t for w in command.summary_of)]
         assert len(holding) == 1, summaries
     deks = {**template.deks, **found.deks}
     for word in (*SEED_FORGOTTEN, *command.forgets):
@@ -331,14 +333,14 @@ def summary(lines: list[str]) -> str:
         if "failed" in o:
             verdicts[o["command"]]["FAILED"] += 1
         elif o["killed"]:
-            points[o["command"]][o["syscall"]] += 1
+            points[o["command"]][o["syscall"]] += 1  # the pool's: all its calls as one
             verdicts[o["command"]][f"verify {o['verify']}"] += 1
             verdicts[o["command"]][f"re-run exit {o['rerun']}"] += 1
     used = [s for s in SYSCALLS if any(points[c][s] for c in points)]
     out = ["| command | " + " | ".join(used) + " | kill points | after the kill |",
            "|---|" + "---:|" * (len(used) + 1) + "---|"]
     total: Counter[str] = Counter()
-    for command in (c.name for c in COMMANDS):
+    for command in (c.name for c in (*COMMANDS, POOL)):
         row = points.get(command, Counter())
         total.update(row)
         seen = ", ".join(f"{k} {v}" for k, v in sorted(verdicts[command].items()))
@@ -347,6 +349,122 @@ def summary(lines: list[str]) -> str:
     out.append("| all | " + " | ".join(str(total[s]) for s in used) +
                f" | {sum(total.values())} | |")
     return "\n".join(out)
+
+
+
+# --- a compaction pool whose parent is killed -----------------------------------------------
+#
+# `mem compact --all-users --jobs 2`, as docs/cron.md runs it (under `flock -n`), is killed
+# with SIGKILL (its parent process only: the kernel, not mem, must end the workers) right
+# after the n-th file-changing call its workers make. Then: no worker is left (none holds
+# the key, a user's lock or the flock lock), the next run under the same `flock -n`
+# completes, and nothing acknowledged is lost.
+
+FLOCK = shutil.which("flock") or "/usr/bin/flock"
+# Session s2 is old: summarised and archived; the forgotten record's key is retired.
+POOL = Command("compact-pool", ("compact", "--all-users", "--jobs", "2"), retires=True,
+               summarises=True, summary_of=("ibis",))
+POOL_CALLS = ("fsync", "fdatasync", "rename", "unlink")
+
+
+def _with_token(token: str) -> list[int]:
+    """The live processes (not zombies) whose environment holds `token`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{name}/environ").read_bytes()
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if token.encode() in environ and state not in ("Z", "X"):
+            found.append(int(name))
+    return found
+
+
+def _parent_of_pool(token: str) -> int | None:
+    """mem's own process: the one strace started (its parent is not mem)."""
+    pids = _with_token(token)
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            parent = int(stat[1])
+            if Path(f"/proc/{parent}/comm").read_text().strip() == "strace":
+                return pid
+    return None
+
+
+def run_pool_killed(vault: Path, lock: Path, n: int, token: str
+                    ) -> tuple[bool, subprocess.Popen[bytes]]:
+    """Start the pool under `flock -n LOCK strace -f`, and SIGKILL mem's own process once
+    its workers have made `n` of POOL_CALLS. Whether it was killed, and the run."""
+    import re
+    import signal
+    import threading
+    import time
+
+    argv = [FLOCK, "-n", str(lock), STRACE, "-f", "-qq", "-e", "signal=none",
+            "-e", f"trace={','.join(POOL_CALLS)}", MEM, *POOL.argv, "--json"]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env={**env_for(vault), "CRASH_RUN": token})
+    assert proc.stderr is not None
+    calls, pattern = 0, re.compile(rb"^\[pid +\d+\] (\w+)\(")
+    for line in proc.stderr:
+        if (m := pattern.match(line)) and m.group(1).decode() in POOL_CALLS:
+            calls += 1  # a worker's call (mem's own process writes no file here)
+            if calls == n:
+                break
+    else:
+        return False, proc  # it ran to its end first
+    deadline = time.monotonic() + 10
+    while (parent := _parent_of_pool(token)) is None:
+        assert time.monotonic() < deadline, "mem's own process not found"
+        time.sleep(0.01)
+    os.kill(parent, signal.SIGKILL)
+    # strace goes on reporting what is left: drained, so that it never blocks on us.
+    threading.Thread(target=proc.stderr.read, daemon=True).start()
+    return True, proc
+
+
+def check_pool_kill_point(template: Template, n: int, work: Path, mem: Mem) -> Outcome:
+    import time
+    import uuid
+
+    vault, lock = work / "vault", work / "compact.lock"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(template.root / "vault", vault, symlinks=True)
+    token = uuid.uuid4().hex
+    killed, run = run_pool_killed(vault, lock, n, token)
+    outcome = Outcome(POOL.name, "+".join(POOL_CALLS), n, killed)
+    try:
+        if not killed:
+            assert run.wait(timeout=120) == 0, (POOL.name, n)
+            final_checks(template, POOL, vault, mem)
+            return outcome
+        # The kernel ends the workers (a parent-death signal); a bound, not a speed claim.
+        deadline = time.monotonic() + 30
+        while (left := _with_token(token)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not left, f"pool workers outlived their parent: {left}"
+        run.wait(timeout=60)
+    finally:
+        for pid in _with_token(token):  # what a failed check leaves
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+        with contextlib.suppress(OSError):
+            run.kill()
+    root = vault / ORG / USER
+    after_kill_checks(template, POOL, read_user(root, MASTER, ORG, USER, template.deks),
+                      root)
+    outcome.verify = verify_or_repair(vault, mem)
+    again = subprocess.run([FLOCK, "-n", str(lock), MEM, *POOL.argv, "--json"],
+                           stdin=subprocess.DEVNULL, capture_output=True,
+                           env=env_for(vault), timeout=120, check=False)
+    assert again.returncode == 0, (n, again.returncode, again.stderr)  # flock -n: 1
+    outcome.rerun = again.returncode
+    final_checks(template, POOL, vault, mem)
+    return outcome
 
 
 if __name__ == "__main__":

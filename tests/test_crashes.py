@@ -29,6 +29,7 @@ from tests.crash_harness import (
     Template,
     build_template,
     check_kill_point,
+    check_pool_kill_point,
     env_for,
 )
 
@@ -98,6 +99,33 @@ def test_every_kill_point_of_every_command(template: Template, tmp_path: Path,
             note({"command": name, "syscall": syscall, "n": n, "failed": str(exc)[:2000]})
             raise
         note(outcome.to_dict())
+        if not outcome.killed:
+            break
+        n += 1
+        assert n < 2000, "runaway enumeration"
+
+
+# The pool of `compact --all-users --jobs 2` killed (its parent only) after the n-th
+# file-changing call of its workers: once in `make test`, every n in `make test-faults`.
+POOL_SAMPLE = 3
+
+
+def test_a_compaction_pool_killed_leaves_no_worker_and_loses_nothing(
+        template: Template, tmp_path: Path, run_mem: Mem) -> None:
+    outcome = check_pool_kill_point(template, POOL_SAMPLE, tmp_path / "run", run_mem)
+    assert outcome.killed, f"the pool makes fewer than {POOL_SAMPLE} calls: pick another"
+
+
+@pytest.mark.faults
+def test_every_kill_point_of_a_compaction_pool(template: Template, tmp_path: Path,
+                                               run_mem: Mem) -> None:
+    log = os.environ.get("FAULTS_LOG")
+    n = 1
+    while True:
+        outcome = check_pool_kill_point(template, n, tmp_path / "run", run_mem)
+        if log:
+            with open(log, "a") as out:
+                out.write(json.dumps(outcome.to_dict()) + "\n")
         if not outcome.killed:
             break
         n += 1

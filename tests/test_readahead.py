@@ -176,3 +176,101 @@ def test_the_helper_is_started_without_the_key_or_any_mem_setting(
     assert sum(f.transcript is not None for f in got) == 24  # and broken.jsonl failed
     assert len(started) == 1 and "PATH" in started[0]
     assert not [k for k in started[0] if k.startswith("MEM_")]
+
+
+# --- nothing in the scanned folder runs; nothing the helper sends is trusted -------------
+
+
+def _planted_names() -> set[str]:
+    """Every module the helper, or Python's own start, could import by name: the
+    standard library's, the start-up hooks, and every top-level package loaded here
+    (mem's own and its dependencies)."""
+    import sys
+
+    names = set(sys.stdlib_module_names) | {"sitecustomize", "usercustomize"}
+    names |= {name.split(".")[0] for name in sys.modules}
+    return {n for n in names if n.isidentifier()}
+
+
+def _plant(folder: Path, markers: Path, where: str) -> int:
+    names = _planted_names()
+    for name in names:
+        (folder / f"{name}.py").write_text(
+            f"open({str(markers / f'{where}-{name}')!r}, 'w').close()\n")
+    return len(names)
+
+
+def test_no_module_in_the_scanned_folder_or_on_pythonpath_runs_in_the_helper(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counted_here: list[Path],
+        vault: Vault) -> None:
+    tree = _tree(tmp_path / "tree")
+    markers, path_dir = tmp_path / "markers", tmp_path / "pythonpath"
+    markers.mkdir()
+    path_dir.mkdir()
+    assert _plant(tree, markers, "cwd") > 250
+    _plant(path_dir, markers, "pythonpath")
+    monkeypatch.chdir(tree)  # the scan runs from the folder it scans
+    monkeypatch.setenv("PYTHONPATH", str(path_dir))
+    ahead = _scan(vault, tree, True, monkeypatch)
+    assert sorted(p.name for p in markers.iterdir()) == []
+    assert counted_here == []  # the helper read every file: it ran, and was not upset
+    assert ahead[1:4] == (24, 24 * 29, 24)  # everything stored, each secret withheld
+    texts = " ".join(content for _, _, content, _ in _stored(vault))
+    assert SECRET not in texts and "ana.lopez@example.org" not in texts
+    assert "ferry tickets are booked" in texts
+
+
+# Helpers that misbehave: each is started as the real one is (`python -I -c CODE ROOT`).
+_REAL = readahead._BOOT
+_SLEEP = "import time; time.sleep(300)"
+_FRAME = "import sys; out = sys.stdout.buffer; out.write({!r}); out.flush(); "
+BAD_HELPERS = {
+    # stray bytes before its answers (a start-up hook that prints, say)
+    "stray-bytes": _FRAME.format(b"hello from sitecustomize\n") + _REAL,
+    "oversize-length": _FRAME.format(b"\xff\xff\xff\xf0") + _SLEEP,
+    "truncated-frame": _FRAME.format((1000).to_bytes(4, "big") + b"[[" * 5),
+    "not-json": _FRAME.format((5).to_bytes(4, "big") + b"hello") + _SLEEP,
+    "wrong-shape": _FRAME.format((9).to_bytes(4, "big") + b"[1,2,3,4]") + _SLEEP,
+    "index-out-of-range": _FRAME.format((21).to_bytes(4, "big") + b"[null,null,[7],[]]")
+                          + _SLEEP,
+    "silent": "import sys; sys.stdin.buffer.read()",
+}
+
+
+def _within(seconds: float, work: Any) -> Any:
+    """`work()`'s result, asserting it ends (a bound on a hang, not a speed claim)."""
+    import threading
+
+    done: list[Any] = []
+    thread = threading.Thread(target=lambda: done.append(work()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert done, "it hangs on its helper"
+    return done[0]
+
+
+@pytest.mark.parametrize("code", BAD_HELPERS.values(), ids=BAD_HELPERS.keys())
+def test_a_helper_that_misbehaves_is_left_and_every_file_is_read_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counted_here: list[Path],
+        vault: Vault, code: str) -> None:
+    wanted = _wanted(sorted(_tree(tmp_path / "tree").rglob("*.json*")))
+    policy = AdmissionPolicy(vault.settings)
+    expected = [_comparable(readahead.read(w.path, "auto", policy if w.screen else None))
+                for w in wanted]
+    counted_here.clear()
+    _helper_always(monkeypatch)
+    monkeypatch.setattr(readahead, "_BOOT", code)
+    monkeypatch.setattr(readahead, "ANSWER_WAIT", 1.0)  # the silent one: a short wait
+    got = _within(120, lambda: [_comparable(f) for f in
+                                readahead.reads(wanted, "auto", policy)])
+    assert got == expected
+    assert counted_here == [w.path for w in wanted]  # all of it read here instead
+
+
+def test_a_scan_whose_helper_prints_stray_bytes_stores_everything(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vault: Vault) -> None:
+    tree = _tree(tmp_path / "tree")
+    monkeypatch.setattr(readahead, "_BOOT", BAD_HELPERS["stray-bytes"])
+    result = _within(120, lambda: _scan(vault, tree, True, monkeypatch))
+    assert result[1:4] == (24, 24 * 29, 24)
+    assert "ferry tickets are booked" in " ".join(c for _, _, c, _ in _stored(vault))

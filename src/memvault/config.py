@@ -127,6 +127,9 @@ COMPACTION: tuple[Setting, ...] = (
             "most characters of session text sent in one summariser call", 1_000, 1e8),
     Setting("summarizer_prompt", "", str, None,
             "the instructions sent before the session text (default: mem's own)"),
+    Setting("summarizer_env", "", str, "",
+            "environment variables an external summariser is given besides PATH, HOME, "
+            "the language and the temporary folder (e.g. [OPENAI_API_KEY]); never MEM_*"),
     Setting("lock_wait", "", float, 2.0,
             "seconds compaction waits for a busy user's lock before skipping them", 0, 600),
 )
@@ -144,6 +147,7 @@ class CompactionConfig:
     summarizer_timeout: float = 300.0
     summarizer_max_chars: int = 200_000
     summarizer_prompt: str | None = None
+    summarizer_env: str = ""  # names, separated by spaces
     lock_wait: float = 2.0
 
 
@@ -190,6 +194,9 @@ def _compaction(raw: Any, origin: str) -> dict[str, Any]:
                           f"compaction.session_max_messages ({origin})")
     if not str(out["summarizer"]).strip():
         raise ConfigError(f"compaction.summarizer is empty ({origin})")
+    if any(name.startswith("MEM_") for name in str(out["summarizer_env"]).split()):
+        raise ConfigError(f"compaction.summarizer_env must not pass mem's own MEM_* "
+                          f"variables to the summariser ({origin})")
     return out
 
 

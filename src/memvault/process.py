@@ -1,21 +1,102 @@
-"""Running a user's own command (the key command, an external summariser): no shell, its
-own process group, bounded in time and in output.
+"""Running a user's own command (the key command, an external summariser): no shell,
+bounded in time and in output, with only the environment it is given, and never
+outliving its run.
 
-On a time-out (or too much output) the whole group is killed: helpers a command
-started must not outlive the run, nor hold its stdout open, which would make a plain
-wait hang past the time-out.
+The command runs under a small keeper (memvault/reaper.py: an isolated interpreter
+that holds no key) which, on Linux, is a child subreaper: when the command exits, on a
+time-out, on too much output, or when mem itself dies, the keeper kills the command
+and every process it started (even one that called setsid), so none holds its stdout
+open or lives on with what it was given. Elsewhere the command's process group is
+killed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import subprocess  # noqa: S404 - argv lists only, never a shell
+import sys
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
+
+# What a child that needs nothing of ours is given of the environment: where programs
+# and home are, the language, time zone and temporary folder. Nothing else (no MEM_*,
+# no tokens, no PYTHONPATH).
+MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+               "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR")
+_REAPER = str(Path(__file__).with_name("reaper.py"))
+EXIT_ORPHAN = 70  # a worker whose parent died (EX_SOFTWARE): never reported, no one waits
+_KEEPER_GRACE = 5.0  # seconds the keeper has to end the command's tree when told to
+
+
+def minimal_env(extra: Iterable[str] = (), source: Mapping[str, str] | None = None
+                ) -> dict[str, str]:
+    """The minimal environment (MINIMAL_ENV and LC_*), plus the `extra` names asked for;
+    never a MEM_* variable."""
+    env = os.environ if source is None else source
+    wanted = set(MINIMAL_ENV) | set(extra)
+    return {k: v for k, v in env.items()
+            if (k in wanted or k.startswith("LC_")) and not k.startswith("MEM_")}
+
+
+def open_fds() -> list[int]:
+    """This process's open file descriptors above stderr (empty where none can be
+    listed)."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        with contextlib.suppress(OSError):
+            listed = sorted(fd for fd in map(int, os.listdir(folder)) if fd > 2)
+            break
+    else:
+        return []
+    return [fd for fd in listed if _is_open(fd)]  # not the one the listing itself used
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def die_with_parent(parent: int, watch: int | None) -> None:
+    """For a worker process started by `parent`: die when it dies. On Linux the kernel
+    sends SIGKILL (PR_SET_PDEATHSIG); everywhere, a thread waits on `watch`, the read
+    end of a pipe whose write end only the parent holds, and ends this process when it
+    closes (without one, a worker not forked, it checks its parent's id each second).
+    A parent already gone by the time this runs ends it at once."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(EXIT_ORPHAN)
+
+    def wait() -> None:
+        if watch is None:
+            while os.getppid() == parent:
+                time.sleep(1)
+        else:
+            with contextlib.suppress(OSError):
+                while os.read(watch, 1):
+                    pass
+        os._exit(EXIT_ORPHAN)
+
+    threading.Thread(target=wait, daemon=True).start()
+
+
+def without_mem(source: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment without mem's own settings (MEM_MASTER_KEY foremost)."""
+    env = os.environ if source is None else source
+    return {k: v for k, v in env.items() if not k.startswith("MEM_")}
+
 
 Problem = Literal["timeout", "too long", "interrupted"] | None
 
@@ -27,16 +108,30 @@ class Finished:
     returncode: int | None
 
 
-def run_bounded(argv: list[str], stdin: bytes | None, timeout: float, limit: int
-                ) -> Finished:
-    """Run `argv` with `stdin` as its input; its stdout up to `limit` bytes, within
-    `timeout` seconds. OSError or ValueError when it cannot be started. Its stderr is
-    dropped (it may echo what it was given)."""
-    proc = subprocess.Popen(  # noqa: S603 - the user's own command, no shell
-        argv, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
-        close_fds=True,
-    )
+def run_bounded(argv: list[str], stdin: bytes | None, timeout: float, limit: int,
+                env: Mapping[str, str]) -> Finished:
+    """Run `argv` with `stdin` as its input and `env` as its whole environment; its
+    stdout up to `limit` bytes, within `timeout` seconds. OSError or ValueError when it
+    cannot be started. Its stderr is dropped (it may echo what it was given). When this
+    returns, nothing the command started is left running."""
+    import shutil
+
+    executable = shutil.which(argv[0], path=env.get("PATH", os.defpath))
+    if executable is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+    watch, stop = os.pipe()  # the keeper ends everything when `stop` closes
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - the user's own command, no shell
+            [sys.executable, "-I", "-S", _REAPER, str(watch), str(os.getpid()),
+             executable, *argv],
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+            close_fds=True, pass_fds=(watch,), env=dict(env))
+    except BaseException:
+        os.close(stop)
+        raise
+    finally:
+        os.close(watch)
     assert proc.stdout is not None
     if stdin is not None:
         assert proc.stdin is not None
@@ -48,11 +143,26 @@ def run_bounded(argv: list[str], stdin: bytes | None, timeout: float, limit: int
                                       time.monotonic() + timeout, limit)
     finally:
         proc.stdout.close()
-        if problem is not None:  # not reaped yet, so its group id cannot have been reused
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the command and its children
-        proc.wait()
+        if problem is not None:
+            os.close(stop)
+            stop = -1
+            _end_keeper(proc)
+        else:
+            proc.wait()
+        if stop >= 0:
+            os.close(stop)
     return Finished(output, problem, proc.returncode)
+
+
+def _end_keeper(proc: subprocess.Popen[bytes]) -> None:
+    """The keeper was told to stop (its pipe closed): it kills the command's tree and
+    exits. Should it not, its group is killed (not reaped yet: the id is still its own)."""
+    try:
+        proc.wait(_KEEPER_GRACE)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def _feed(pipe: object, data: bytes) -> None:

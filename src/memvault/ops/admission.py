@@ -76,6 +76,18 @@ class AdmissionPolicy:
         self._where = str(settings.config_path)
         self._config: RedactionConfig | None = None
 
+    def wire(self) -> tuple[dict[str, Any], str]:
+        """What rebuilds this policy in another process: the `redaction:` mapping and
+        where it came from (plain data)."""
+        return self._doc, self._where
+
+    @classmethod
+    def rebuilt(cls, doc: dict[str, Any], where: str) -> AdmissionPolicy:
+        """The policy `wire` describes."""
+        policy = cls.__new__(cls)
+        policy._doc, policy._where, policy._config = doc, where, None
+        return policy
+
     @property
     def config(self) -> RedactionConfig:
         if self._config is None:

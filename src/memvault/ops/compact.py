@@ -596,8 +596,21 @@ def users(job: Job, org: str | None, shard: tuple[int, int] | None) -> list[tupl
 _JOB: Job | None = None
 
 
-def _init_worker(job: Job) -> None:
+def _init_worker(job: Job, parent: int, watch: tuple[int, int] | None,
+                 inherited: list[int]) -> None:
+    """A pool worker's start: it dies with the parent (killed, it must not go on holding
+    the key and users' locks), and closes what the parent held before the pool, such as
+    the lock fd of a `flock -n` wrapper, so that nothing it holds keeps that lock once
+    the parent is gone. (`watch` and `inherited` are fd numbers of a forked worker.)"""
     global _JOB
+    from memvault.process import die_with_parent
+
+    if watch is not None:
+        os.close(watch[1])  # only the parent holds the write end: its death closes it
+    die_with_parent(parent, None if watch is None else watch[0])
+    for fd in inherited:
+        with contextlib.suppress(OSError):
+            os.close(fd)
     _JOB = job
 
 
@@ -609,7 +622,13 @@ def _work(who: tuple[str, str]) -> Outcome:
 def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
              on_done: Callable[[Outcome], None] | None = None) -> Iterator[Outcome]:
     """Compact each user; with `jobs` > 1, in a pool of that many worker processes
-    (each handles many users: a process per user would cost more than the work)."""
+    (each handles many users: a process per user would cost more than the work).
+
+    Workers are forked, so the key reaches them in memory, never pickled, and no new
+    interpreter reads the current folder. What a worker sends back (an Outcome: counts,
+    and problems and previews as text) is unpickled by the pool: it comes from a
+    process of the same program holding the same key, so it crosses no trust boundary;
+    an external summariser's answer is parsed as text in the worker, never unpickled."""
     if jobs <= 1 or len(who) <= 1:
         for org, user in who:
             out = run_one(job, org, user)
@@ -617,14 +636,29 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
                 on_done(out)
             yield out
         return
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker,
-                             initargs=(job,)) as pool:
-        for out in pool.map(_work, who, chunksize=max(1, min(32, len(who) // (jobs * 4)))):
-            if on_done:
-                on_done(out)
-            yield out
+    from memvault.process import open_fds
+
+    # Forked where the platform can (a spawned worker is a new interpreter, which
+    # imports from the current folder, and is handed the job, key included, pickled).
+    forked = "fork" in multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if forked else None)
+    inherited = open_fds() if forked else []  # before the pool's own pipes exist
+    watch = os.pipe() if forked else None
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context,
+                                 initializer=_init_worker,
+                                 initargs=(job, os.getpid(), watch, inherited)) as pool:
+            for out in pool.map(_work, who,
+                                chunksize=max(1, min(32, len(who) // (jobs * 4)))):
+                if on_done:
+                    on_done(out)
+                yield out
+    finally:
+        for fd in watch or ():
+            os.close(fd)
 
 
 def summarise_outcomes(outcomes: Sequence[Outcome], dry_run: bool) -> CompactResult:

@@ -9,7 +9,8 @@ of its keyed term), so the words that tell this session apart come first.
 
 An external summariser is any command (an LLM CLI) that reads a prompt and the session
 text on stdin and prints a summary, or JSON {"summary": str, "facts": [...]}. It runs
-without a shell, in its own process group, with a time-out and size caps.
+without a shell, with a minimal environment, a time-out and size caps, and nothing it
+starts outlives it (memvault.process).
 """
 
 from __future__ import annotations
@@ -242,13 +243,16 @@ def run_external(command: str, records: Sequence[Record], cfg: CompactionConfig)
     """Run an external summariser on a unit (SummarizerFailed when it gives nothing
     usable: it failed to start, timed out, exited non-zero, printed nothing or too
     much)."""
-    from memvault.process import run_bounded
+    from memvault.process import minimal_env, run_bounded
 
     argv = summarizer_argv(command)
     prompt = cfg.summarizer_prompt or DEFAULT_PROMPT
     text = prompt.rstrip() + "\n\n" + transcript_text(records, cfg.summarizer_max_chars)
     try:
-        done = run_bounded(argv, text.encode(), cfg.summarizer_timeout, OUTPUT_LIMIT)
+        # The least environment: never the master key nor any MEM_* setting, and
+        # nothing else of the user's but what compaction.summarizer_env names.
+        done = run_bounded(argv, text.encode(), cfg.summarizer_timeout, OUTPUT_LIMIT,
+                           minimal_env(cfg.summarizer_env.split()))
     except (OSError, ValueError) as exc:
         raise SummarizerFailed(f"the summariser {argv[0]!r} could not be started: "
                                f"{getattr(exc, 'strerror', None) or exc}") from None

@@ -71,9 +71,11 @@ def _read_key_file(path: Path, passphrase: str | None = None) -> bytes:
 
 
 def _run_key_command(command: str, timeout: float = KEY_COMMAND_TIMEOUT) -> bytes:
-    """Run the key command (no shell) in its own process group, for at most `timeout`
-    seconds and KEY_OUTPUT_LIMIT bytes of output (memvault.process)."""
-    from memvault.process import run_bounded
+    """Run the key command (no shell) for at most `timeout` seconds and KEY_OUTPUT_LIMIT
+    bytes of output; nothing it starts outlives it (memvault.process). It gets the
+    user's environment (a password manager needs its agent, session and home) but none
+    of mem's MEM_* variables: MEM_MASTER_KEY, when also set, is not the command's."""
+    from memvault.process import run_bounded, without_mem
 
     try:
         argv = shlex.split(command)
@@ -82,7 +84,7 @@ def _run_key_command(command: str, timeout: float = KEY_COMMAND_TIMEOUT) -> byte
     if not argv:
         raise ConfigError("MEM_KEY_COMMAND is empty")
     try:
-        done = run_bounded(argv, None, timeout, KEY_OUTPUT_LIMIT)
+        done = run_bounded(argv, None, timeout, KEY_OUTPUT_LIMIT, without_mem())
     except (OSError, ValueError) as exc:
         raise ConfigError(f"MEM_KEY_COMMAND failed to run: {exc}") from None
     if done.problem == "timeout":

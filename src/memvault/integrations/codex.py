@@ -94,6 +94,7 @@ def uninstall(path: Path, scope: str = "user", mcp: bool = False) -> HookInstall
 # saved.
 
 MARK = "# Added by `mem hooks install codex --mcp`."
+STARTUP_TIMEOUT_S = 60
 HEADER_RE = re.compile(r'^\s*\[\s*mcp_servers\s*\.\s*(?:mem|"mem"|\'mem\')\s*(?:\.[^\]]*)?\]')
 ANY_HEADER_RE = re.compile(r"^\s*\[")
 # The user's own identity in mem's table: kept, but it must be the one mem installs for.
@@ -162,7 +163,11 @@ def install_server(path: Path, launch: Launch) -> HookInstallResult:
                          "was changed")
     if current is not None:
         _check_identity(path, current, launch)
-    wanted = _wanted(current, fields)
+    if current is None:
+        # Codex waits 10 s for a server by default; mem's may first wait for its key
+        # command (up to 30 s). A default only: a value the user sets is theirs.
+        fields["startup_timeout_sec"] = STARTUP_TIMEOUT_S
+    wanted = _wanted(current, fields) if current is not None else dict(fields)
     if current == wanted:
         return HookInstallResult(str(path), False, (), None)
     if current is None:
@@ -171,18 +176,36 @@ def install_server(path: Path, launch: Launch) -> HookInstallResult:
             ("\n" if text.strip() else "") + f"{MARK}\n{table}"
     else:
         edited = tomlkit.parse(text)
-        table = edited["mcp_servers"]["mem"]
-        table["command"], table["args"] = fields["command"], fields["args"]
-        if "env" in fields:
-            env = table.setdefault("env", tomlkit.table())
-            for name, value in fields["env"].items():
-                env[name] = value
+        server = edited["mcp_servers"]["mem"]
+        owned: dict[str, Any] = {"command": fields["command"], "args": fields["args"]}
         if "env_vars" in fields:
-            table["env_vars"] = wanted["env_vars"]
+            owned["env_vars"] = wanted["env_vars"]
+        env = server.get("env")
+        if "env" in fields and env is None:
+            owned["env"] = tomlkit.inline_table()
+            owned["env"].update(fields["env"])
+        _set_keys(server, owned)
+        if "env" in fields and env is not None:
+            _set_keys(env, fields["env"])
         new = tomlkit.dumps(edited)
     _check(path, new, doc, wanted)
     backup = hookbase.save_bytes(path, new.encode(), text.encode() if path.exists() else None)
     return HookInstallResult(str(path), True, ("mcp",), backup)
+
+
+def _set_keys(table: Any, values: dict[str, Any]) -> None:
+    """Set keys of a tomlkit table in place; a new key goes after the table's last key,
+    above the comments and blank lines that end its text (they belong to the next
+    table's header)."""
+    body = getattr(getattr(table, "value", None), "body", None)
+    trailing: list[Any] = []
+    if isinstance(body, list):
+        while body and body[-1][0] is None:
+            trailing.insert(0, body.pop())
+    for key, value in values.items():
+        table[key] = value
+    if isinstance(body, list):
+        body.extend(trailing)
 
 
 def _without_table(text: str) -> str:

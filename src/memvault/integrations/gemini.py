@@ -19,6 +19,7 @@ from memvault.model.results import HookInstallResult
 NAME = "gemini"
 EVENTS = ("SessionStart", "SessionEnd", "PreCompress")
 TIMEOUT_MS = hookbase.HOOK_TIMEOUT_S * 1000
+SERVER_TIMEOUT_MS = 60_000
 AGENT = Agent(
     name=NAME, ingest_format="gemini",
     brief_events=frozenset({"SessionStart"}),
@@ -62,7 +63,9 @@ def server_entry(launch: Launch) -> dict[str, Any]:
     """Gemini CLI passes an MCP server the variables of its `env` as they are (those it
     would drop from its own environment too)."""
     program, *rest = launch.argv("mcp")
-    entry: dict[str, Any] = {"command": program, "args": rest}
+    # `timeout` (ms) bounds the start too, 5 s by default in `gemini mcp list`: mem opens
+    # the vault first, which may wait for a key command (up to 30 s).
+    entry: dict[str, Any] = {"command": program, "args": rest, "timeout": SERVER_TIMEOUT_MS}
     if launch.env:
         entry["env"] = launch.env_map
     return entry

@@ -19,7 +19,7 @@ from pytest_console_scripts import ScriptRunner
 
 from memvault.config import resolve
 from memvault.integrations import claude_code, codex, gemini, hookbase
-from memvault.integrations.launch import Launch
+from memvault.integrations.launch import MEM_VARIABLES, Launch
 from memvault.ops import projects, remember
 from memvault.vault.vault import Vault
 from tests.conftest import mem
@@ -257,12 +257,16 @@ def test_project_scope_writes_no_machine_path_into_committed_files(
         for handler in check_hooks_file(doc, codex.EVENTS, {"hooks"}, 1):
             assert handler["command"] == "mem hook codex"
         server = tomllib.loads((project / ".codex" / "config.toml").read_text())
-        assert server["mcp_servers"]["mem"] == {"command": "mem", "args": ["mcp"]}
+        # mem's variables by name (Codex passes a server a short allow-list otherwise).
+        assert server["mcp_servers"]["mem"] == {
+            "command": "mem", "args": ["mcp"], "startup_timeout_sec": 60,
+            "env_vars": list(MEM_VARIABLES)}
     else:
         doc = json.loads((project / ".gemini" / "settings.json").read_text())
         for handler in check_hooks_file(doc, gemini.EVENTS, None, 1000):  # milliseconds
             assert handler["command"] == "mem hook gemini" and handler["timeout"] == 10_000
-        assert doc["mcpServers"]["mem"] == {"command": "mem", "args": ["mcp"]}
+        assert doc["mcpServers"]["mem"] == {"command": "mem", "args": ["mcp"],
+                                            "timeout": gemini.SERVER_TIMEOUT_MS}
 
 
 def test_gemini_and_claude_user_scope_keep_other_settings(

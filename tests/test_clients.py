@@ -253,7 +253,8 @@ def test_codex_reinstall_and_uninstall_keep_what_the_user_wrote(
     config.write_text(USER_TOML)
     before = tomllib.loads(USER_TOML)
 
-    assert mem(script_runner, "hooks", "install", "codex", "--mcp").returncode == 0
+    first = mem(script_runner, "hooks", "install", "codex", "--mcp")
+    assert first.returncode == 0 and "/hooks" in first.stderr  # how to trust them
     text = config.read_text()
     for line in USER_TOML.splitlines():  # every comment, where it was
         if line.startswith("#") or "#" in line and "mem" not in line.split("#")[0]:
@@ -337,7 +338,8 @@ def test_gemini_cli_connects_to_the_server(
         script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path) -> None:
     gemini = client("gemini")
     home = tmp_path / "home"
-    assert mem(script_runner, "hooks", "install", "gemini", "--mcp").returncode == 0
+    installed = mem(script_runner, "hooks", "install", "gemini", "--mcp")
+    assert installed.returncode == 0 and "/permissions trust" in installed.stderr
     # Gemini CLI starts no user-level server in an untrusted folder: the user's decision,
     # made here in the test's own HOME (`gemini trust` in real life).
     (home / ".gemini" / "trustedFolders.json").write_text(

@@ -196,6 +196,9 @@ def hooks_install(
                    (f" (backup: {server.backup})" if server.backup else ""))
         elif mcp and "mcp" in result.events:
             o.info(f"MCP server registered in {result.settings}")
+        note = getattr(module, "TRUST_NOTE", None)
+        if note and (result.changed or server is not None and server.changed):
+            o.info(note)
 
     Output(json).data(result, human)
 

@@ -15,12 +15,15 @@ from typing import Any, BinaryIO, TextIO
 from memvault.errors import UsageError
 from memvault.integrations import hookbase
 from memvault.integrations.hookbase import Agent, hook_specific
-from memvault.integrations.launch import Launch
+from memvault.integrations.launch import MEM_VARIABLES, Launch
 from memvault.integrations.launch import resolve as resolve_launch
 from memvault.model.results import HookInstallResult
 
 NAME = "codex"
 EVENTS = ("SessionStart", "SessionEnd", "PreCompact")
+# Codex skips a hook nobody trusted without a word; mem never trusts it for the user.
+TRUST_NOTE = ("Codex runs new or changed hooks only once you trust them: start codex and "
+              "review mem's under /hooks")
 SESSION_END_TIMEOUT_S = 3  # Codex's own cap: a longer timeout is cut to it, with a warning
 AGENT = Agent(
     name=NAME, ingest_format="codex",
@@ -69,6 +72,10 @@ def hook_entry(launch: Launch, event: str) -> dict[str, Any]:
 
 def install(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallResult:
     launch = resolve_launch(scope)  # the hooks and the server from one resolution
+    if scope != "user":
+        # A shared file names no value: the server gets mem's variables by name from
+        # Codex's environment, as the hooks do, instead of Codex's short allow-list.
+        launch = replace(launch, forward=MEM_VARIABLES)
     result = hookbase.install_json(path, "Codex hooks",
                                    {e: hook_entry(launch, e) for e in EVENTS}, ours)
     if not mcp:

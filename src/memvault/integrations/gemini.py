@@ -20,6 +20,9 @@ NAME = "gemini"
 EVENTS = ("SessionStart", "SessionEnd", "PreCompress")
 TIMEOUT_MS = hookbase.HOOK_TIMEOUT_S * 1000
 SERVER_TIMEOUT_MS = 60_000
+# Gemini CLI starts no MCP server in a folder nobody trusted; mem never trusts it for the user.
+TRUST_NOTE = ("Gemini CLI starts MCP servers only in folders you trust: trust a folder when "
+              "it asks, or run /permissions trust in it")
 AGENT = Agent(
     name=NAME, ingest_format="gemini",
     brief_events=frozenset({"SessionStart"}),

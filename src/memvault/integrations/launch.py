@@ -18,6 +18,11 @@ from pathlib import Path
 from memvault.errors import ConfigError
 from memvault.integrations import hookbase
 
+# Every variable mem reads for who it runs as and where its key is: what a shared (project)
+# file may have an agent pass on by name, never by value.
+MEM_VARIABLES = ("MEM_VAULT", "MEM_ORG", "MEM_USER", "MEM_KEY_FILE", "MEM_KEY_COMMAND",
+                 "MEM_MASTER_KEY", "MEM_CONFIG_DIR", "MEM_LOG_DIR")
+
 
 @dataclass(frozen=True)
 class Launch:

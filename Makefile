@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-fast test-scale test-faults lint bench completions docs clean
+.PHONY: help demo test test-fast test-scale test-faults lint bench completions docs clean agents
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -26,6 +26,12 @@ test: $(STAMP) ## Run the whole test suite (lint first)
 	@tmp=$$(mktemp -d /dev/shm/mem-test.XXXXXX 2>/dev/null || mktemp -d); \
 	$(BIN)/python -m pytest -q -n auto -m "not scale and not faults" --basetemp=$$tmp; \
 	status=$$?; rm -rf $$tmp; exit $$status
+
+agents: ## Install the agents' CLIs that tests/test_clients.py checks mem against (npm)
+	@# No install scripts (node-pty, keytar: Gemini CLI's terminal extras, compiled): only
+	@# Claude Code's, which puts its native binary in place.
+	npm ci --prefix tests/agents --ignore-scripts --no-audit --no-fund --loglevel=error
+	cd tests/agents/node_modules/@anthropic-ai/claude-code && node install.cjs
 
 test-scale: $(STAMP) ## The long runs at scale (a gigabyte rollout in flat memory)
 	$(BIN)/python -m pytest -q -m scale

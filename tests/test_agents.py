@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -19,6 +20,7 @@ from pytest_console_scripts import ScriptRunner
 
 from memvault.config import resolve
 from memvault.integrations import claude_code, codex, gemini, hookbase
+from memvault.integrations.launch import MEM_VARIABLES, Launch
 from memvault.ops import projects, remember
 from memvault.vault.vault import Vault
 from tests.conftest import mem
@@ -193,15 +195,17 @@ def test_codex_install_user_scope_with_mcp_is_idempotent_and_reversible(
     doc = json.loads((home / "hooks.json").read_text())
     handlers = check_hooks_file(doc, codex.EVENTS, {"description", "hooks"}, 1)
     for event, handler in zip(codex.EVENTS, handlers, strict=True):
-        program = handler["command"].split()[0]
-        assert Path(program).is_absolute() and handler["command"].endswith(" hook codex")
+        argv = [a for a in shlex.split(handler["command"]) if not a.startswith("MEM_")]
+        assert Path(argv[0]).is_absolute() and " hook codex --" in shlex.join(argv)
+        assert "--user=alice" in argv  # who the hooks run as, written down
         assert handler["timeout"] == (3 if event == "SessionEnd" else 10)  # Codex's cap
     assert doc["hooks"]["Stop"] == hooks_json["hooks"]["Stop"]
     toml = tomllib.loads((home / "config.toml").read_text())
     assert toml["model"] == "gpt-5-codex" and toml["mcp_servers"]["other"] == {
         "command": "other"}
     server = toml["mcp_servers"]["mem"]
-    assert Path(server["command"]).is_absolute() and server["args"][-1] == "mcp"
+    assert Path(server["command"]).is_absolute() and "mcp" in server["args"]
+    assert "--user=alice" in server["args"]
 
     installed = ((home / "hooks.json").read_bytes(), (home / "config.toml").read_bytes())
     again = json.loads(mem(script_runner, "hooks", "install", "codex", "--mcp",
@@ -219,15 +223,15 @@ def test_codex_install_user_scope_with_mcp_is_idempotent_and_reversible(
 
 def test_codex_moved_install_replaces_its_server_table(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    codex.install_server(path, ["/old/bin/mem"])
+    codex.install_server(path, Launch(("/old/bin/mem",)))
     path.write_text(path.read_text() + '\n[profiles.fast]\nmodel = "o4-mini"\n')
-    assert codex.install_server(path, ["/new/bin/mem"]).changed
+    assert codex.install_server(path, Launch(("/new/bin/mem",))).changed
     doc = tomllib.loads(path.read_text())
     assert doc["mcp_servers"]["mem"]["command"] == "/new/bin/mem"
     assert doc["profiles"]["fast"] == {"model": "o4-mini"}
     path.write_text("[mcp_servers.mem\n")
     with pytest.raises(Exception, match="not valid TOML"):
-        codex.install_server(path, ["/x/mem"])
+        codex.install_server(path, Launch(("/x/mem",)))
     assert path.read_text() == "[mcp_servers.mem\n"
 
 
@@ -256,12 +260,16 @@ def test_project_scope_writes_no_machine_path_into_committed_files(
         for handler in check_hooks_file(doc, codex.EVENTS, {"hooks"}, 1):
             assert handler["command"] == "mem hook codex"
         server = tomllib.loads((project / ".codex" / "config.toml").read_text())
-        assert server["mcp_servers"]["mem"] == {"command": "mem", "args": ["mcp"]}
+        # mem's variables by name (Codex passes a server a short allow-list otherwise).
+        assert server["mcp_servers"]["mem"] == {
+            "command": "mem", "args": ["mcp"], "startup_timeout_sec": 60,
+            "env_vars": list(MEM_VARIABLES)}
     else:
         doc = json.loads((project / ".gemini" / "settings.json").read_text())
         for handler in check_hooks_file(doc, gemini.EVENTS, None, 1000):  # milliseconds
             assert handler["command"] == "mem hook gemini" and handler["timeout"] == 10_000
-        assert doc["mcpServers"]["mem"] == {"command": "mem", "args": ["mcp"]}
+        assert doc["mcpServers"]["mem"] == {"command": "mem", "args": ["mcp"],
+                                            "timeout": gemini.SERVER_TIMEOUT_MS}
 
 
 def test_gemini_and_claude_user_scope_keep_other_settings(
@@ -285,7 +293,7 @@ def test_gemini_and_claude_user_scope_keep_other_settings(
     result = mem(script_runner, "hooks", "install", "claude-code", "--mcp", "--json")
     assert result.returncode == 0, result.stderr
     state = json.loads((home / ".claude.json").read_text())
-    assert state["numStartups"] == 3 and state["mcpServers"]["mem"]["args"][-1] == "mcp"
+    assert state["numStartups"] == 3 and "mcp" in state["mcpServers"]["mem"]["args"]
     assert Path(state["mcpServers"]["mem"]["command"]).is_absolute()
     assert mem(script_runner, "hooks", "install", "cursor").returncode == 2
 

@@ -392,7 +392,8 @@ def test_install_merges_backs_up_is_idempotent_and_uninstall_restores(
     for event in ("SessionStart", "SessionEnd", "PreCompact"):
         (entry,) = ours(doc, event)
         # Exec form: the program and its arguments, never a shell line.
-        assert entry["type"] == "command" and entry["args"][-2:] == ["hook", "claude-code"]
+        assert entry["type"] == "command" and \
+            " hook claude-code --" in " " + " ".join(entry["args"])
         assert Path(entry["command"]).is_absolute()
         assert 0 < entry["timeout"] <= 60
 

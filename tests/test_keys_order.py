@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
+from pytest_console_scripts import ScriptRunner
 
 from memvault.cli.errors import word
 from memvault.config import resolve
 from memvault.errors import UsageError
 from memvault.ops.admin import init
 from memvault.vault.keysource import load_master_key
+from tests.conftest import mem
 
 
 def test_config_file_key_ranks_below_environment_sources(
@@ -38,3 +42,22 @@ def test_passphrase_with_a_configured_source_is_refused(monkeypatch: pytest.Monk
     assert err.value.field == "passphrase"
     assert "--passphrase" in word(err.value)  # how the command line words it
     assert not (config_dir / "master.key").exists()
+
+
+def test_init_creates_a_named_key_file_that_does_not_exist_yet(
+        script_runner: ScriptRunner, tmp_path: Path, config_dir: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    key_file = tmp_path / "keys" / "mem.key"
+    monkeypatch.setenv("MEM_KEY_FILE", str(key_file))
+    result = mem(script_runner, "init", "--json")
+    assert result.returncode == 0, result.stderr
+    assert str(key_file) in json.loads(result.stdout)["key_source"]  # it says where
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key_file.parent.stat().st_mode) == 0o700
+    assert not (config_dir / "master.key").exists()  # made where it was named, only there
+    assert mem(script_runner, "add", "Prefers tea", "--type", "preference").returncode == 0
+    # Only init makes a key: once the vault exists, a missing key file is exit 78.
+    key_file.unlink()
+    for command in (["init"], ["search", "tea"]):
+        assert mem(script_runner, *command).returncode == 78, command
+    assert not key_file.exists()

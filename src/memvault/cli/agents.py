@@ -196,6 +196,9 @@ def hooks_install(
                    (f" (backup: {server.backup})" if server.backup else ""))
         elif mcp and "mcp" in result.events:
             o.info(f"MCP server registered in {result.settings}")
+        note = getattr(module, "TRUST_NOTE", None)
+        if note and (result.changed or server is not None and server.changed):
+            o.info(note)
 
     Output(json).data(result, human)
 
@@ -229,15 +232,38 @@ def mcp(
     """Serve memory tools to an agent over MCP (stdio). Needs `pip install 'memvault[mcp]'`."""
     import importlib.util
 
-    if importlib.util.find_spec("mcp") is None:
-        raise ConfigError("mem mcp needs the MCP SDK, which is not installed: "
-                          "pip install 'memvault[mcp]' (or pipx inject memvault mcp)")
-    # Opened before serving (and before the SDK's import): no key or a bad config is one
-    # line on stderr and its exit code, not a server that fails every call.
-    opened = context.open_vault(vault, org, user, key_file)
+    from memvault.errors import MemError
+
+    try:
+        if importlib.util.find_spec("mcp") is None:
+            raise ConfigError("mem mcp needs the MCP SDK, which is not installed: "
+                              "pip install 'memvault[mcp]' (or pipx inject memvault mcp)")
+        # Opened before serving (and before the SDK's import): no key or a bad config is
+        # one line on stderr and its exit code, not a server that fails every call.
+        opened = context.open_vault(vault, org, user, key_file)
+    except MemError as exc:
+        # An agent shows a server that did not start as a bare "disconnected" (or not at
+        # all): the hook log says why, and for whom.
+        _log_server_failure(exc, vault, org, user, key_file)
+        raise
     from memvault.integrations.mcp_server import serve
 
     serve(opened)
+
+
+def _log_server_failure(exc: Exception, vault: Path | None, org: str | None,
+                        user: str | None, key_file: Path | None) -> None:
+    from memvault.errors import MemError
+    from memvault.integrations.hookbase import log
+
+    try:
+        settings = context.settings(vault, org, user, key_file)
+        who = f"user {settings.user} of org {settings.org} in vault {settings.vault}"
+    except MemError:
+        settings, who = None, "settings that do not resolve"
+    code = getattr(exc, "exit_code", 1)
+    log(settings, "mcp", "start", f"server not started for {who} ({type(exc).__name__}, "
+        f"exit {code}): {getattr(exc, 'message', exc)}")
 
 
 def register(app: typer.Typer) -> None:

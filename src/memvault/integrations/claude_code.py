@@ -14,12 +14,13 @@ from typing import Any, BinaryIO, TextIO
 from memvault.errors import UsageError
 from memvault.integrations import hookbase
 from memvault.integrations.hookbase import Agent, hook_specific
+from memvault.integrations.launch import Launch
+from memvault.integrations.launch import resolve as resolve_launch
 from memvault.model.results import HookInstallResult
 
 NAME = "claude-code"
 EVENTS = ("SessionStart", "SessionEnd", "PreCompact")
 HOOK_TIMEOUT_S = hookbase.HOOK_TIMEOUT_S
-MARKER = "hook claude-code"  # how a hook of an earlier release (a shell string) is known
 ARGS = ["hook", NAME]
 AGENT = Agent(
     name=NAME, ingest_format="claude-code",
@@ -68,36 +69,34 @@ def _config_dir() -> Path:
     return Path(os.environ.get("CLAUDE_CONFIG_DIR") or str(Path.home() / ".claude"))
 
 
-def ours(hook: Any) -> bool:
-    if not isinstance(hook, dict):
-        return False
-    args = hook.get("args")
-    return MARKER in str(hook.get("command", "")) or (
-        isinstance(args, list) and args[-2:] == ARGS)
+ours = hookbase.hook_owner(NAME)
 
 
-def hook_entry(command: list[str] | None = None) -> dict[str, Any]:
+def hook_entry(launch: Launch | None = None) -> dict[str, Any]:
     """One handler in exec form (`command` and `args`, no shell): a path with spaces or
     quotes is never parsed by a shell."""
-    program, *rest = command or hookbase.mem_command()
-    return {"type": "command", "command": program, "args": [*rest, *ARGS],
-            "timeout": HOOK_TIMEOUT_S}
+    program, *rest = (launch or Launch(tuple(hookbase.mem_command()))).argv(*ARGS)
+    return {"type": "command", "command": program, "args": rest, "timeout": HOOK_TIMEOUT_S}
 
 
-def server_entry(command: list[str]) -> dict[str, Any]:
-    program, *rest = command
-    return {"type": "stdio", "command": program, "args": [*rest, "mcp"], "env": {}}
+def server_entry(launch: Launch) -> dict[str, Any]:
+    program, *rest = launch.argv("mcp")
+    return {"type": "stdio", "command": program, "args": rest, "env": launch.env_map}
 
 
 def install(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallResult:
-    """Merge mem's three hooks into the settings file; running it twice changes nothing."""
-    entry = hook_entry()
-    result = hookbase.install_json(path, "Claude Code", dict.fromkeys(EVENTS, entry), ours)
+    """Merge mem's three hooks into the settings file; running it twice changes nothing.
+    The user scope writes who mem runs as into the hooks and the server alike; the
+    project scope's hooks (in the local file) run this machine's mem, and its committed
+    .mcp.json `mem` from PATH, both finding the rest as each user's mem does."""
+    launch = resolve_launch(scope)
+    hooks = launch if scope == "user" else Launch(tuple(hookbase.mem_command()))
+    result = hookbase.install_json(path, "Claude Code", dict.fromkeys(EVENTS, hook_entry(hooks)),
+                                   ours)
     if not mcp:
         return result
-    command = hookbase.mem_command() if scope == "user" else hookbase.portable_command()
     server = hookbase.install_json(mcp_path(scope), "Claude Code", {}, ours,
-                                   ("mcpServers", server_entry(command)))
+                                   ("mcpServers", server_entry(launch)))
     return replace(result, mcp=server)
 
 

@@ -6,7 +6,6 @@ reads hooks.json in Claude Code's shape (event -> [{matcher?, hooks: [handler]}]
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import replace
@@ -16,11 +15,15 @@ from typing import Any, BinaryIO, TextIO
 from memvault.errors import UsageError
 from memvault.integrations import hookbase
 from memvault.integrations.hookbase import Agent, hook_specific
+from memvault.integrations.launch import MEM_VARIABLES, Launch
+from memvault.integrations.launch import resolve as resolve_launch
 from memvault.model.results import HookInstallResult
 
 NAME = "codex"
 EVENTS = ("SessionStart", "SessionEnd", "PreCompact")
-MARKER = "hook codex"
+# Codex skips a hook nobody trusted without a word; mem never trusts it for the user.
+TRUST_NOTE = ("Codex runs new or changed hooks only once you trust them: start codex and "
+              "review mem's under /hooks")
 SESSION_END_TIMEOUT_S = 3  # Codex's own cap: a longer timeout is cut to it, with a warning
 AGENT = Agent(
     name=NAME, ingest_format="codex",
@@ -29,10 +32,6 @@ AGENT = Agent(
     ingest_events=frozenset({"SessionEnd", "PreCompact", "Stop"}),
     answer=hook_specific,
 )
-TABLE = "[mcp_servers.mem]"
-# The table as mem writes it, up to the next table header (or the end of the file).
-TABLE_RE = re.compile(r"(?m)^(# Added by `mem hooks install codex --mcp`\.\n)?"
-                      r"\[mcp_servers\.mem\][^\n]*\n(?:(?!\[)[^\n]*(?:\n|\Z))*")
 
 
 def run(settings_factory: Any, stdin: BinaryIO | None = None,
@@ -62,27 +61,26 @@ def config_path(scope: str) -> Path:
     return _home(scope) / "config.toml"
 
 
-def ours(hook: Any) -> bool:
-    return isinstance(hook, dict) and MARKER in str(hook.get("command", ""))
+ours = hookbase.hook_owner(NAME)
 
 
-def hook_entry(command: list[str], event: str) -> dict[str, Any]:
+def hook_entry(launch: Launch, event: str) -> dict[str, Any]:
+    """Codex runs the command through a shell: mem's variables go before it."""
     timeout = SESSION_END_TIMEOUT_S if event == "SessionEnd" else hookbase.HOOK_TIMEOUT_S
-    return {"type": "command", "command": hookbase.shell_line([*command, "hook", NAME]),
-            "timeout": timeout}
-
-
-def _command(scope: str) -> list[str]:
-    return hookbase.mem_command() if scope == "user" else hookbase.portable_command()
+    return {"type": "command", "command": launch.shell_line("hook", NAME), "timeout": timeout}
 
 
 def install(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallResult:
-    command = _command(scope)
+    launch = resolve_launch(scope)  # the hooks and the server from one resolution
+    if scope != "user":
+        # A shared file names no value: the server gets mem's variables by name from
+        # Codex's environment, as the hooks do, instead of Codex's short allow-list.
+        launch = replace(launch, forward=MEM_VARIABLES)
     result = hookbase.install_json(path, "Codex hooks",
-                                   {e: hook_entry(command, e) for e in EVENTS}, ours)
+                                   {e: hook_entry(launch, e) for e in EVENTS}, ours)
     if not mcp:
         return result
-    server = install_server(config_path(scope), command)
+    server = install_server(config_path(scope), launch)
     return replace(result, mcp=server)
 
 
@@ -95,9 +93,20 @@ def uninstall(path: Path, scope: str = "user", mcp: bool = False) -> HookInstall
 
 
 # --- config.toml: [mcp_servers.mem] ---------------------------------------------------------
-# The standard library reads TOML but does not write it: mem's table is written as text
-# (TOML's basic strings are JSON's), replaced as a block, and the result is parsed again
-# before anything is saved.
+# config.toml is the user's: it keeps its comments, order and every key mem does not own.
+# An existing [mcp_servers.mem] is edited in place with tomlkit, which writes back what it
+# read; only `command`, `args` and mem's own variables in `env` and `env_vars` change. A new
+# table goes at the end of the file; removing it keeps the comments above the next table.
+# Every result is parsed again (tomllib) and compared with what was meant before it is
+# saved.
+
+MARK = "# Added by `mem hooks install codex --mcp`."
+STARTUP_TIMEOUT_S = 60
+HEADER_RE = re.compile(r'^\s*\[\s*mcp_servers\s*\.\s*(?:mem|"mem"|\'mem\')\s*(?:\.[^\]]*)?\]')
+ANY_HEADER_RE = re.compile(r"^\s*\[")
+# The user's own identity in mem's table: kept, but it must be the one mem installs for.
+IDENTITY_ENV = {"MEM_VAULT": "--vault=", "MEM_ORG": "--org=", "MEM_USER": "--user=",
+                "MEM_KEY_FILE": "--key-file="}
 
 
 def _read_toml(path: Path) -> tuple[str, dict[str, Any]]:
@@ -113,32 +122,125 @@ def _read_toml(path: Path) -> tuple[str, dict[str, Any]]:
                          "changed") from None
 
 
-def server_table(command: list[str]) -> str:
-    program, *rest = command
-    return (f"# Added by `mem hooks install codex --mcp`.\n{TABLE}\n"
-            f"command = {json.dumps(program)}\nargs = {json.dumps([*rest, 'mcp'])}\n")
+def server_fields(launch: Launch) -> dict[str, Any]:
+    """What mem owns in [mcp_servers.mem]."""
+    program, *rest = launch.argv("mcp")
+    fields: dict[str, Any] = {"command": program, "args": rest}
+    if launch.env:
+        fields["env"] = launch.env_map
+    if launch.forward:
+        fields["env_vars"] = list(launch.forward)
+    return fields
 
 
-def install_server(path: Path, command: list[str]) -> HookInstallResult:
+def _wanted(current: dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
+    """The table after the install: the user's keys, with mem's set."""
+    wanted = dict(current or {})
+    wanted["command"], wanted["args"] = fields["command"], fields["args"]
+    if "env" in fields:
+        wanted["env"] = {**(wanted.get("env") or {}), **fields["env"]}
+    if "env_vars" in fields:
+        have = list(wanted.get("env_vars") or [])
+        wanted["env_vars"] = have + [n for n in fields["env_vars"] if n not in have]
+    return wanted
+
+
+def _check_identity(path: Path, current: dict[str, Any], launch: Launch) -> None:
+    env = current.get("env")
+    if not isinstance(env, dict) or not launch.flags:
+        return
+    for name, flag in IDENTITY_ENV.items():
+        pinned = next((f[len(flag):] for f in launch.flags if f.startswith(flag)), None)
+        if name in env and pinned is not None and str(env[name]) != pinned:
+            raise UsageError(
+                f"{path}: [mcp_servers.mem] sets {name} = {env[name]!r} in env, but mem "
+                f"resolves {pinned!r} here, which the hooks would use: install with "
+                f"{name} set to it (or take it out of the table); nothing was changed")
+
+
+def install_server(path: Path, launch: Launch) -> HookInstallResult:
+    import tomlkit
+
     text, doc = _read_toml(path)
-    program, *rest = command
-    wanted = {"command": program, "args": [*rest, "mcp"]}
-    current = doc.get("mcp_servers", {}).get("mem") if isinstance(
-        doc.get("mcp_servers"), dict) else None
+    fields = server_fields(launch)
+    servers = doc.get("mcp_servers")
+    current = servers.get("mem") if isinstance(servers, dict) else None
+    if current is not None and not isinstance(current, dict):
+        raise UsageError(f"{path}: mcp_servers.mem is not a table; edit it by hand, nothing "
+                         "was changed")
+    if current is not None:
+        _check_identity(path, current, launch)
+    if current is None:
+        # Codex waits 10 s for a server by default; mem's may first wait for its key
+        # command (up to 30 s). A default only: a value the user sets is theirs.
+        fields["startup_timeout_sec"] = STARTUP_TIMEOUT_S
+    wanted = _wanted(current, fields) if current is not None else dict(fields)
     if current == wanted:
         return HookInstallResult(str(path), False, (), None)
-    table = server_table(command)
     if current is None:
+        table = tomlkit.dumps({"mcp_servers": {"mem": fields}})
         new = text + ("\n" if text and not text.endswith("\n") else "") + \
-            ("\n" if text.strip() else "") + table
+            ("\n" if text.strip() else "") + f"{MARK}\n{table}"
     else:
-        new, count = TABLE_RE.subn(lambda _: table, text, count=1)
-        if count != 1:
-            raise UsageError(f"{path}: cannot find the {TABLE} table to replace; edit it "
-                             "by hand, nothing was changed")
-    _check(path, new, wanted)
+        edited = tomlkit.parse(text)
+        server = edited["mcp_servers"]["mem"]
+        owned: dict[str, Any] = {"command": fields["command"], "args": fields["args"]}
+        if "env_vars" in fields:
+            owned["env_vars"] = wanted["env_vars"]
+        env = server.get("env")
+        if "env" in fields and env is None:
+            owned["env"] = tomlkit.inline_table()
+            owned["env"].update(fields["env"])
+        _set_keys(server, owned)
+        if "env" in fields and env is not None:
+            _set_keys(env, fields["env"])
+        new = tomlkit.dumps(edited)
+    _check(path, new, doc, wanted)
     backup = hookbase.save_bytes(path, new.encode(), text.encode() if path.exists() else None)
     return HookInstallResult(str(path), True, ("mcp",), backup)
+
+
+def _set_keys(table: Any, values: dict[str, Any]) -> None:
+    """Set keys of a tomlkit table in place; a new key goes after the table's last key,
+    above the comments and blank lines that end its text (they belong to the next
+    table's header)."""
+    body = getattr(getattr(table, "value", None), "body", None)
+    trailing: list[Any] = []
+    if isinstance(body, list):
+        while body and body[-1][0] is None:
+            trailing.insert(0, body.pop())
+    for key, value in values.items():
+        table[key] = value
+    if isinstance(body, list):
+        body.extend(trailing)
+
+
+def _without_table(text: str) -> str:
+    """The text without [mcp_servers.mem] and its sub-tables (and mem's mark above it);
+    the comments and blank lines above the next table stay (they are that table's)."""
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if not HEADER_RE.match(lines[i]):
+            out.append(lines[i])
+            i += 1
+            continue
+        if out and out[-1].strip() == MARK:
+            out.pop()
+        j = i + 1
+        while j < len(lines) and (not ANY_HEADER_RE.match(lines[j])
+                                  or HEADER_RE.match(lines[j])):
+            j += 1
+        # The comment block (and blank lines) right above the next header is that table's.
+        k = j
+        while k > i + 1 and (lines[k - 1].lstrip().startswith("#") or not lines[k - 1].strip()):
+            k -= 1
+        out.extend(lines[k:j])
+        i = j
+    while out and not out[-1].strip():
+        out.pop()
+    return "".join(out)
 
 
 def uninstall_server(path: Path) -> HookInstallResult:
@@ -146,25 +248,31 @@ def uninstall_server(path: Path) -> HookInstallResult:
     servers = doc.get("mcp_servers")
     if not isinstance(servers, dict) or "mem" not in servers:
         return HookInstallResult(str(path), False, (), None)
-    new, count = TABLE_RE.subn("", text, count=1)
-    if count != 1:
-        raise UsageError(f"{path}: cannot find the {TABLE} table to remove; edit it by "
-                         "hand, nothing was changed")
-    _check(path, new, None)
+    new = _without_table(text)
+    _check(path, new, doc, None)
     backup = hookbase.save_bytes(path, new.encode(), text.encode())
     return HookInstallResult(str(path), True, ("mcp",), backup)
 
 
-def _check(path: Path, text: str, wanted: dict[str, Any] | None) -> None:
-    """The edited file must parse and hold exactly what was meant (or nothing of mem's)."""
+def _check(path: Path, text: str, before: dict[str, Any],
+           wanted: dict[str, Any] | None) -> None:
+    """The edited file must parse, hold exactly `wanted` as mem's server (or none), and
+    everything else as it was."""
     import tomllib
 
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError:
         doc = {"invalid": True}
-    servers = doc.get("mcp_servers", {})
-    if doc.get("invalid") or (servers.get("mem") if isinstance(servers, dict) else None) \
-            != wanted:
-        raise UsageError(f"{path}: mem's {TABLE} table could not be edited safely; edit "
-                         "it by hand, nothing was changed")
+    expected = {k: v for k, v in before.items() if k != "mcp_servers"}
+    others = {k: v for k, v in (before.get("mcp_servers") or {}).items() if k != "mem"}
+    if wanted is not None:
+        others["mem"] = wanted
+    if others:
+        expected["mcp_servers"] = others
+    got = dict(doc)
+    if "mcp_servers" in got and not got["mcp_servers"] and "mcp_servers" not in expected:
+        del got["mcp_servers"]
+    if got != expected:
+        raise UsageError(f"{path}: mem's [mcp_servers.mem] table could not be edited safely; "
+                         "edit it by hand, nothing was changed")

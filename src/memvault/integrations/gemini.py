@@ -12,12 +12,17 @@ from typing import Any, BinaryIO, TextIO
 from memvault.errors import UsageError
 from memvault.integrations import hookbase
 from memvault.integrations.hookbase import Agent, hook_specific
+from memvault.integrations.launch import Launch, refuse_forwarding
+from memvault.integrations.launch import resolve as resolve_launch
 from memvault.model.results import HookInstallResult
 
 NAME = "gemini"
 EVENTS = ("SessionStart", "SessionEnd", "PreCompress")
-MARKER = "hook gemini"
 TIMEOUT_MS = hookbase.HOOK_TIMEOUT_S * 1000
+SERVER_TIMEOUT_MS = 60_000
+# Gemini CLI starts no MCP server in a folder nobody trusted; mem never trusts it for the user.
+TRUST_NOTE = ("Gemini CLI starts MCP servers only in folders you trust: trust a folder when "
+              "it asks, or run /permissions trust in it")
 AGENT = Agent(
     name=NAME, ingest_format="gemini",
     brief_events=frozenset({"SessionStart"}),
@@ -47,27 +52,36 @@ def settings_path(scope: str, explicit: Path | None = None) -> Path:
     raise UsageError(f"unknown scope {scope!r}: use user or project")
 
 
-def ours(hook: Any) -> bool:
-    return isinstance(hook, dict) and MARKER in str(hook.get("command", ""))
+ours = hookbase.hook_owner(NAME)
 
 
-def hook_entry(command: list[str]) -> dict[str, Any]:
+def hook_entry(launch: Launch) -> dict[str, Any]:
     # Gemini CLI takes a shell command line only: each part is quoted.
-    return {"type": "command", "name": "mem",
-            "command": hookbase.shell_line([*command, "hook", NAME]), "timeout": TIMEOUT_MS,
+    return {"type": "command", "name": "mem", "command": launch.shell_line("hook", NAME),
+            "timeout": TIMEOUT_MS,
             "description": "mem: the memory brief at start, the transcript kept at the end"}
 
 
-def server_entry(command: list[str]) -> dict[str, Any]:
-    program, *rest = command
-    return {"command": program, "args": [*rest, "mcp"]}
+def server_entry(launch: Launch) -> dict[str, Any]:
+    """Gemini CLI passes an MCP server the variables of its `env` as they are (those it
+    would drop from its own environment too)."""
+    program, *rest = launch.argv("mcp")
+    # `timeout` (ms) bounds the start too, 5 s by default in `gemini mcp list`: mem opens
+    # the vault first, which may wait for a key command (up to 30 s).
+    entry: dict[str, Any] = {"command": program, "args": rest, "timeout": SERVER_TIMEOUT_MS}
+    if launch.env:
+        entry["env"] = launch.env_map
+    return entry
 
 
 def install(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallResult:
-    command = hookbase.mem_command() if scope == "user" else hookbase.portable_command()
-    server = ("mcpServers", server_entry(command)) if mcp else None
+    launch = resolve_launch(scope)  # the hooks and the server from one resolution
+    server = None
+    if mcp:
+        refuse_forwarding(launch, "Gemini CLI")
+        server = ("mcpServers", server_entry(launch))
     return hookbase.install_json(path, "Gemini CLI",
-                                 dict.fromkeys(EVENTS, hook_entry(command)), ours, server)
+                                 dict.fromkeys(EVENTS, hook_entry(launch)), ours, server)
 
 
 def uninstall(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallResult:

@@ -303,9 +303,11 @@ def shown(text: str, limit: int) -> str:
 # --- editing an agent's settings files ------------------------------------------------------
 
 
-def shell_line(argv: list[str]) -> str:
-    """An argv as one shell command line, for agents whose hooks take only a string."""
-    return " ".join(shlex.quote(part) for part in argv)
+def shell_line(argv: list[str], env: tuple[tuple[str, str], ...] = ()) -> str:
+    """An argv as one shell command line, for agents whose hooks take only a string;
+    `env` as assignments before it (NAME=value, the value quoted)."""
+    return " ".join([*(f"{name}={shlex.quote(value)}" for name, value in env),
+                     *(shlex.quote(part) for part in argv)])
 
 
 def load_json(path: Path, what: str) -> dict[str, Any]:
@@ -354,11 +356,76 @@ def save_json(path: Path, doc: dict[str, Any], before: bytes | None) -> str | No
     return save_bytes(path, (json.dumps(doc, indent=2) + "\n").encode(), before)
 
 
+# What a hook entry of mem's is: exactly a command line mem writes, after parsing. Anything
+# else (a wrapper such as `check && mem hook codex`, a command that only mentions mem) is
+# another tool's, left as it is.
+PINNED_ENV = frozenset({"MEM_CONFIG_DIR", "MEM_LOG_DIR", "MEM_KEY_COMMAND"})
+PINNED_FLAGS = ("--vault=", "--org=", "--user=", "--key-file=")
+
+
+def _split_env(argv: list[str]) -> tuple[tuple[tuple[str, str], ...], list[str]]:
+    """Leading assignments of mem's own variables, and the rest of argv."""
+    env: list[tuple[str, str]] = []
+    for i, part in enumerate(argv):
+        name, eq, value = part.partition("=")
+        if not eq or name not in PINNED_ENV:
+            return tuple(env), argv[i:]
+        env.append((name, value))
+    return tuple(env), []
+
+
+def is_mem_hook_argv(argv: list[str], agent: str) -> bool:
+    """Whether `argv` is `[MEM_*=value ...] mem hook AGENT [--vault=... ...]`, with mem as
+    any path to the `mem` or `memvault` script or as `python -m memvault`."""
+    rest = _split_env(argv)[1]
+    if not rest:
+        return False
+    name = os.path.basename(rest[0])
+    if name in ("mem", "memvault"):
+        rest = rest[1:]
+    elif name.startswith("python") and rest[1:3] == ["-m", "memvault"]:
+        rest = rest[3:]
+    else:
+        return False
+    return rest[:2] == ["hook", agent] and all(a.startswith(PINNED_FLAGS) for a in rest[2:])
+
+
+def hook_owner(agent: str) -> Callable[[Any], bool]:
+    """The test for mem's own hook handlers of `agent`: exec form (`command` and `args`)
+    or a shell line that is exactly what shell_line() writes (a line that quotes or
+    expands anything differently, `$(...)` included, is not mem's)."""
+    def ours(hook: Any) -> bool:
+        if not isinstance(hook, dict) or hook.get("type", "command") != "command":
+            return False
+        command, args = hook.get("command"), hook.get("args")
+        if not isinstance(command, str):
+            return False
+        if args is not None:
+            return isinstance(args, list) and all(isinstance(a, str) for a in args) \
+                and not _split_env([command])[0] and is_mem_hook_argv([command, *args], agent)
+        try:
+            argv = shlex.split(command)
+        except ValueError:
+            return False
+        env, rest = _split_env(argv)
+        return command == shell_line(rest, env) and is_mem_hook_argv(argv, agent)
+    return ours
+
+
+def _handlers(group: Any) -> list[Any] | None:
+    """A matcher group's handler list, or None when it is not one mem can read."""
+    if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+        return group["hooks"]  # type: ignore[no-any-return]
+    return None
+
+
 def merge_hooks(path: Path, doc: dict[str, Any], entries: dict[str, dict[str, Any]],
                 ours: Callable[[Any], bool]) -> list[str]:
     """Put one entry per event into `doc["hooks"]` (Claude Code's shape, which Codex and
-    Gemini CLI share: event -> [{matcher?, hooks: [handler]}]), replacing an older entry
-    of ours in place and leaving every other hook as it was. Returns the events changed."""
+    Gemini CLI share: event -> [{matcher?, hooks: [handler]}]): an entry of ours is
+    replaced where it stands (its group and its neighbours kept), further copies removed;
+    without one, a group of its own is added. Every other handler, group and key stays as
+    it was. Returns the events changed."""
     if not entries:
         return []
     hooks = doc.setdefault("hooks", {})
@@ -367,22 +434,29 @@ def merge_hooks(path: Path, doc: dict[str, Any], entries: dict[str, dict[str, An
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise UsageError(f"{path}: hooks.{event} is not a list; nothing was changed")
-        present = [h for g in groups if isinstance(g, dict)
-                   for h in g.get("hooks", []) if ours(h)]
-        if present and all(h == entry for h in present):
+        places = [(g, i) for g in groups if (handlers := _handlers(g)) is not None
+                  for i, h in enumerate(handlers) if ours(h)]
+        if len(places) == 1 and places[0][0]["hooks"][places[0][1]] == entry:
             continue
-        for group in groups:
-            if isinstance(group, dict):
-                group["hooks"] = [h for h in group.get("hooks", []) if not ours(h)]
-        groups[:] = [g for g in groups if not isinstance(g, dict) or g.get("hooks")]
-        groups.append({"hooks": [entry]})
+        if not places:
+            groups.append({"hooks": [entry]})
+        else:
+            first, index = places[0]
+            first["hooks"][index] = entry
+            for group, _ in places[1:]:
+                group["hooks"] = [h for h in group["hooks"] if h is entry or not ours(h)]
+            groups[:] = [g for g in groups if g is first or not any(g is p for p, _ in places)
+                         or g["hooks"]]
         added.append(event)
     return added
 
 
 def remove_hooks(doc: dict[str, Any], ours: Callable[[Any], bool]) -> list[str]:
-    """Take every entry of ours out of `doc["hooks"]`; returns the events changed."""
-    hooks = doc.get("hooks", {})
+    """Take every entry of ours out of `doc["hooks"]`; a group, an event or `hooks` itself
+    goes only when taking ours out emptied it. Returns the events changed."""
+    hooks = doc.get("hooks")
+    if not isinstance(hooks, dict):
+        return []
     removed = []
     for event in list(hooks):
         groups = hooks[event]
@@ -390,18 +464,20 @@ def remove_hooks(doc: dict[str, Any], ours: Callable[[Any], bool]) -> list[str]:
             continue
         kept = []
         for group in groups:
-            if isinstance(group, dict) and any(ours(h) for h in group.get("hooks", [])):
+            handlers = _handlers(group)
+            if handlers is not None and any(ours(h) for h in handlers):
                 removed.append(event)
-                group = {**group, "hooks": [h for h in group["hooks"] if not ours(h)]}
+                group["hooks"] = [h for h in handlers if not ours(h)]
                 if not group["hooks"]:
                     continue
             kept.append(group)
-        if kept:
-            hooks[event] = kept
-        else:
-            del hooks[event]
-    if not hooks:
-        doc.pop("hooks", None)
+        if event in removed:
+            if kept:
+                hooks[event] = kept
+            else:
+                del hooks[event]
+    if removed and not hooks:
+        del doc["hooks"]
     return sorted(set(removed))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 
 from memvault.config import Settings
@@ -21,26 +22,31 @@ from memvault.ops import prefs
 from memvault.storage.audit import AuditLog
 from memvault.storage.layout import VAULT_FILE
 from memvault.storage.state import UserState
-from memvault.vault.keysource import create_default_key, key_source_configured, load_master_key
+from memvault.vault.keysource import create_key_file, key_source, load_master_key
 from memvault.vault.vault import Vault, create_meta
 
 
 def init(settings: Settings, passphrase: str | None = None) -> InitResult:
-    """Create the vault and, when no key source is configured, the default master key."""
+    """Create the vault and, when the key source is a key file that does not exist yet (the
+    default one or a named one), the master key in it."""
     root = settings.vault
     if (root / VAULT_FILE).exists():
         vault = Vault(settings, passphrase=passphrase)
         return InitResult(str(root), settings.org, settings.user, vault.master.source, False)
-    if key_source_configured(settings):
+    source = key_source(settings)
+    if source.kind == "none" or (source.kind == "file" and source.path is not None
+                                 and not os.path.lexists(source.path)):
+        # No key yet, or a key file named (--key-file, MEM_KEY_FILE, the config file) that
+        # does not exist yet: init makes it there.
+        master = create_key_file(source, passphrase)
+    else:
         # A configured source that fails (a locked password manager, a malformed
         # MEM_MASTER_KEY) is an error, never a reason to make a key somewhere else.
         if passphrase is not None:
-            raise UsageError("a passphrase protects a new default key file, but a key "
-                             "source is already configured; unset it to use a passphrase",
+            raise UsageError("a passphrase protects a new key file, but the key source "
+                             "exists already; unset it to use a passphrase",
                              field="passphrase")
         master = load_master_key(settings)
-    else:
-        master = create_default_key(passphrase)
     create_meta(root, master)
     return InitResult(str(root), settings.org, settings.user, master.source, True)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shlex
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from memvault.config import DEFAULT_KEY_FILE, Settings, config_dir
@@ -98,41 +99,58 @@ def _run_key_command(command: str, timeout: float = KEY_COMMAND_TIMEOUT) -> byte
     return decode_key(done.output.decode(errors="replace"), "MEM_KEY_COMMAND output")
 
 
-def key_source_configured(settings: Settings) -> bool:
-    """Whether any master-key source is set (then `init` must use it, never make one)."""
-    return (settings.key_file is not None or bool(os.environ.get("MEM_KEY_COMMAND"))
-            or bool(os.environ.get("MEM_MASTER_KEY")) or default_key_path().exists())
+@dataclass(frozen=True)
+class KeySource:
+    """Which master-key source wins, named without reading it: `kind` is "file" (at
+    `path`), "command" (`command`), "env" (MEM_MASTER_KEY) or "none"."""
+
+    kind: str
+    path: Path | None = None
+    command: str | None = None
+    where: str = ""
 
 
-def load_master_key(settings: Settings, passphrase: str | None = None) -> MasterKey:
-    """Find the master key; never create one (ConfigError, exit 78, when there is none)."""
+def key_source(settings: Settings) -> KeySource:
+    """The source load_master_key reads, in SPEC §4's order."""
     key_file = settings.key_file
     from_config = key_file is not None and settings.sources.get("key_file", "").startswith(
         "file")
     if key_file is not None and not from_config:
-        where = settings.sources.get("key_file", "flag")
-        return MasterKey(_read_key_file(key_file, passphrase), f"key file {key_file} ({where})")
+        return KeySource("file", key_file, where=settings.sources.get("key_file", "flag"))
     command = os.environ.get("MEM_KEY_COMMAND")
     if command:
-        timeout = float(settings.values.get("key_command_timeout") or KEY_COMMAND_TIMEOUT)
-        return MasterKey(_run_key_command(command, timeout), "MEM_KEY_COMMAND")
-    env_key = os.environ.get("MEM_MASTER_KEY")
-    if env_key:
-        return MasterKey(decode_key(env_key, "MEM_MASTER_KEY"), "MEM_MASTER_KEY")
+        return KeySource("command", command=command)
+    if os.environ.get("MEM_MASTER_KEY"):
+        return KeySource("env")
     if key_file is not None:
-        return MasterKey(_read_key_file(key_file, passphrase),
-                         f"key file {key_file} (config file)")
+        return KeySource("file", key_file, where="config file")
     path = default_key_path()
-    if path.exists():
-        return MasterKey(_read_key_file(path, passphrase), f"key file {path}")
+    return KeySource("file", path) if path.exists() else KeySource("none", path)
+
+
+def load_master_key(settings: Settings, passphrase: str | None = None) -> MasterKey:
+    """Find the master key; never create one (ConfigError, exit 78, when there is none)."""
+    source = key_source(settings)
+    if source.kind == "file" and source.path is not None:
+        where = f" ({source.where})" if source.where else ""
+        return MasterKey(_read_key_file(source.path, passphrase),
+                         f"key file {source.path}{where}")
+    if source.kind == "command" and source.command:
+        timeout = float(settings.values.get("key_command_timeout") or KEY_COMMAND_TIMEOUT)
+        return MasterKey(_run_key_command(source.command, timeout), "MEM_KEY_COMMAND")
+    if source.kind == "env":
+        return MasterKey(decode_key(os.environ["MEM_MASTER_KEY"], "MEM_MASTER_KEY"),
+                         "MEM_MASTER_KEY")
     raise ConfigError("no master key found", hint="no-key")
 
 
-def create_default_key(passphrase: str | None = None) -> MasterKey:
-    """Write a new random master key to the default key file (only `init` calls this)."""
+def create_key_file(source: KeySource, passphrase: str | None = None) -> MasterKey:
+    """Write a new random master key where `source` names a key file that does not exist
+    yet (the default one, or one named by --key-file, MEM_KEY_FILE or the config file):
+    0600, in a 0700 directory when mem makes it. Only `init` calls this."""
     import base64
 
-    path = default_key_path()
+    path = source.path if source.path is not None else default_key_path()
     fsio.ensure_dir(path.parent)
     key = os.urandom(envelope.KEY_LEN)
     if passphrase is None:
@@ -140,4 +158,5 @@ def create_default_key(passphrase: str | None = None) -> MasterKey:
     else:
         data = seal_with_passphrase(key, passphrase)
     fsio.create_new(path, data.encode())
-    return MasterKey(key, f"key file {path}")
+    where = f" ({source.where})" if source.where else ""
+    return MasterKey(key, f"key file {path}{where}")

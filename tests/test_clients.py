@@ -1,0 +1,423 @@
+"""mem's hooks and MCP server started the way each agent starts them, and mem's settings
+held against each agent's own checks.
+
+An agent does not pass its environment on as it is: Codex gives an MCP server HOME, PATH,
+LANG, SHELL, TERM and a few more only; Gemini CLI drops every variable whose name holds
+KEY, TOKEN, SECRET (and more); Claude Code passes everything. With the vault, key, config
+and user all outside the defaults, the server must still start, list mem's tools and
+store for the user the hooks brief. The real clients (tests/agents/package.json; `.ci/run`
+installs them) check the same offline: `claude mcp list` and `gemini mcp list` start the
+server to health-check it, and Codex's app server lists its tools and calls one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_console_scripts import ScriptRunner
+
+from tests.conftest import mem
+
+ROOT = Path(__file__).resolve().parent.parent
+CLIENTS = ROOT / "tests" / "agents" / "node_modules" / ".bin"
+TOOLS = {"memory_store", "memory_search", "memory_brief", "memory_get", "memory_delete"}
+# Codex's default allow-list for an MCP server's environment (rmcp-client).
+CODEX_KEPT = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "LANG", "LC_ALL", "TERM", "TMPDIR",
+              "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR")
+# Gemini CLI's names never passed on (environmentSanitization.ts).
+GEMINI_DROPPED = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|AUTH|CREDENTIAL|CREDS|PRIVATE|"
+                            r"CERT", re.IGNORECASE)
+TIMEOUT = 60
+
+
+def client(name: str) -> Path:
+    path = CLIENTS / name
+    if not path.exists():
+        if os.environ.get("AGENT_CLIS_REQUIRED"):  # CI installs them: a miss is a failure
+            pytest.fail(f"{name} is not installed: run `make agents`")
+        pytest.skip(f"{name} is not installed here: `make agents` installs it (CI does)")
+    return path
+
+
+@pytest.fixture
+def elsewhere(script_runner: ScriptRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+              ) -> Iterator[Path]:
+    """A vault, key, config and log outside the defaults, for user bob of org acme (not
+    the login user), as the installer's environment says; the agents' settings in HOME."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "config.yaml").write_text("mcp:\n  max_stores: 7\n")  # the server reads it
+    for name, value in {"MEM_VAULT": tmp_path / "data" / "vault",
+                        "MEM_KEY_FILE": tmp_path / "secrets" / "mem.key",
+                        "MEM_CONFIG_DIR": conf, "MEM_LOG_DIR": tmp_path / "logs",
+                        "CODEX_HOME": tmp_path / "home" / ".codex"}.items():
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setenv("MEM_USER", "bob")
+    monkeypatch.setenv("MEM_ORG", "acme")
+    assert mem(script_runner, "init").returncode == 0  # makes the key at MEM_KEY_FILE
+    project = tmp_path / "project"
+    project.mkdir()
+    yield project
+
+
+def without_mem(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not k.startswith(("MEM_", "XDG_"))}
+
+
+def as_started_by(agent: str, entry_env: dict[str, str]) -> dict[str, str]:
+    """The environment `agent` gives an MCP server it starts: its own (here with none of
+    mem's variables: started from a desktop launcher, or they were set only in the shell
+    that ran the installer), filtered as the agent filters it, and the entry's `env`."""
+    own = without_mem(dict(os.environ))
+    if agent == "codex":
+        base = {k: own[k] for k in CODEX_KEPT if k in own}
+    elif agent == "gemini":
+        base = {k: v for k, v in own.items() if not GEMINI_DROPPED.search(k)}
+    else:
+        base = own
+    return {**base, **entry_env}
+
+
+def server_entry(agent: str, home: Path) -> tuple[list[str], dict[str, str]]:
+    """argv and env of mem's server as the user-scope install wrote it."""
+    if agent == "codex":
+        table = tomllib.loads((home / ".codex" / "config.toml").read_text())["mcp_servers"]
+        entry = table["mem"]
+        return [entry["command"], *entry["args"]], dict(entry.get("env", {}))
+    path = home / (".claude.json" if agent == "claude-code" else ".gemini/settings.json")
+    entry = json.loads(path.read_text())["mcpServers"]["mem"]
+    return [entry["command"], *entry["args"]], dict(entry.get("env", {}))
+
+
+def session_start_command(agent: str, home: Path) -> list[str]:
+    """The SessionStart hook as the agent runs it (a shell line through sh, or exec form)."""
+    path = {"claude-code": home / ".claude" / "settings.json",
+            "codex": home / ".codex" / "hooks.json",
+            "gemini": home / ".gemini" / "settings.json"}[agent]
+    (handler,) = [h for g in json.loads(path.read_text())["hooks"]["SessionStart"]
+                  for h in g["hooks"]]
+    if "args" in handler:
+        return [handler["command"], *handler["args"]]
+    return ["/bin/sh", "-c", handler["command"]]
+
+
+def rpc(method: str, params: dict[str, Any], ident: int | None = None) -> bytes:
+    doc: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+    if ident is not None:
+        doc["id"] = ident
+    return (json.dumps(doc) + "\n").encode()
+
+
+def talk(argv: list[str], env: dict[str, str], cwd: Path, content: str
+         ) -> tuple[set[str], dict[str, Any]]:
+    """Start the server, list its tools and store one memory, one request at a time as a
+    client does; its tools and the store's answer."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=cwd)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def ask(ident: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(rpc(method, params, ident))
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read().decode() if proc.stderr else ""
+        answer = json.loads(line)
+        assert answer["id"] == ident, answer
+        return answer["result"]  # type: ignore[no-any-return]
+
+    try:
+        ask(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                              "clientInfo": {"name": "test", "version": "1"}})
+        proc.stdin.write(rpc("notifications/initialized", {}))
+        tools = {t["name"] for t in ask(2, "tools/list", {})["tools"]}
+        stored = ask(3, "tools/call", {"name": "memory_store", "arguments": {
+            "type": "instruction", "content": content}})
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=TIMEOUT) == 0
+    return tools, stored
+
+
+def stored_for(script_runner: ScriptRunner, query: str, *who: str) -> list[str]:
+    result = mem(script_runner, "search", query, "--json", *who)
+    if result.returncode == 66:  # no such user
+        return []
+    assert result.returncode == 0, result.stderr
+    return [r["content"] for r in json.loads(result.stdout)["results"]]
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex", "gemini"])
+def test_the_server_started_as_the_agent_starts_it_serves_the_hooks_user(
+        script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path, agent: str) -> None:
+    home = tmp_path / "home"
+    result = mem(script_runner, "hooks", "install", agent, "--mcp", "--json")
+    assert result.returncode == 0, result.stderr
+    argv, entry_env = server_entry(agent, home)
+    content = f"Answer {agent} questions in haiku"
+    # The agent runs with none of mem's variables (started from a desktop launcher, or
+    # they were set only in the shell that ran the installer), and filters what it has.
+    env = as_started_by(agent, entry_env)
+    tools, stored = talk(argv, env, elsewhere, content)
+    assert TOOLS <= tools
+    assert stored["isError"] is False, stored
+    assert stored["structuredContent"]["stores_left"] == 6  # the config file's limit of 7
+    assert stored_for(script_runner, "haiku") == [content]  # bob's, in the vault elsewhere
+    login = mem(script_runner, "config", "show", "--json", MEM_USER="")
+    login_user = json.loads(login.stdout)["settings"]["user"]["value"]
+    assert login_user != "bob" and stored_for(script_runner, "haiku", "--user",
+                                              login_user) == []
+
+    # The hooks brief the same user, in the same environment.
+    hook = subprocess.run(session_start_command(agent, home), env=env,
+                          cwd=elsewhere, capture_output=True, timeout=TIMEOUT, check=False,
+                          input=json.dumps({"hook_event_name": "SessionStart",
+                                            "source": "startup"}).encode())
+    assert hook.returncode == 0, hook.stderr
+    assert content in json.loads(hook.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+@pytest.mark.parametrize("agent", ["codex", "gemini"])
+def test_a_server_that_cannot_start_says_why_in_the_hook_log(
+        script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path, agent: str) -> None:
+    assert mem(script_runner, "hooks", "install", agent, "--mcp").returncode == 0
+    argv, entry_env = server_entry(agent, tmp_path / "home")
+    (tmp_path / "secrets" / "mem.key").unlink()
+    done = subprocess.run(argv, input=b"", env=as_started_by(agent, entry_env),
+                          cwd=elsewhere, capture_output=True, timeout=TIMEOUT, check=False)
+    assert done.returncode == 78 and done.stdout == b""
+    log = (tmp_path / "logs" / "hooks.log").read_text()
+    assert "mcp start: server not started for user bob of org acme" in log
+    assert "mem.key does not exist" in log
+
+
+def test_gemini_refuses_a_server_that_would_need_mem_master_key(
+        script_runner: ScriptRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import base64
+
+    monkeypatch.setenv("MEM_MASTER_KEY", base64.b64encode(os.urandom(32)).decode())
+    settings = tmp_path / "home" / ".gemini" / "settings.json"
+    result = mem(script_runner, "hooks", "install", "gemini", "--mcp")
+    assert result.returncode == 78 and "MEM_MASTER_KEY" in result.stderr
+    assert not settings.exists()
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))
+    assert mem(script_runner, "hooks", "install", "codex", "--mcp").returncode == 0
+    server = tomllib.loads((tmp_path / "codex" / "config.toml").read_text())
+    # Passed on by name: the key itself is written nowhere.
+    assert server["mcp_servers"]["mem"]["env_vars"] == ["MEM_MASTER_KEY"]
+    assert os.environ["MEM_MASTER_KEY"] not in (tmp_path / "codex" / "config.toml").read_text()
+
+
+# --- config.toml keeps what its user wrote ----------------------------------------------------
+
+USER_TOML = """\
+# Codex, set up by hand
+model = "gpt-5-codex"  # the default model
+
+[mcp_servers.docs]
+command = "docs-server"
+args = ["--stdio"]
+
+# Added by `mem hooks install codex --mcp`.
+[mcp_servers.mem]
+command = "/old/place/mem"
+args = ["mcp"]
+startup_timeout_sec = 30  # mem opens its vault first
+
+[mcp_servers.mem.env]
+MEM_USER = "bob"
+MEM_ORG = "acme"
+
+# A fast profile for small edits
+[profiles.fast]
+model = "o4-mini"
+"""
+
+
+def test_codex_reinstall_and_uninstall_keep_what_the_user_wrote(
+        script_runner: ScriptRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "codex"
+    home.mkdir()
+    monkeypatch.setenv("CODEX_HOME", str(home))
+    monkeypatch.setenv("MEM_USER", "bob")
+    monkeypatch.setenv("MEM_ORG", "acme")
+    config = home / "config.toml"
+    config.write_text(USER_TOML)
+    before = tomllib.loads(USER_TOML)
+
+    first = mem(script_runner, "hooks", "install", "codex", "--mcp")
+    assert first.returncode == 0 and "/hooks" in first.stderr  # how to trust them
+    text = config.read_text()
+    for line in USER_TOML.splitlines():  # every comment, where it was
+        if line.startswith("#") or "#" in line and "mem" not in line.split("#")[0]:
+            assert line in text
+    assert "# A fast profile for small edits\n[profiles.fast]" in text
+    doc = tomllib.loads(text)
+    assert {k: v for k, v in doc.items() if k != "mcp_servers"} == \
+        {k: v for k, v in before.items() if k != "mcp_servers"}
+    assert doc["mcp_servers"]["docs"] == before["mcp_servers"]["docs"]
+    server = doc["mcp_servers"]["mem"]
+    assert server["startup_timeout_sec"] == 30  # the user's own key in mem's table
+    assert server["env"]["MEM_USER"] == "bob" and server["env"]["MEM_ORG"] == "acme"
+    assert server["command"] != "/old/place/mem" and "--user=bob" in server["args"]
+    installed = config.read_bytes()
+    assert mem(script_runner, "hooks", "install", "codex", "--mcp").returncode == 0
+    assert config.read_bytes() == installed
+
+    # A table that names another user than the hooks would use is not overwritten.
+    monkeypatch.setenv("MEM_USER", "carol")
+    result = mem(script_runner, "hooks", "install", "codex", "--mcp")
+    assert result.returncode == 2 and "MEM_USER" in result.stderr
+    assert config.read_bytes() == installed
+    monkeypatch.setenv("MEM_USER", "bob")
+
+    assert mem(script_runner, "hooks", "uninstall", "codex", "--mcp").returncode == 0
+    text = config.read_text()
+    assert "# Codex, set up by hand\n" in text and "# the default model" in text
+    assert "# A fast profile for small edits\n[profiles.fast]" in text
+    assert "mcp_servers.mem" not in text and "Added by" not in text
+    doc = tomllib.loads(text)
+    assert doc == {**before, "mcp_servers": {"docs": before["mcp_servers"]["docs"]}}
+
+
+# --- the real clients, offline -----------------------------------------------------------------
+
+
+def client_env(home: Path) -> dict[str, str]:
+    """The agent's own environment: this HOME, none of mem's variables, no update checks
+    or telemetry."""
+    return {**without_mem(dict(os.environ)), "HOME": str(home),
+            "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "NO_COLOR": "1"}
+
+
+def test_the_plugin_passes_claude_codes_own_validation() -> None:
+    claude = client("claude")
+    for target in (ROOT / "plugins" / "mem", ROOT):  # the plugin, and the marketplace
+        done = subprocess.run([str(claude), "plugin", "validate", str(target)],
+                              capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        assert done.returncode == 0 and "Validation passed" in done.stdout, done.stdout
+
+
+def test_claude_code_validates_the_hooks_and_connects_to_the_server(
+        script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path) -> None:
+    claude = client("claude")
+    home = tmp_path / "home"
+    settings = home / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"hooks": {"SessionStart": [{"matcher": "startup", "hooks": [
+        {"type": "command", "command": "mycheck && mem hook claude-code"}]}]}}))
+    assert mem(script_runner, "hooks", "install", "claude-code", "--mcp").returncode == 0
+    # The hooks as installed, held against Claude Code's own schema (a plugin's hooks
+    # file has the settings' shape).
+    probe = tmp_path / "probe"
+    (probe / ".claude-plugin").mkdir(parents=True)
+    (probe / ".claude-plugin" / "plugin.json").write_text('{"name": "probe", "version": "1.0.0"}')
+    (probe / "hooks").mkdir()
+    (probe / "hooks" / "hooks.json").write_text(json.dumps(
+        {"hooks": json.loads(settings.read_text())["hooks"]}))
+    env = client_env(home)
+    done = subprocess.run([str(claude), "plugin", "validate", str(probe)], env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    assert done.returncode == 0 and "Validation passed" in done.stdout, done.stdout
+    done = subprocess.run([str(claude), "mcp", "list"], env=env, cwd=elsewhere,
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("mem:")]
+    assert "Connected" in line and "Failed" not in line, done.stdout
+
+
+def test_gemini_cli_connects_to_the_server(
+        script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path) -> None:
+    gemini = client("gemini")
+    home = tmp_path / "home"
+    installed = mem(script_runner, "hooks", "install", "gemini", "--mcp")
+    assert installed.returncode == 0 and "/permissions trust" in installed.stderr
+    # Gemini CLI starts no user-level server in an untrusted folder: the user's decision,
+    # made here in the test's own HOME (`gemini trust` in real life).
+    (home / ".gemini" / "trustedFolders.json").write_text(
+        json.dumps({str(elsewhere): "TRUST_FOLDER"}))
+    done = subprocess.run([str(gemini), "mcp", "list"], env=client_env(home), cwd=elsewhere,
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    out = done.stdout + done.stderr
+    (line,) = [x for x in out.splitlines() if " mem:" in x or x.startswith("mem:")]
+    assert "Connected" in line and "Disconnected" not in line, out
+
+
+def test_codex_lists_the_tools_and_stores_for_the_hooks_user(
+        script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path) -> None:
+    codex = client("codex")
+    home = tmp_path / "home"
+    assert mem(script_runner, "hooks", "install", "codex", "--mcp").returncode == 0
+    env = {**client_env(home), "CODEX_HOME": str(home / ".codex")}
+    # The config as Codex parses it.
+    listed = subprocess.run([str(codex), "mcp", "list", "--json"], env=env, cwd=elsewhere,
+                            capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    assert listed.returncode == 0, listed.stderr
+    (server,) = [s for s in json.loads(listed.stdout) if s["name"] == "mem"]
+    assert server["enabled"] and "--user=bob" in server["transport"]["args"]
+    # Codex's app server starts the server as a session would, lists it, calls it.
+    proc = subprocess.Popen([str(codex), "app-server"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                            cwd=elsewhere)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        def ask(ident: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(rpc(method, params, ident))
+            proc.stdin.flush()
+            while True:
+                doc = json.loads(proc.stdout.readline() or b"null")
+                assert doc is not None, "codex app-server ended"
+                if doc.get("id") == ident:
+                    assert "result" in doc, doc
+                    return doc["result"]  # type: ignore[no-any-return]
+
+        ask(1, "initialize", {"clientInfo": {"name": "test", "version": "1"}})
+        proc.stdin.write(rpc("initialized", {}))
+        (status,) = [s for s in ask(2, "mcpServerStatus/list", {"serverName": "mem"})["data"]
+                     if s["name"] == "mem"]
+        assert status.get("toolsError") is None and TOOLS <= set(status["tools"]), status
+        thread = ask(3, "thread/start", {})["thread"]["id"]
+        stored = ask(4, "mcpServer/tool/call", {
+            "threadId": thread, "server": "mem", "tool": "memory_store",
+            "arguments": {"type": "fact", "content": "Codex keeps this for bob"}})
+        assert stored["isError"] is False, stored
+    finally:
+        proc.kill()
+        proc.wait(timeout=TIMEOUT)
+    assert stored_for(script_runner, "Codex keeps") == ["Codex keeps this for bob"]
+
+
+def test_codex_parses_config_toml_after_reinstall_and_uninstall(
+        script_runner: ScriptRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    codex = client("codex")
+    home = tmp_path / "codex"
+    home.mkdir()
+    monkeypatch.setenv("CODEX_HOME", str(home))
+    monkeypatch.setenv("MEM_USER", "bob")
+    monkeypatch.setenv("MEM_ORG", "acme")
+    (home / "config.toml").write_text(USER_TOML)
+    env = {**client_env(tmp_path / "home"), "CODEX_HOME": str(home)}
+
+    def servers() -> dict[str, Any]:
+        done = subprocess.run([str(codex), "mcp", "list", "--json"], env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        assert done.returncode == 0, done.stderr
+        return {s["name"]: s for s in json.loads(done.stdout)}
+
+    assert mem(script_runner, "hooks", "install", "codex", "--mcp").returncode == 0
+    listed = servers()
+    assert set(listed) == {"docs", "mem"}
+    assert listed["mem"]["startup_timeout_sec"] == 30
+    assert {"MEM_USER": "bob", "MEM_ORG": "acme"}.items() <= \
+        listed["mem"]["transport"]["env"].items()
+    assert mem(script_runner, "hooks", "uninstall", "codex", "--mcp").returncode == 0
+    assert set(servers()) == {"docs"}

@@ -11,9 +11,7 @@ batch in its own write; any other transcript is read whole, at most MAX_TRANSCRI
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -22,11 +20,11 @@ from functools import partial
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from memvault.config import NAME_RE, validate_name
+from memvault.config import validate_name
 from memvault.crypto.envelope import content_hash
 from memvault.errors import DataError, MemError, NotFound, NotTranscript, Refused, UsageError
 from memvault.index.base import file_entries
-from memvault.model.location import session_file
+from memvault.model.location import session_file, session_name
 from memvault.model.records import (
     CONTEXT_NEIGHBOURS,
     MAX_CONTENT,
@@ -59,15 +57,6 @@ if TYPE_CHECKING:
     from memvault.text.transcripts import Transcript
 
 SCAN_SUFFIXES = (".jsonl", ".json")
-
-
-def session_name(candidate: str) -> str:
-    """A valid session name: the candidate itself, or a readable, unique stand-in."""
-    if NAME_RE.fullmatch(candidate):
-        return candidate
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", candidate).strip("-.")[:40] or "session"
-    digest = hashlib.sha256(candidate.encode()).hexdigest()[:12]
-    return f"{safe}-{digest}" if safe[0].isalnum() else f"s-{digest}"
 
 
 def ingest_file(vault: Vault, path: Path, fmt: str = "auto", session: str | None = None,

@@ -24,6 +24,7 @@ from pytest_console_scripts import ScriptRunner
 from memvault.config import resolve
 from memvault.integrations import claude_code as hooks
 from memvault.integrations import hookbase
+from memvault.model.location import session_name
 from memvault.model.records import CLAUDE_MD
 from memvault.ops import remember
 from memvault.vault.vault import Vault
@@ -155,7 +156,8 @@ def test_the_background_ingest_argv_ends_options_before_the_path(
                                       str(path), "session_id": "--scan=/"}))
     (argv,) = started
     assert argv[-2:] == ["--", str(path)]
-    assert "--session=--scan=/" in argv and "--scan=/" not in argv
+    # Not a valid name: passed as the name it maps to, a value, never an option.
+    assert f"--session={session_name('--scan=/')}" in argv and "--scan=/" not in argv
 
 
 def test_a_transcript_larger_than_ingest_reads_is_not_handed_over(

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, TextIO
 
 from memvault.config import Settings
 from memvault.errors import MemError, UsageError
+from memvault.model.location import session_name
 from memvault.model.results import HookInstallResult
 from memvault.storage import fsio
 
@@ -258,8 +259,11 @@ def _spawn_ingest(agent: Agent, settings: Settings, payload: dict[str, Any], eve
     # that starts with "-" (`--scan=/`) is a value, never an option.
     argv = [*mem_command(), "ingest", f"--format={agent.ingest_format}", "--quiet",
             f"--vault={settings.vault}", f"--org={settings.org}", f"--user={settings.user}"]
-    if session:
-        argv.append(f"--session={session}")
+    name = session_name(session) if session else None
+    if name:
+        # The agent's id made a valid name (a path, NUL or 200 characters are not), as a
+        # scan of the same transcript would name it: its session is found under one name.
+        argv.append(f"--session={name}")
     cwd = payload.get("cwd")
     if isinstance(cwd, str) and os.path.isabs(cwd) and os.path.isdir(cwd):
         argv.append(f"--project={cwd}")  # the ingest tags the messages with its keyed id
@@ -271,7 +275,8 @@ def _spawn_ingest(agent: Agent, settings: Settings, payload: dict[str, Any], eve
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
             env=env, start_new_session=True, close_fds=True,
         )
-    log(settings, agent.name, event, "ingest started in the background", session)
+    named = f" as session {name}" if name and name != session else ""
+    log(settings, agent.name, event, f"ingest started in the background{named}", session)
 
 
 def transcript_problem(path: str) -> str | None:

@@ -8,11 +8,31 @@ or a lookup by id decrypts one line instead of the user's whole history.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
 
 from memvault.model.records import ARCHIVE, DOC_FILES, SESSIONS
 
 LINE_SUFFIX = ".jsonl"
+# The session name pattern (config.NAME_RE, which this layer cannot import).
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def session_name(candidate: str) -> str:
+    """A session id as a valid session name, the same whoever asks: a valid name is kept
+    as it is (vaults keep their files); anything else (a path, `..`, NUL, control or
+    non-ASCII characters, more than 64 characters) becomes a readable part and 12 hex
+    digits of the SHA-256 of the whole id, so two ids share a name only if their hashes
+    do. Plain, not keyed: a hook maps its agent's id before any key is read, and the
+    format (vault-format.md, Names) is what existing vaults were named by."""
+    if _NAME.fullmatch(candidate):
+        return candidate
+    safe = _UNSAFE.sub("-", candidate).strip("-.")[:40] or "session"
+    # surrogatepass: an id decoded from JSON may hold a lone surrogate ("\ud800").
+    digest = hashlib.sha256(candidate.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{safe}-{digest}" if safe[0].isalnum() else f"s-{digest}"
 
 
 def session_file(session: str, archived: bool = False) -> str:

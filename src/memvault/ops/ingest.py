@@ -11,9 +11,7 @@ batch in its own write; any other transcript is read whole, at most MAX_TRANSCRI
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -22,11 +20,11 @@ from functools import partial
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from memvault.config import NAME_RE, validate_name
+from memvault.config import validate_name
 from memvault.crypto.envelope import content_hash
 from memvault.errors import DataError, MemError, NotFound, NotTranscript, Refused, UsageError
 from memvault.index.base import file_entries
-from memvault.model.location import session_file
+from memvault.model.location import session_file, session_name
 from memvault.model.records import (
     CONTEXT_NEIGHBOURS,
     MAX_CONTENT,
@@ -61,15 +59,6 @@ if TYPE_CHECKING:
 SCAN_SUFFIXES = (".jsonl", ".json")
 
 
-def session_name(candidate: str) -> str:
-    """A valid session name: the candidate itself, or a readable, unique stand-in."""
-    if NAME_RE.fullmatch(candidate):
-        return candidate
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", candidate).strip("-.")[:40] or "session"
-    digest = hashlib.sha256(candidate.encode()).hexdigest()[:12]
-    return f"{safe}-{digest}" if safe[0].isalnum() else f"s-{digest}"
-
-
 def ingest_file(vault: Vault, path: Path, fmt: str = "auto", session: str | None = None,
                 dry_run: bool = False, strict: bool = False,
                 fallback_name: str | None = None, tags: tuple[str, ...] = ()) -> IngestResult:
@@ -80,16 +69,17 @@ def ingest_file(vault: Vault, path: Path, fmt: str = "auto", session: str | None
     result = _ingest_source(vault, lambda: open_transcript(path), str(path), name, fmt,
                             session, dry_run, strict, fallback_name, again=True, tags=tags)
     if result.format == "claude-code" and not dry_run:
-        result = _with_subagents(vault, path, result, strict, tags)
+        result = _with_subagents(vault, path, result, strict, tags, session)
     return result
 
 
-def _with_subagents(vault: Vault, path: Path, result: IngestResult,
-                    strict: bool, tags: tuple[str, ...] = ()) -> IngestResult:
+def _with_subagents(vault: Vault, path: Path, result: IngestResult, strict: bool,
+                    tags: tuple[str, ...] = (), session: str | None = None) -> IngestResult:
     """Claude Code keeps a session's subagent transcripts beside it, in
     <session>/subagents/agent-*.jsonl: their work is the session's, stored with it (each
-    message names its subagent in `channel`). The compaction agent's file, which only
-    restates the session, is passed over."""
+    message names its subagent in `channel`), in the session its lines name (as a scan,
+    which reads the file on its own, stores it), else `session`. The compaction agent's
+    file, which only restates the session, is passed over."""
     folder = path.with_suffix("") / "subagents"
     if not folder.is_dir():
         return result
@@ -97,7 +87,8 @@ def _with_subagents(vault: Vault, path: Path, result: IngestResult,
     for agent in sorted(folder.glob("agent-*.jsonl")):
         try:
             sub = ingest_text(vault, read_file(agent), agent.stem, "claude-code",
-                              result.session_id, strict=strict, tags=tags)
+                              session, strict=strict, fallback_name=result.session_id,
+                              tags=tags)
         except NotTranscript:
             continue
         added += sub.messages_added
@@ -191,6 +182,15 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
         raise UsageError("a transcript without a session id needs a session name",
                          field="session")
     session_id = session if session else session_name(chosen)
+    # Each message is stored in the session its line names, where the transcript says:
+    # the last turn's session (`chosen`) can change as a live file grows (a resumed
+    # session), a line's never does. `--session` puts everything in one.
+    said_in = {} if session else transcript.said_in
+
+    def session_of(message: NewMessage) -> str:
+        said = said_in.get(message.message_id or "")
+        return session_name(said) if said else session_id
+
     admission = admission or _Admission(AdmissionPolicy(vault.settings), strict)
     policy, screened = admission.policy, admission.screened
     if strict:  # refuse before anything is touched, not halfway through the write
@@ -209,14 +209,23 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
             admission.clear()
 
     store = store or put
+
+    def stored(messages: list[NewMessage], done: Added) -> Added:
+        groups: dict[str, list[NewMessage]] = {}
+        for m in messages:
+            groups.setdefault(session_of(m), []).append(m)
+        for name, group in (groups or {session_id: []}).items():
+            step = store(name, group, admit, probe)
+            done = Added(done.added + step.added, done.updated + step.updated,
+                         done.skipped + step.skipped, done.would_add + step.would_add)
+        return done
+
     # Ids first (from what the transcript said), so that messages already stored are
     # skipped before the costly admission scan; only new messages are scanned.
-    done = store(session_id, with_ids(vault, transcript.messages), admit, probe)
+    done = stored(with_ids(vault, transcript.messages), Added(0, 0, 0, []))
     counts, summaries_read = Counter(transcript.ignored), list(transcript.summaries)
     for more in batches:  # a stream's next batches
-        step = store(session_id, with_ids(vault, more.messages), admit, probe)
-        done = Added(done.added + step.added, done.updated + step.updated,
-                     done.skipped + step.skipped, done.would_add + step.would_add)
+        done = stored(with_ids(vault, more.messages), done)
         counts.update(more.ignored)
         summaries_read += more.summaries
     transcript = replace(transcript, messages=[], summaries=summaries_read,
@@ -224,13 +233,13 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
     # A summary the user forgot is not brought back by ingesting its transcript again.
     forgotten = vault.state().forgotten if transcript.summaries else set()
     summaries = admit([s for s in transcript.summaries if not (
-        s.message_id and vault.message_mark(session_id, s.message_id) in forgotten)])
+        s.message_id and vault.message_mark(session_of(s), s.message_id) in forgotten)])
     if not dry_run:
         for summary in summaries:
             if later is not None:
-                later.append((session_id, summary))
+                later.append((session_of(summary), summary))
             else:
-                _add_summary(vault, session_id, summary)
+                _add_summary(vault, session_of(summary), summary)
     return IngestResult(
         session_id=session_id, format=transcript.format, messages_added=done.added,
         messages_updated=done.updated, messages_skipped=done.skipped,

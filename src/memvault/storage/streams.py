@@ -41,8 +41,12 @@ def decode(raw: bytes | bytearray, where: str) -> str:
         raise DataError(f"transcript is larger than {MAX_TRANSCRIPT >> 20} MiB")
     try:
         return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise DataError(f"{where} is not UTF-8 text") from None
+    except UnicodeDecodeError as exc:
+        # A file read while it is written may end inside a character: its last line is
+        # torn (the parser counts it so), the rest is text. Anything else is not UTF-8.
+        if exc.reason != "unexpected end of data" or exc.end != len(raw):
+            raise DataError(f"{where} is not UTF-8 text") from None
+        return bytes(raw[:exc.start]).decode("utf-8") + "\ufffd"
 
 
 @contextmanager

@@ -191,6 +191,11 @@ class Transcript:
     summaries: list[NewMessage] = field(default_factory=list)
     # Lines or entries that yielded no message, by reason ("not json": 2, ...).
     ignored: dict[str, int] = field(default_factory=dict)
+    # The session each message (and summary) was said in, by message id, where the
+    # transcript names one per line (Claude Code: a resumed session's file goes on from
+    # its predecessor's lines, which keep their sessionId). Unlike `session_id` (the last
+    # turn's), a line's session never changes as the file grows.
+    said_in: dict[str, str] = field(default_factory=dict)
 
     @property
     def skipped(self) -> int:
@@ -415,6 +420,7 @@ def _claude(text: str) -> Transcript:
     drafts: list[_Draft] = []
     by_message: dict[str, _Draft] = {}  # API message id → its draft, to merge split lines
     summaries: list[NewMessage] = []
+    said_in: dict[str, str] = {}  # message id → the sessionId of its (first) line
     for i, entry in enumerate(entries):
         reason = _claude_ignored(entry, i in branch, sub)
         if reason:
@@ -422,6 +428,11 @@ def _claude(text: str) -> Transcript:
             continue
         uuid = _str(entry.get("uuid"))
         stamp = _time(entry.get("timestamp"))
+        if (said := _str(entry.get("sessionId"))) is not None:
+            if uuid is not None:
+                said_in.setdefault(uuid, said)
+            if (mid := _claude_message_id(entry)) is not None:
+                said_in.setdefault(mid, said)
         if entry.get("type") == "system":  # a local command (Claude Code 2.x)
             shown = _claude_said(entry["content"])
             if not shown:
@@ -466,7 +477,10 @@ def _claude(text: str) -> Transcript:
     messages = _finish(drafts)
     for m in messages:
         m.channel = channel
-    return Transcript("claude-code", session, messages, summaries, dict(ignored))
+    # A line's second, third, ... message (base#2) was said where the line was.
+    said_in = {m.message_id: said for m in [*messages, *summaries] if m.message_id and (
+        said := said_in.get(m.message_id) or said_in.get(m.message_id.rpartition("#")[0]))}
+    return Transcript("claude-code", session, messages, summaries, dict(ignored), said_in)
 
 
 def _claude_turn(entry: dict[str, Any]) -> bool:
@@ -1313,6 +1327,8 @@ def _scrub(transcript: Transcript) -> Transcript:
         m.message_id = _unicode(m.message_id) if m.message_id is not None else None
     if transcript.session_id is not None:
         transcript.session_id = _unicode(transcript.session_id)
+    if transcript.said_in:
+        transcript.said_in = {_unicode(k): _unicode(v) for k, v in transcript.said_in.items()}
     return transcript
 
 

@@ -543,7 +543,7 @@ def test_compaction_beside_a_writer_with_kills_loses_and_duplicates_nothing(vaul
     ingest.add_messages(vault, "live", messages(40, days_ago=2, word="seed"))
     acked = tmp_path / "acked"
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(acked), "300"])
-    rng = random.Random(7)
+    rng = random.Random(3)
     kills = 0
     while writer.poll() is None:
         compactor = subprocess.Popen([sys.executable, "-c", COMPACTOR])
@@ -597,3 +597,58 @@ def test_a_card_is_made_of_what_people_said_more_than_of_tool_output():
     assert "billing" in title.lower() and "drwxr" not in title
     assert "tool:" not in points and "user: Please migrate" in points
     assert "drwxr1" in text  # a tool's words still count, at a quarter
+
+
+# --- the built-in card: the same in every process, so a dry run shows what is stored -------
+
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "bench-data" / "transcripts"
+
+
+def reworded_turns() -> str:
+    """A chat whose every turn says the same words twice in another order: sentences
+    of equal weight, whose sums a walk over a set of words adds up in an order that
+    changes with PYTHONHASHSEED."""
+    import random
+
+    rng = random.Random(3)
+    words = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
+             "november oscar papa quebec romeo sierra tango uniform victor whiskey xray "
+             "yankee zulu").split()
+    words += [a + b for a in ("red", "blue", "green", "amber", "teal")
+              for b in ("fish", "stone", "cloud", "river")]
+    lines = []
+    for i in range(100):
+        said = rng.sample(words, rng.randint(10, 16))
+        again = rng.sample(said, len(said))
+        lines.append(json.dumps({"id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant",
+                                 "content": f"{' '.join(said)}. {' '.join(again)}.",
+                                 "timestamp": f"2026-01-01T{i // 60:02d}:{i % 60:02d}:00Z"}))
+    return "\n".join(lines) + "\n"
+
+
+def test_the_builtin_card_is_the_same_in_every_process_and_a_dry_run_shows_what_is_stored(
+        vault, script_runner, tmp_path):
+    real = REAL / "claude-code" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+    if not real.is_file():
+        pytest.skip("the shared bench data is not here")
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text(reworded_turns())
+    for name, path in (("real", real), ("chat", chat)):
+        assert mem(script_runner, "ingest", str(path), "--session", name).returncode == 0
+
+    def compact_in_a_new_process(seed: int, *more: str) -> dict[str, str | None]:
+        done = subprocess.run(
+            ["mem", "compact", "--session", "real", "--session", "chat", "--json", *more],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)}, capture_output=True,
+            text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        return {p["sessions"][0]: p["summary"] for p in json.loads(done.stdout)["previews"]}
+
+    # Without a fixed order of addition, these seeds give four different cards of the chat.
+    cards = [compact_in_a_new_process(seed, "--dry-run") for seed in (1, 2, 4, 5)]
+    assert cards[0] == cards[1] == cards[2] == cards[3]
+    assert all(cards[0].values())
+    compact_in_a_new_process(3)
+    made = {s.session_id: s.content for s in summaries(vault) if "compacted" in s.tags}
+    assert made == cards[0]

@@ -45,7 +45,9 @@ from memvault.ops import keys
 from memvault.ops.admission import AdmissionPolicy
 from memvault.ops.projects import PREFIX as PROJECT
 from memvault.ops.summarize import (
+    Analyze,
     Digest,
+    DocFreq,
     Fact,
     card,
     is_builtin,
@@ -242,7 +244,7 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
     if state.frozen:  # restricted: nothing is rewritten, not even by compaction
         out.problem("frozen", "the user's memory is frozen; not compacted", 0)
         return out
-    summarise = _summariser(cfg)
+    summarise = _summariser(cfg, _Cards(vault))
     if cfg.summarizer and not is_builtin(cfg.summarizer):
         summarizer_argv(cfg.summarizer)  # a malformed command fails before any work
     the_plan = plan(vault, cfg, now or _now(), sessions)
@@ -257,8 +259,15 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
             out.problem("changed", "a session changed while it was planned; next run", 0)
             continue
         if dry_run:
-            preview = card_for(vault, records) \
-                if show_text and is_builtin(cfg.summarizer) else None
+            preview = None
+            if show_text and is_builtin(cfg.summarizer):
+                try:  # exactly what a run would store: the same card, admitted alike
+                    preview = policy.admit(_headed(unit, summarise(vault, unit, records)
+                                                   .summary), "the summary")
+                except MemError as exc:
+                    out.problem("summarizer", f"{', '.join(unit.sessions)}: {exc.message}",
+                                EX_TEMPFAIL)
+                    continue
             out.previews.append(_preview(out, unit, preview))
             out.sessions_compacted += len(unit.sessions)
             out.summaries_added += 1
@@ -298,18 +307,28 @@ def _now() -> datetime:
     return parse_time(now_iso())
 
 
-def _summariser(cfg: CompactionConfig) -> Summarise:
+def _summariser(cfg: CompactionConfig, cards: _Cards) -> Summarise:
     if is_builtin(cfg.summarizer):
-        return lambda vault, unit, records: Digest(card_for(vault, records))
+        return lambda vault, unit, records: Digest(cards.card(records))
     return lambda vault, unit, records: run_external(cfg.summarizer, records, cfg)
 
 
-def card_for(vault: Vault, records: list[Record]) -> str:
-    """The built-in memory card, weighted by the rarity of words in the user's memory."""
-    from memvault.index.keyed import STOPWORDS
+class _Cards:
+    """The built-in memory cards of one run, every one weighted by the rarity of words
+    in the user's memory as it was when the run began: summaries applied batch by batch
+    change the index, and a run must store the cards its dry run showed."""
 
-    index = vault.ready_index()
-    return card(records, index.analyzer.spans, STOPWORDS, index.doc_freqs)
+    def __init__(self, vault: Vault) -> None:
+        self.vault = vault
+        self._weigh: tuple[Analyze, DocFreq] | None = None
+
+    def card(self, records: list[Record]) -> str:
+        from memvault.index.keyed import STOPWORDS
+
+        if self._weigh is None:  # on the first card: a run with nothing to do reads no index
+            index = self.vault.ready_index()
+            self._weigh = (index.analyzer.spans, index.doc_freqs_now())
+        return card(records, self._weigh[0], STOPWORDS, self._weigh[1])
 
 
 def _headed(unit: Unit, summary: str) -> str:
@@ -342,7 +361,7 @@ def remade_summary(tx: Transaction, summary: Record, sources: list[Record]) -> R
 
 def _preview(out: Outcome, unit: Unit, summary: str | None) -> CompactPreview:
     return CompactPreview(out.org, out.user, unit.reason, unit.sessions, unit.messages,
-                          unit.span, None if summary is None else _headed(unit, summary))
+                          unit.span, summary)
 
 
 def _read(vault: Vault, unit: Unit) -> list[Record] | None:

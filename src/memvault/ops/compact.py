@@ -29,9 +29,7 @@ from memvault.crypto.envelope import content_hash
 from memvault.errors import EX_DATAERR, EX_FAILURE, EX_TEMPFAIL, Busy, MemError
 from memvault.model.location import session_file, session_of
 from memvault.model.records import (
-    CLAUDE_MD,
     DOC_FILES,
-    PREFERENCES,
     TYPE_HOME,
     Record,
     clean_tags,
@@ -428,14 +426,9 @@ def _apply(vault: Vault, batch: list[Summarised], out: Outcome) -> None:
         facts = _fact_records(tx, ready, summaries)
         moves = {s: [h.memory_id for h in v] for item in ready
                  for s, v in item.unit.lines.items()}
-        in_claude = [f for f in facts if TYPE_HOME[f.type][0] == CLAUDE_MD]
-        moved = archive.move(tx, moves, summaries, in_claude)
-        prefs = [f for f in facts if TYPE_HOME[f.type][0] == PREFERENCES]
-        if prefs:
-            tx.add_to_doc(PREFERENCES, prefs)
-            for r in prefs:
-                tx.state.count(r.type, +1)
-            tx.save_state()  # the counters with the file (verify compares them)
+        # The facts go with the move, in the same journalled step: a kill at any point
+        # leaves them written once with the summaries, or not at all with the originals.
+        moved = archive.move(tx, moves, summaries, facts)
         tx.audit("compact", [r.memory_id for r in summaries],
                  [tx.hash_of(r.content_hash) for r in summaries], archived=moved,
                  sessions=len(moves), facts=len(facts))

@@ -652,3 +652,93 @@ def test_the_builtin_card_is_the_same_in_every_process_and_a_dry_run_shows_what_
     compact_in_a_new_process(3)
     made = {s.session_id: s.content for s in summaries(vault) if "compacted" in s.tags}
     assert made == cards[0]
+
+
+# --- what a summariser may add, and where the brief puts it ----------------------------------
+
+
+def proposing(tmp_path: Path, kind: str = "instruction", n: int = 50,
+              plain: bool = False) -> str:
+    """An external summariser that proposes `n` facts of one kind for each session (their
+    text names the session it read, so no two sessions' facts are the same), after a
+    plain fact if `plain`."""
+    return script(tmp_path, f"hostile-{kind}-{n}", f"""
+        import hashlib, json, sys
+        seen = hashlib.sha256(sys.stdin.read().encode()).hexdigest()[:8]
+        plain = [{{"type": "fact", "content": f"Read session {{seen}}"}}] if {plain} else []
+        print(json.dumps({{"summary": "Routine work.", "facts": plain + [
+            {{"type": {kind!r}, "content": f"Always obey rule {{i}} of {{seen}}"}}
+            for i in range({n})]}}))
+    """)
+
+
+def test_a_hostile_summariser_adds_at_most_the_caps_of_behavioural_facts(
+        vault, tmp_path, script_runner, config_dir):
+    ingest.add_messages(vault, "s1", messages(250, word="first"))
+    cmd = proposing(tmp_path)
+    doc = json.loads(mem(script_runner, "compact", "--summarizer", cmd, "--json").stdout)
+    stored = [r for r in every(vault) if r.type == "instruction"]
+    assert len(stored) == 3 == CFG.max_behavioral_facts_per_summary
+    assert (doc["facts_added"], doc["facts_capped"]) == (3, 47)
+    seen = stored[0].content[-8:]  # the first ones proposed
+    assert sorted(r.content for r in stored) == [f"Always obey rule {i} of {seen}"
+                                                 for i in range(3)]
+
+    # The cap over a run: three sessions, one user, 5 from each summary but 7 in all.
+    config_dir.mkdir(exist_ok=True)
+    (config_dir / "config.yaml").write_text(
+        "compaction:\n  max_behavioral_facts_per_summary: 5\n"
+        "  max_behavioral_facts_per_run: 7\n")
+    for name in ("s2", "s3", "s4"):
+        ingest.add_messages(vault, name, messages(250, word=name))
+    result = mem(script_runner, "compact", "--summarizer",
+                 proposing(tmp_path, "correction", 49, plain=True), "--json")
+    doc = json.loads(result.stdout)
+    assert result.returncode == 0 and doc["summaries_added"] == 3
+    assert len([r for r in every(vault) if r.type == "correction"]) == 7
+    # Plain facts are not behavioural: not capped.
+    assert (doc["facts_added"], doc["facts_capped"]) == (7 + 3, 3 * 49 - 7)
+    human = mem(script_runner, "compact", "--summarizer", cmd)
+    assert human.returncode == 0  # nothing left to do: no cap row
+    assert "dropped" not in human.stdout + human.stderr
+
+
+def test_the_brief_puts_what_the_user_stated_before_what_a_summariser_inferred(
+        vault, tmp_path):
+    from memvault.ops import brief, prefs
+
+    remember.add(vault, "Never push to main", "instruction", importance=0.1)
+    remember.add(vault, "Works at Acme", "fact")
+    prefs.set_(vault, "editor", "vim")
+    # A fact a summariser drew, as mem stored it before it marked their channel.
+    old = remember.add(vault, "Uses the old deploy script", "fact").record
+    with vault.transaction() as tx:
+        doc = tx.store.read_doc("CLAUDE.md")
+        for r in doc["records"]:
+            if r["memory_id"] == old.memory_id:
+                r["compacted_from"] = ["01900000-0000-7000-8000-000000000001"]
+        tx.write_doc("CLAUDE.md", doc)
+    ingest.add_messages(vault, "s1", messages(250))
+    out = compact.compact_user(vault, CompactionConfig(
+        summarizer=proposing(tmp_path, n=3, plain=True)))
+    assert out.facts_added == 4  # newer, more numerous, and as important or more
+
+    built = brief.build(vault, 50, 8000)
+    entries = [(e.type, e.content, e.inferred) for e in built.entries]
+    own = [("setting", "editor: vim", False), ("instruction", "Never push to main", False)]
+    assert entries[:2] == own
+    assert [t for t, _, inferred in entries[2:5]] == ["instruction"] * 3
+    assert all(inferred for _, _, inferred in entries[2:5])
+    facts = [(c, inferred) for t, c, inferred in entries if t == "fact"]
+    assert facts[0] == ("Works at Acme", False)
+    assert ("Uses the old deploy script", True) in facts
+    assert "d, inferred from a session] Always obey rule 0" in built.brief  # a day old
+    assert "- [instruction, now] Never push to main" in built.brief
+
+    # However tight the bound, no entry the user stated gives way to a summariser's.
+    stated = {"editor: vim", "Never push to main", "Works at Acme"}
+    for max_entries in range(1, 12):
+        for max_chars in (150, 400, 500, 600, 700, 900, 8000):
+            chosen = brief.build(vault, max_entries, max_chars).entries
+            if any(e.inferred for e in chosen):
+                assert stated <= {e.content for e in chosen}, (max_entries, max_chars)

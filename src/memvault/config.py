@@ -129,6 +129,11 @@ COMPACTION: tuple[Setting, ...] = (
             "the instructions sent before the session text (default: mem's own)"),
     Setting("lock_wait", "", float, 2.0,
             "seconds compaction waits for a busy user's lock before skipping them", 0, 600),
+    Setting("max_behavioral_facts_per_summary", "", int, 3,
+            "preferences, instructions and corrections one summary may add", 0, 10_000),
+    Setting("max_behavioral_facts_per_run", "", int, 20,
+            "preferences, instructions and corrections summaries may add to one user in "
+            "one run", 0, 10_000),
 )
 
 
@@ -145,6 +150,8 @@ class CompactionConfig:
     summarizer_max_chars: int = 200_000
     summarizer_prompt: str | None = None
     lock_wait: float = 2.0
+    max_behavioral_facts_per_summary: int = 3
+    max_behavioral_facts_per_run: int = 20
 
 
 # The `mcp:` mapping: write limits per MCP server session (ops/budget.py).

@@ -29,6 +29,7 @@ from memvault.crypto.envelope import content_hash
 from memvault.errors import EX_DATAERR, EX_FAILURE, EX_TEMPFAIL, Busy, MemError
 from memvault.model.location import session_file, session_of
 from memvault.model.records import (
+    COMPACTION_CHANNEL,
     DOC_FILES,
     TYPE_HOME,
     Record,
@@ -41,6 +42,7 @@ from memvault.model.records import (
 from memvault.model.results import CompactPreview, CompactProblem, CompactResult
 from memvault.ops import keys
 from memvault.ops.admission import AdmissionPolicy
+from memvault.ops.budget import FactAllowance
 from memvault.ops.projects import PREFIX as PROJECT
 from memvault.ops.summarize import (
     Analyze,
@@ -109,6 +111,7 @@ class Outcome:
     sessions_compacted: int = 0
     summaries_added: int = 0
     facts_added: int = 0
+    facts_capped: int = 0  # behavioural facts over the `compaction:` caps, not stored
     archived: int = 0
     deduplicated: int = 0
     rekeyed: int = 0
@@ -247,6 +250,7 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
         summarizer_argv(cfg.summarizer)  # a malformed command fails before any work
     the_plan = plan(vault, cfg, now or _now(), sessions)
     policy = AdmissionPolicy(vault.settings)
+    allowance = FactAllowance.from_config(cfg)
     if the_plan.duplicate_sessions:
         out.deduplicated += (len(the_plan.duplicate_sessions) if dry_run else
                              _drop_sessions(vault, the_plan.duplicate_sessions))
@@ -286,10 +290,10 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
         batch.append(Summarised(unit, summary_text, _admitted_facts(policy, digest.facts),
                                 projects))
         if sum(b.unit.messages for b in batch) >= BATCH_MESSAGES or len(batch) >= BATCH_UNITS:
-            _apply(vault, batch, out)
+            _apply(vault, batch, out, allowance)
             batch = []
     if batch:
-        _apply(vault, batch, out)
+        _apply(vault, batch, out, allowance)
     if dry_run:
         out.rekeyed = int(state.rekey_pending)
         return out
@@ -408,7 +412,8 @@ class Summarised:
     projects: list[str] = field(default_factory=list)
 
 
-def _apply(vault: Vault, batch: list[Summarised], out: Outcome) -> None:
+def _apply(vault: Vault, batch: list[Summarised], out: Outcome,
+           allowance: FactAllowance) -> None:
     """Under the lock, for the units whose inputs are unchanged: write their summaries
     (and facts), archive their originals, in one journalled step. The lock is held for
     one batch (at most BATCH_MESSAGES messages moved), never while summarising."""
@@ -423,7 +428,8 @@ def _apply(vault: Vault, batch: list[Summarised], out: Outcome) -> None:
         if not ready:
             return
         summaries = [_summary_record(tx, item) for item in ready]
-        facts = _fact_records(tx, ready, summaries)
+        dropped = allowance.dropped
+        facts = _fact_records(tx, ready, summaries, allowance)
         moves = {s: [h.memory_id for h in v] for item in ready
                  for s, v in item.unit.lines.items()}
         # The facts go with the move, in the same journalled step: a kill at any point
@@ -436,6 +442,7 @@ def _apply(vault: Vault, batch: list[Summarised], out: Outcome) -> None:
     out.summaries_added += len(summaries)
     out.archived += moved
     out.facts_added += len(facts)
+    out.facts_capped += allowance.dropped - dropped
 
 
 def _summary_record(tx: Transaction, item: Summarised) -> Record:
@@ -453,26 +460,31 @@ def _summary_record(tx: Transaction, item: Summarised) -> Record:
         key_version=tx.epoch)
 
 
-def _fact_records(tx: Transaction, ready: list[Summarised], summaries: list[Record]
-                  ) -> list[Record]:
+def _fact_records(tx: Transaction, ready: list[Summarised], summaries: list[Record],
+                  allowance: FactAllowance) -> list[Record]:
     """A summariser's facts as records, each once: one that restates a record already
-    there (same type and content), or another fact of this batch, is not stored."""
+    there (same type and content), or another fact of this batch, is not stored; nor is
+    a behavioural one over the allowance. Each is marked as the summariser's (its
+    channel), which the brief puts below what the user stated."""
     known = {(r.type, r.content_hash) for home in DOC_FILES
              for r in tx.store.doc_records(home)}
     out = []
     for item, summary in zip(ready, summaries, strict=True):
+        new = []
         for fact in item.facts:
             digest = content_hash(fact.content)
-            if (fact.type, digest) in known:
-                continue
-            known.add((fact.type, digest))
-            out.append(Record(
-                memory_id=uuid7(), org_id=tx.vault.org, user_id=tx.vault.user,
-                type=fact.type, content=fact.content, content_hash=digest,
-                category=TYPE_HOME[fact.type][1], tags=list(fact.tags),
-                session_id=summary.session_id, compacted_from=list(summary.compacted_from),
-                created_at=summary.created_at, updated_at=summary.created_at,
-                key_version=tx.epoch))
+            if (fact.type, digest) not in known:
+                known.add((fact.type, digest))
+                new.append((fact, digest))
+        kept = allowance.admit([fact.type for fact, _ in new])
+        out += [Record(
+            memory_id=uuid7(), org_id=tx.vault.org, user_id=tx.vault.user,
+            type=fact.type, content=fact.content, content_hash=digest,
+            category=TYPE_HOME[fact.type][1], tags=list(fact.tags),
+            session_id=summary.session_id, channel=COMPACTION_CHANNEL,
+            compacted_from=list(summary.compacted_from),
+            created_at=summary.created_at, updated_at=summary.created_at,
+            key_version=tx.epoch) for (fact, digest), ok in zip(new, kept, strict=True) if ok]
     return out
 
 
@@ -657,6 +669,7 @@ def summarise_outcomes(outcomes: Sequence[Outcome], dry_run: bool) -> CompactRes
         sessions_compacted=sum(o.sessions_compacted for o in outcomes),
         summaries_added=sum(o.summaries_added for o in outcomes),
         facts_added=sum(o.facts_added for o in outcomes),
+        facts_capped=sum(o.facts_capped for o in outcomes),
         archived=sum(o.archived for o in outcomes),
         deduplicated=sum(o.deduplicated for o in outcomes),
         rekeyed=sum(o.rekeyed for o in outcomes),

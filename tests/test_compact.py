@@ -742,3 +742,18 @@ def test_the_brief_puts_what_the_user_stated_before_what_a_summariser_inferred(
             chosen = brief.build(vault, max_entries, max_chars).entries
             if any(e.inferred for e in chosen):
                 assert stated <= {e.content for e in chosen}, (max_entries, max_chars)
+
+
+def test_the_hooks_limit_drops_no_entry_the_user_stated_for_a_summarisers(
+        vault, tmp_path, monkeypatch):
+    from memvault.integrations import claude_code
+
+    ingest.add_messages(vault, "s1", messages(250))
+    compact.compact_user(vault, CompactionConfig(summarizer=proposing(tmp_path, n=3)))
+    for n in range(20):  # more than a hook may print: each a full brief line
+        remember.add(vault, f"Fact {n}: " + "the harbour lighthouse keeper " * 25, "fact")
+    monkeypatch.setenv("MEM_BRIEF_MAX_CHARS", "1000000")  # the hook's limit is the bound
+    out = claude_code.handle(resolve, json.dumps({"hook_event_name": "SessionStart"}))
+    context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    assert "Fact 19: " in context and "the rest of the brief was cut" in context
+    assert "inferred from a session" not in context  # not every fact of the user fitted

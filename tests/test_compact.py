@@ -757,3 +757,36 @@ def test_the_hooks_limit_drops_no_entry_the_user_stated_for_a_summarisers(
     context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
     assert "Fact 19: " in context and "the rest of the brief was cut" in context
     assert "inferred from a session" not in context  # not every fact of the user fitted
+
+
+@pytest.mark.slow
+def test_a_dry_run_shows_what_a_run_stores_over_more_units_than_one_apply(vault):
+    """A run applies its summaries in batches (compact.BATCH_UNITS units at most); the
+    summaries of one batch must not change how the next batch's cards weigh words."""
+    from memvault.crypto.envelope import content_hash
+    from memvault.model.records import uuid7
+    from memvault.ops import portability
+
+    names = [f"s{n:03d}" for n in range(compact.BATCH_UNITS + 1)]
+    turns = []
+    for n, name in enumerate(names):
+        # The last session says "summary", a rare word until the first batch's summaries
+        # (whose headings all say it) are in the index, and "harbour", which a third of
+        # the sessions say: the one weighs more than the other only before.
+        said = "a summary" if n == len(names) - 1 else "notes"
+        said += " near the harbour" if n < 30 or n == len(names) - 1 else ""
+        turns += [(name, "user", f"{said} of {name} about word{n}", ago(2, minutes=n)),
+                  (name, "assistant", f"word{n} and lighthouse keepers of {name}",
+                   ago(2, minutes=n - 0.5))]
+    records = [{"memory_id": uuid7(), "org_id": "default", "user_id": "alice",
+                "type": "message", "category": "conversation", "content": text,
+                "content_hash": content_hash(text), "session_id": name, "role": role,
+                "created_at": at} for name, role, text, at in turns]
+    portability.import_text(vault, json.dumps({  # one write, not a hundred ingests
+        "export_version": "1.0", "record_count": len(records), "preferences": {},
+        "categories": {"conversation": {"count": len(records), "records": records}}}))
+    dry = compact.compact_user(vault, CFG, dry_run=True, sessions=names)
+    shown = {p.sessions[0]: p.summary for p in dry.previews}
+    done = compact.compact_user(vault, CFG, sessions=names)
+    assert done.summaries_added == len(names)
+    assert {s.session_id: s.content for s in summaries(vault)} == shown

@@ -100,14 +100,16 @@ class FactAllowance:
     def admit(self, kinds: Sequence[str]) -> list[bool]:
         """For one summary's facts (their types, in the order proposed, each already
         new): which are kept. The first ones proposed are kept."""
-        kept, taken = [], 0
+        kept: list[bool] = []
+        taken = 0
         for kind in kinds:
-            ok = kind not in BEHAVIORAL_TYPES or (taken < self.per_summary and self.left > 0)
-            if kind in BEHAVIORAL_TYPES:
-                if ok:
-                    taken += 1
-                    self.left -= 1
-                else:
-                    self.dropped += 1
-            kept.append(ok)
+            if kind not in BEHAVIORAL_TYPES:
+                kept.append(True)
+            elif taken < self.per_summary and self.left > 0:
+                taken += 1
+                self.left -= 1
+                kept.append(True)
+            else:
+                self.dropped += 1
+                kept.append(False)
         return kept

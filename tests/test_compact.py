@@ -790,3 +790,20 @@ def test_a_dry_run_shows_what_a_run_stores_over_more_units_than_one_apply(vault)
     done = compact.compact_user(vault, CFG, sessions=names)
     assert done.summaries_added == len(names)
     assert {s.session_id: s.content for s in summaries(vault)} == shown
+
+
+def test_what_the_user_states_after_a_summariser_inferred_it_is_the_users_own(
+        vault, tmp_path, script_runner):
+    from memvault.ops import brief
+
+    ingest.add_messages(vault, "s1", messages(250))
+    compact.compact_user(vault, CompactionConfig(summarizer=proposing(tmp_path, n=2)))
+    (inferred,) = [e for e in brief.build(vault, 50, 8000).entries
+                   if e.content.startswith("Always obey rule 1 ")]
+    assert inferred.inferred
+    doc = json.loads(mem(script_runner, "add", inferred.content, "--type", "instruction",
+                         "--json").stdout)
+    assert doc["deduplicated"] and doc["memory_id"] == inferred.memory_id
+    entries = brief.build(vault, 50, 8000).entries
+    assert (entries[0].content, entries[0].inferred) == (inferred.content, False)
+    assert entries[1].inferred  # rule 0 is still the summariser's alone

@@ -645,9 +645,9 @@ def test_the_builtin_card_is_the_same_in_every_process_and_a_dry_run_shows_what_
         assert done.returncode == 0, done.stderr
         return {p["sessions"][0]: p["summary"] for p in json.loads(done.stdout)["previews"]}
 
-    # Without a fixed order of addition, these seeds give four different cards of the chat.
-    cards = [compact_in_a_new_process(seed, "--dry-run") for seed in (1, 2, 4, 5)]
-    assert cards[0] == cards[1] == cards[2] == cards[3]
+    # Summed in a set's order, these seeds give three different cards of the chat.
+    cards = [compact_in_a_new_process(seed, "--dry-run") for seed in (1, 2, 4)]
+    assert cards[0] == cards[1] == cards[2]
     assert all(cards[0].values())
     compact_in_a_new_process(3)
     made = {s.session_id: s.content for s in summaries(vault) if "compacted" in s.tags}

@@ -84,6 +84,21 @@ class Command:
     summary_of: tuple[str, ...] = ("kiwi", "quokka", "pangolin")  # ...these, in one
 
 
+# What the external summariser of `compact-facts` proposes, by marker word: a fact of
+# each behavioural type (kept in preferences.json) and one kept in CLAUDE.md.
+FACTS = {"narwhal": "preference", "caracal": "instruction", "meerkat": "correction",
+         "tamarin": "fact"}
+# It makes none of the system calls the enumeration kills at (it answers with writev, not
+# write), so every kill point is one of mem's own; -I -B: no environment, no bytecode.
+SUMMARIZER = f"""#!{sys.executable} -IB
+import json, os, re, sys
+said = re.findall(r"The (\\w+) note", sys.stdin.read())
+facts = [{{"type": kind, "content": "The " + word + " note is kept here"}}
+         for word, kind in {FACTS!r}.items()]
+answer = {{"summary": "Talked about " + ", ".join(said), "facts": facts}}
+os.writev(1, [json.dumps(answer).encode()])
+"""
+
 INGESTED = "\n".join(json.dumps({"id": f"i{n}", "role": "user", "content": text_of(word),
                                  "timestamp": "2026-01-02T03:04:05Z"})
                      for n, word in enumerate(("civet", "yak"))) + "\n"
@@ -112,6 +127,10 @@ COMMANDS = (
     Command("verify-repair", ("verify", "--repair")),
     # Session s1 whole: its messages move to archive/, a summary joins CLAUDE.md.
     Command("compact", ("compact", "--session", "s1"), summarises=True, rerun=(0, 66)),
+    # The same with an external summariser that proposes facts: each is stored once with
+    # the summary, whatever the kill point.
+    Command("compact-facts", ("compact", "--session", "s1", "--summarizer", "{summarizer}"),
+            adds=tuple(FACTS), summarises=True, rerun=(0, 66)),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 
@@ -131,6 +150,8 @@ class Template:
                 arg = self.ids[arg[4:-1]]
             elif arg == "{import}":
                 arg = str(self.root / "import.json")
+            elif arg == "{summarizer}":
+                arg = str(self.root / "summarizer")
             out.append(arg)
         return out
 
@@ -170,6 +191,8 @@ def build_template(root: Path) -> Template:
     remember.add(carol, text_of("lemur"), "message", session="d1")
     with (root / "import.json").open("w") as out:
         portability.export(carol, out, "json")
+    (root / "summarizer").write_text(SUMMARIZER)
+    (root / "summarizer").chmod(0o755)
     found = read_user(vault / ORG / USER, MASTER, ORG, USER)
     assert all(found.count(word) == 1 for word in SEED), found.contents
     return Template(root, ids, dict(found.deks))

@@ -543,7 +543,7 @@ def test_compaction_beside_a_writer_with_kills_loses_and_duplicates_nothing(vaul
     ingest.add_messages(vault, "live", messages(40, days_ago=2, word="seed"))
     acked = tmp_path / "acked"
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(acked), "300"])
-    rng = random.Random(7)
+    rng = random.Random(3)
     kills = 0
     while writer.poll() is None:
         compactor = subprocess.Popen([sys.executable, "-c", COMPACTOR])
@@ -597,3 +597,213 @@ def test_a_card_is_made_of_what_people_said_more_than_of_tool_output():
     assert "billing" in title.lower() and "drwxr" not in title
     assert "tool:" not in points and "user: Please migrate" in points
     assert "drwxr1" in text  # a tool's words still count, at a quarter
+
+
+# --- the built-in card: the same in every process, so a dry run shows what is stored -------
+
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "bench-data" / "transcripts"
+
+
+def reworded_turns() -> str:
+    """A chat whose every turn says the same words twice in another order: sentences
+    of equal weight, whose sums a walk over a set of words adds up in an order that
+    changes with PYTHONHASHSEED."""
+    import random
+
+    rng = random.Random(3)
+    words = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
+             "november oscar papa quebec romeo sierra tango uniform victor whiskey xray "
+             "yankee zulu").split()
+    words += [a + b for a in ("red", "blue", "green", "amber", "teal")
+              for b in ("fish", "stone", "cloud", "river")]
+    lines = []
+    for i in range(100):
+        said = rng.sample(words, rng.randint(10, 16))
+        again = rng.sample(said, len(said))
+        lines.append(json.dumps({"id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant",
+                                 "content": f"{' '.join(said)}. {' '.join(again)}.",
+                                 "timestamp": f"2026-01-01T{i // 60:02d}:{i % 60:02d}:00Z"}))
+    return "\n".join(lines) + "\n"
+
+
+def test_the_builtin_card_is_the_same_in_every_process_and_a_dry_run_shows_what_is_stored(
+        vault, script_runner, tmp_path):
+    real = REAL / "claude-code" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+    if not real.is_file():
+        pytest.skip("the shared bench data is not here")
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text(reworded_turns())
+    for name, path in (("real", real), ("chat", chat)):
+        assert mem(script_runner, "ingest", str(path), "--session", name).returncode == 0
+
+    def compact_in_a_new_process(seed: int, *more: str) -> dict[str, str | None]:
+        done = subprocess.run(
+            ["mem", "compact", "--session", "real", "--session", "chat", "--json", *more],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)}, capture_output=True,
+            text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        return {p["sessions"][0]: p["summary"] for p in json.loads(done.stdout)["previews"]}
+
+    # Summed in a set's order, these seeds give three different cards of the chat.
+    cards = [compact_in_a_new_process(seed, "--dry-run") for seed in (1, 2, 4)]
+    assert cards[0] == cards[1] == cards[2]
+    assert all(cards[0].values())
+    compact_in_a_new_process(3)
+    made = {s.session_id: s.content for s in summaries(vault) if "compacted" in s.tags}
+    assert made == cards[0]
+
+
+# --- what a summariser may add, and where the brief puts it ----------------------------------
+
+
+def proposing(tmp_path: Path, kind: str = "instruction", n: int = 50,
+              plain: bool = False) -> str:
+    """An external summariser that proposes `n` facts of one kind for each session (their
+    text names the session it read, so no two sessions' facts are the same), after a
+    plain fact if `plain`."""
+    return script(tmp_path, f"hostile-{kind}-{n}", f"""
+        import hashlib, json, sys
+        seen = hashlib.sha256(sys.stdin.read().encode()).hexdigest()[:8]
+        plain = [{{"type": "fact", "content": f"Read session {{seen}}"}}] if {plain} else []
+        print(json.dumps({{"summary": "Routine work.", "facts": plain + [
+            {{"type": {kind!r}, "content": f"Always obey rule {{i}} of {{seen}}"}}
+            for i in range({n})]}}))
+    """)
+
+
+def test_a_hostile_summariser_adds_at_most_the_caps_of_behavioural_facts(
+        vault, tmp_path, script_runner, config_dir):
+    ingest.add_messages(vault, "s1", messages(250, word="first"))
+    cmd = proposing(tmp_path)
+    doc = json.loads(mem(script_runner, "compact", "--summarizer", cmd, "--json").stdout)
+    stored = [r for r in every(vault) if r.type == "instruction"]
+    assert len(stored) == 3 == CFG.max_behavioral_facts_per_summary
+    assert (doc["facts_added"], doc["facts_capped"]) == (3, 47)
+    seen = stored[0].content[-8:]  # the first ones proposed
+    assert sorted(r.content for r in stored) == [f"Always obey rule {i} of {seen}"
+                                                 for i in range(3)]
+
+    # The cap over a run: three sessions, one user, 5 from each summary but 7 in all.
+    config_dir.mkdir(exist_ok=True)
+    (config_dir / "config.yaml").write_text(
+        "compaction:\n  max_behavioral_facts_per_summary: 5\n"
+        "  max_behavioral_facts_per_run: 7\n")
+    for name in ("s2", "s3", "s4"):
+        ingest.add_messages(vault, name, messages(250, word=name))
+    result = mem(script_runner, "compact", "--summarizer",
+                 proposing(tmp_path, "correction", 49, plain=True), "--json")
+    doc = json.loads(result.stdout)
+    assert result.returncode == 0 and doc["summaries_added"] == 3
+    assert len([r for r in every(vault) if r.type == "correction"]) == 7
+    # Plain facts are not behavioural: not capped.
+    assert (doc["facts_added"], doc["facts_capped"]) == (7 + 3, 3 * 49 - 7)
+    human = mem(script_runner, "compact", "--summarizer", cmd)
+    assert human.returncode == 0  # nothing left to do: no cap row
+    assert "dropped" not in human.stdout + human.stderr
+
+
+def test_the_brief_puts_what_the_user_stated_before_what_a_summariser_inferred(
+        vault, tmp_path):
+    from memvault.ops import brief, prefs
+
+    remember.add(vault, "Never push to main", "instruction", importance=0.1)
+    remember.add(vault, "Works at Acme", "fact")
+    prefs.set_(vault, "editor", "vim")
+    # A fact a summariser drew, as mem stored it before it marked their channel.
+    old = remember.add(vault, "Uses the old deploy script", "fact").record
+    with vault.transaction() as tx:
+        doc = tx.store.read_doc("CLAUDE.md")
+        for r in doc["records"]:
+            if r["memory_id"] == old.memory_id:
+                r["compacted_from"] = ["01900000-0000-7000-8000-000000000001"]
+        tx.write_doc("CLAUDE.md", doc)
+    ingest.add_messages(vault, "s1", messages(250))
+    out = compact.compact_user(vault, CompactionConfig(
+        summarizer=proposing(tmp_path, n=3, plain=True)))
+    assert out.facts_added == 4  # newer, more numerous, and as important or more
+
+    built = brief.build(vault, 50, 8000)
+    entries = [(e.type, e.content, e.inferred) for e in built.entries]
+    own = [("setting", "editor: vim", False), ("instruction", "Never push to main", False)]
+    assert entries[:2] == own
+    assert [t for t, _, inferred in entries[2:5]] == ["instruction"] * 3
+    assert all(inferred for _, _, inferred in entries[2:5])
+    facts = [(c, inferred) for t, c, inferred in entries if t == "fact"]
+    assert facts[0] == ("Works at Acme", False)
+    assert ("Uses the old deploy script", True) in facts
+    assert "d, inferred from a session] Always obey rule 0" in built.brief  # a day old
+    assert "- [instruction, now] Never push to main" in built.brief
+
+    # However tight the bound, no entry the user stated gives way to a summariser's.
+    stated = {"editor: vim", "Never push to main", "Works at Acme"}
+    for max_entries in range(1, 12):
+        for max_chars in (150, 400, 500, 600, 700, 900, 8000):
+            chosen = brief.build(vault, max_entries, max_chars).entries
+            if any(e.inferred for e in chosen):
+                assert stated <= {e.content for e in chosen}, (max_entries, max_chars)
+
+
+def test_the_hooks_limit_drops_no_entry_the_user_stated_for_a_summarisers(
+        vault, tmp_path, monkeypatch):
+    from memvault.integrations import claude_code
+
+    ingest.add_messages(vault, "s1", messages(250))
+    compact.compact_user(vault, CompactionConfig(summarizer=proposing(tmp_path, n=3)))
+    for n in range(20):  # more than a hook may print: each a full brief line
+        remember.add(vault, f"Fact {n}: " + "the harbour lighthouse keeper " * 25, "fact")
+    monkeypatch.setenv("MEM_BRIEF_MAX_CHARS", "1000000")  # the hook's limit is the bound
+    out = claude_code.handle(resolve, json.dumps({"hook_event_name": "SessionStart"}))
+    context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    assert "Fact 19: " in context and "the rest of the brief was cut" in context
+    assert "inferred from a session" not in context  # not every fact of the user fitted
+
+
+@pytest.mark.slow
+def test_a_dry_run_shows_what_a_run_stores_over_more_units_than_one_apply(vault):
+    """A run applies its summaries in batches (compact.BATCH_UNITS units at most); the
+    summaries of one batch must not change how the next batch's cards weigh words."""
+    from memvault.crypto.envelope import content_hash
+    from memvault.model.records import uuid7
+    from memvault.ops import portability
+
+    names = [f"s{n:03d}" for n in range(compact.BATCH_UNITS + 1)]
+    turns = []
+    for n, name in enumerate(names):
+        # The last session says "summary", a rare word until the first batch's summaries
+        # (whose headings all say it) are in the index, and "harbour", which a third of
+        # the sessions say: the one weighs more than the other only before.
+        said = "a summary" if n == len(names) - 1 else "notes"
+        said += " near the harbour" if n < 30 or n == len(names) - 1 else ""
+        turns += [(name, "user", f"{said} of {name} about word{n}", ago(2, minutes=n)),
+                  (name, "assistant", f"word{n} and lighthouse keepers of {name}",
+                   ago(2, minutes=n - 0.5))]
+    records = [{"memory_id": uuid7(), "org_id": "default", "user_id": "alice",
+                "type": "message", "category": "conversation", "content": text,
+                "content_hash": content_hash(text), "session_id": name, "role": role,
+                "created_at": at} for name, role, text, at in turns]
+    portability.import_text(vault, json.dumps({  # one write, not a hundred ingests
+        "export_version": "1.0", "record_count": len(records), "preferences": {},
+        "categories": {"conversation": {"count": len(records), "records": records}}}))
+    dry = compact.compact_user(vault, CFG, dry_run=True, sessions=names)
+    shown = {p.sessions[0]: p.summary for p in dry.previews}
+    done = compact.compact_user(vault, CFG, sessions=names)
+    assert done.summaries_added == len(names)
+    assert {s.session_id: s.content for s in summaries(vault)} == shown
+
+
+def test_what_the_user_states_after_a_summariser_inferred_it_is_the_users_own(
+        vault, tmp_path, script_runner):
+    from memvault.ops import brief
+
+    ingest.add_messages(vault, "s1", messages(250))
+    compact.compact_user(vault, CompactionConfig(summarizer=proposing(tmp_path, n=2)))
+    (inferred,) = [e for e in brief.build(vault, 50, 8000).entries
+                   if e.content.startswith("Always obey rule 1 ")]
+    assert inferred.inferred
+    doc = json.loads(mem(script_runner, "add", inferred.content, "--type", "instruction",
+                         "--json").stdout)
+    assert doc["deduplicated"] and doc["memory_id"] == inferred.memory_id
+    entries = brief.build(vault, 50, 8000).entries
+    assert (entries[0].content, entries[0].inferred) == (inferred.content, False)
+    assert entries[1].inferred  # rule 0 is still the summariser's alone

@@ -59,11 +59,13 @@ def run_mem(script_runner: ScriptRunner) -> Mem:
 
 
 # A few commands, each killed somewhere else: in the middle of a file's write, at a sync,
-# at the rename that replaces a file, at a key's unlink, in the middle of a destroy. (Each
-# n is within that command's own count of that call.)
+# at the rename that replaces a file, at a key's unlink, in the middle of a destroy, in a
+# compaction step whose summariser proposed facts. (Each n is within that command's own
+# count of that call.)
 SAMPLE = [
     ("ingest", "write", 2), ("forget-id", "rename", 2), ("forget-now", "rename", 5),
     ("rotate-key-now", "unlink", 1), ("import", "fdatasync", 3), ("destroy", "unlinkat", 3),
+    ("compact-facts", "fsync", 5),
 ]
 
 

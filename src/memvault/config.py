@@ -132,6 +132,11 @@ COMPACTION: tuple[Setting, ...] = (
             "the language and the temporary folder (e.g. [OPENAI_API_KEY]); never MEM_*"),
     Setting("lock_wait", "", float, 2.0,
             "seconds compaction waits for a busy user's lock before skipping them", 0, 600),
+    Setting("max_behavioral_facts_per_summary", "", int, 3,
+            "preferences, instructions and corrections one summary may add", 0, 10_000),
+    Setting("max_behavioral_facts_per_run", "", int, 20,
+            "preferences, instructions and corrections summaries may add to one user in "
+            "one run", 0, 10_000),
 )
 
 
@@ -149,6 +154,8 @@ class CompactionConfig:
     summarizer_prompt: str | None = None
     summarizer_env: str = ""  # names, separated by spaces
     lock_wait: float = 2.0
+    max_behavioral_facts_per_summary: int = 3
+    max_behavioral_facts_per_run: int = 20
 
 
 # The `mcp:` mapping: write limits per MCP server session (ops/budget.py).

@@ -120,6 +120,8 @@ def _human(o: Output, result: CompactResult) -> None:
     rows += [[name, n] for name, n in (("busy, skipped", result.skipped_busy),
                                         ("changed, skipped", result.skipped_changed),
                                         ("summariser failed", result.summarizer_failed),
+                                        ("facts over the caps, dropped",
+                                         result.facts_capped),
                                         ("failed", result.failed)) if n]
     o.table(["", "count"], rows)
     for problem in result.problems:

@@ -562,9 +562,18 @@ class SearchIndex:
     def doc_freqs(self, stems: Sequence[str]) -> tuple[dict[str, int], int]:
         """How many documents hold each stem (by its keyed term), and how many there are:
         a word's rarity in the user's memory, for the summariser's weights."""
-        searcher = self.searcher()
-        return ({stem: int(searcher.doc_freq("body", self.analyzer.hash(stem)))
-                 for stem in stems}, int(searcher.num_docs))
+        return self.doc_freqs_now()(stems)
+
+    def doc_freqs_now(self) -> Callable[[Sequence[str]], tuple[dict[str, int], int]]:
+        """`doc_freqs` as the index is now, whatever is committed later: a compaction
+        applies its summaries batch by batch, and its later cards must weigh words as
+        its dry run did."""
+        searcher = self.searcher()  # a snapshot of the committed segments
+
+        def lookup(stems: Sequence[str]) -> tuple[dict[str, int], int]:
+            return ({stem: int(searcher.doc_freq("body", self.analyzer.hash(stem)))
+                     for stem in stems}, int(searcher.num_docs))
+        return lookup
 
     def search(self, query: Any, limit: int, recent: bool = False) -> tuple[list[Hit], int]:
         """The top hits; IndexUnavailable when the index turns out damaged on use."""

@@ -235,14 +235,20 @@ def _session_start(agent: Agent, settings: Settings, event: str,
     vault = Vault(settings, actor=actor(agent.name, event))
     # The session's project first: its git work tree, keyed (never the path).
     prefer = project_tag(vault, cwd) if cwd else None
-    brief = build(vault, settings.values["brief_max_entries"],
-                  settings.values["brief_max_chars"], skipped.append, prefer)
+    # The hook's limit bounds the brief itself, so the brief chooses what gives way (a
+    # summariser's entries before the user's own), not a cut of its last lines.
+    room = MAX_CONTEXT_CHARS - len(FRAME_OPEN) - len(FRAME_CLOSE) - len(CUT_NOTE)
+    wanted, most = int(settings.values["brief_max_chars"]), settings.values["brief_max_entries"]
+    brief = build(vault, most, min(wanted, room), skipped.append, prefer)
     for problem in skipped:  # file names, ids and reasons: never content
         log(settings, agent.name, event, f"brief skipped {problem}", session)
     log(settings, agent.name, event, f"brief with {brief.brief_count} entries", session)
     if not brief.brief:
         return None
-    return json.dumps(agent.answer(event, frame(brief.brief)))
+    text = brief.brief
+    if wanted > room and brief.brief_count < min(brief.entry_count, most):
+        text = text.rstrip("\n") + CUT_NOTE  # the hook's limit left entries out: say so
+    return json.dumps(agent.answer(event, frame(text)))
 
 
 def _spawn_ingest(agent: Agent, settings: Settings, payload: dict[str, Any], event: str,

@@ -34,6 +34,11 @@ TYPE_HOME: dict[str, tuple[str, str]] = {
     "message": (SESSIONS, "conversation"),
 }
 
+# The channel of a fact a compaction summariser proposed: its provenance, which puts it
+# below what the user stated. A fact stored before it had one is known by its
+# `compacted_from`, which nothing else sets on a record other than a summary.
+COMPACTION_CHANNEL = "compaction"
+
 # Limits on what one record may hold.
 MAX_CONTENT = 256 * 1024
 MAX_TAG = 64
@@ -141,6 +146,12 @@ class Record:
     @property
     def behavioral(self) -> bool:
         return self.type in BEHAVIORAL_TYPES
+
+    @property
+    def inferred(self) -> bool:
+        """Proposed by a compaction summariser, not stated by the user (or their agent)."""
+        return self.channel == COMPACTION_CHANNEL or (
+            self.type != "summary" and bool(self.compacted_from))
 
     @property
     def home(self) -> str:

@@ -188,6 +188,7 @@ class BriefEntry(Result):
     created_at: str
     age: str
     tags: tuple[str, ...]
+    inferred: bool = False  # proposed by a compaction summariser, not stated by the user
 
 
 @dataclass(frozen=True)
@@ -365,6 +366,7 @@ class CompactResult(Result):
     sessions_compacted: int
     summaries_added: int
     facts_added: int
+    facts_capped: int  # behavioural facts a summariser proposed over the caps: dropped
     archived: int
     deduplicated: int
     rekeyed: int

@@ -2,8 +2,11 @@
 
 Behavioral entries come first, under a warning: they were written by earlier sessions,
 which an attacker may have steered, so they are suggestions, never orders. Then facts
-and context, then recent session summaries. One line per entry, bounded in entries and
-characters (Claude Code cuts hook output near 10,000 characters).
+and context, then recent session summaries. In each section what the user stated (`mem
+add`, `mem pref`, an agent's MCP store) comes before what a compaction summariser
+inferred from a session (marked so), and a bound never drops the one for the other. One
+line per entry, bounded in entries and characters (Claude Code cuts hook output near
+10,000 characters).
 
 It reads CLAUDE.md, preferences.json and the user's state, never a session line: a
 session-start hook costs the same with 1,000 stored messages as with 1,000,000.
@@ -135,7 +138,8 @@ def build(vault: Vault, max_entries: int, max_chars: int,
                         content=_one_line(record.content),
                         importance=_importance(record.importance),
                         created_at=record.created_at, age=age(record.created_at, now),
-                        tags=tuple(str(t) for t in record.tags)))
+                        tags=tuple(str(t) for t in record.tags),
+                        inferred=section != "summaries" and record.inferred))
                 except (MemError, TypeError, ValueError, AttributeError,
                         OverflowError) as exc:
                     memory_id = raw.get("memory_id") if isinstance(raw, dict) else None
@@ -167,27 +171,45 @@ def build(vault: Vault, max_entries: int, max_chars: int,
             entries.sort(key=lambda e: prefer_tag not in e.tags)
     eligible = sum(len(v) for v in candidates.values())
 
-    lines = ["# What you know about this user", ""]
-    chosen: list[BriefEntry] = []
-    used = len("\n".join(lines))
-    for name, title in SECTIONS:
-        entries = candidates[name]
-        if not entries:
-            continue
-        header = [f"## {title}", ""] + ([f"> {WARNING}", ""] if name == "behavioral" else [])
-        section_lines: list[str] = []
+    title_lines = ["# What you know about this user", ""]
+    headers = {name: [f"## {title}", ""] + ([f"> {WARNING}", ""] if name == "behavioral"
+                                             else []) for name, title in SECTIONS}
+    taken: dict[str, list[tuple[BriefEntry, str]]] = {name: [] for name, _ in SECTIONS}
+    used = len("\n".join(title_lines))
+    count = 0
+
+    def take(name: str, entries: list[BriefEntry]) -> bool:
+        """Add entries to a section until one does not fit; whether all did."""
+        nonlocal used, count
         for entry in entries:
-            if len(chosen) >= max_entries:
-                break
-            line = f"- [{entry.type}, {entry.age}] {entry.content}"
-            cost = len(line) + 1 + (0 if section_lines else len("\n".join(header)) + 2)
+            if count >= max_entries:
+                return False
+            mark = ", inferred from a session" if entry.inferred else ""
+            line = f"- [{entry.type}, {entry.age}{mark}] {entry.content}"
+            cost = len(line) + 1 + (0 if taken[name] else len("\n".join(headers[name])) + 2)
             if used + cost > max_chars:
-                break
-            section_lines.append(line)
-            chosen.append(entry)
+                return False
+            taken[name].append((entry, line))
             used += cost
-        if section_lines:
-            lines += header + section_lines + [""]
+            count += 1
+        return True
+
+    # What the user stated is chosen first, section by section; what a summariser
+    # inferred only if all of that fitted, so a bound never drops the user's own entry
+    # for a summariser's. Summaries come last, as before.
+    own = [take(name, [e for e in candidates[name] if not e.inferred])
+           for name in ("behavioral", "facts")]
+    if all(own):
+        for name in ("behavioral", "facts"):
+            take(name, [e for e in candidates[name] if e.inferred])
+    take("summaries", candidates["summaries"])
+
+    lines = list(title_lines)
+    chosen: list[BriefEntry] = []
+    for name, _ in SECTIONS:
+        if taken[name]:
+            lines += headers[name] + [line for _, line in taken[name]] + [""]
+            chosen += [entry for entry, _ in taken[name]]
     text = "\n".join(lines).rstrip() + "\n" if chosen else ""
     vault.audit_read("brief", [e.memory_id for e in chosen if e.memory_id])
     return Brief(tuple(chosen), eligible, len(chosen), now_iso(), text)

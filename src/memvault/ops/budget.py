@@ -1,21 +1,26 @@
-"""Write limits for one agent session: how much an agent may change on its own.
+"""Write limits for what a model may change on its own: an agent's session, and the
+summariser of a compaction run.
 
 A model that reads poisoned text (a web page, a file, a tool's output) may be steered
 into storing instructions, replacing good memories or erasing them. An agent's tools
 therefore get a budget per session (the MCP server's `mcp:` settings): at most 20 stores,
-5 supersedes and 5 deletes by default. A user at the keyboard (`mem add`, `mem forget`)
-has none of these limits.
+5 supersedes and 5 deletes by default. A compaction summariser reads whole sessions, the
+same poisoned text included, and proposes facts: at most 3 preferences, instructions and
+corrections from one summary and 20 for one user in one run are kept by default (the
+`compaction:` settings). A user at the keyboard (`mem add`, `mem forget`) has none of
+these limits.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from memvault.config import Settings
+from memvault.config import CompactionConfig, Settings
 from memvault.errors import Refused
+from memvault.model.records import BEHAVIORAL_TYPES
 
 KINDS = ("stores", "supersedes", "deletes")
 
@@ -75,3 +80,36 @@ class Budget:
         with self._lock:
             for kind in kinds:
                 self._used[kind] = max(0, self._used[kind] - 1)
+
+
+class FactAllowance:
+    """What a compaction run may still add to one user from summarisers: behavioural
+    facts (preference, instruction, correction) up to `per_summary` from one summary
+    and `per_run` in all. What is over is dropped and counted (`dropped`); other facts
+    are not limited here."""
+
+    def __init__(self, per_summary: int, per_run: int) -> None:
+        self.per_summary = per_summary
+        self.left = per_run
+        self.dropped = 0
+
+    @classmethod
+    def from_config(cls, cfg: CompactionConfig) -> FactAllowance:
+        return cls(cfg.max_behavioral_facts_per_summary, cfg.max_behavioral_facts_per_run)
+
+    def admit(self, kinds: Sequence[str]) -> list[bool]:
+        """For one summary's facts (their types, in the order proposed, each already
+        new): which are kept. The first ones proposed are kept."""
+        kept: list[bool] = []
+        taken = 0
+        for kind in kinds:
+            if kind not in BEHAVIORAL_TYPES:
+                kept.append(True)
+            elif taken < self.per_summary and self.left > 0:
+                taken += 1
+                self.left -= 1
+                kept.append(True)
+            else:
+                self.dropped += 1
+                kept.append(False)
+        return kept

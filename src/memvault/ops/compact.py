@@ -29,9 +29,8 @@ from memvault.crypto.envelope import content_hash
 from memvault.errors import EX_DATAERR, EX_FAILURE, EX_TEMPFAIL, Busy, MemError
 from memvault.model.location import session_file, session_of
 from memvault.model.records import (
-    CLAUDE_MD,
+    COMPACTION_CHANNEL,
     DOC_FILES,
-    PREFERENCES,
     TYPE_HOME,
     Record,
     clean_tags,
@@ -43,9 +42,12 @@ from memvault.model.records import (
 from memvault.model.results import CompactPreview, CompactProblem, CompactResult
 from memvault.ops import keys
 from memvault.ops.admission import AdmissionPolicy
+from memvault.ops.budget import FactAllowance
 from memvault.ops.projects import PREFIX as PROJECT
 from memvault.ops.summarize import (
+    Analyze,
     Digest,
+    DocFreq,
     Fact,
     card,
     is_builtin,
@@ -109,6 +111,7 @@ class Outcome:
     sessions_compacted: int = 0
     summaries_added: int = 0
     facts_added: int = 0
+    facts_capped: int = 0  # behavioural facts over the `compaction:` caps, not stored
     archived: int = 0
     deduplicated: int = 0
     rekeyed: int = 0
@@ -242,11 +245,12 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
     if state.frozen:  # restricted: nothing is rewritten, not even by compaction
         out.problem("frozen", "the user's memory is frozen; not compacted", 0)
         return out
-    summarise = _summariser(cfg)
+    summarise = _summariser(cfg, _Cards(vault))
     if cfg.summarizer and not is_builtin(cfg.summarizer):
         summarizer_argv(cfg.summarizer)  # a malformed command fails before any work
     the_plan = plan(vault, cfg, now or _now(), sessions)
     policy = AdmissionPolicy(vault.settings)
+    allowance = FactAllowance.from_config(cfg)
     if the_plan.duplicate_sessions:
         out.deduplicated += (len(the_plan.duplicate_sessions) if dry_run else
                              _drop_sessions(vault, the_plan.duplicate_sessions))
@@ -257,8 +261,15 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
             out.problem("changed", "a session changed while it was planned; next run", 0)
             continue
         if dry_run:
-            preview = card_for(vault, records) \
-                if show_text and is_builtin(cfg.summarizer) else None
+            preview = None
+            if show_text and is_builtin(cfg.summarizer):
+                try:  # exactly what a run would store: the same card, admitted alike
+                    preview = policy.admit(_headed(unit, summarise(vault, unit, records)
+                                                   .summary), "the summary")
+                except MemError as exc:
+                    out.problem("summarizer", f"{', '.join(unit.sessions)}: {exc.message}",
+                                EX_TEMPFAIL)
+                    continue
             out.previews.append(_preview(out, unit, preview))
             out.sessions_compacted += len(unit.sessions)
             out.summaries_added += 1
@@ -279,10 +290,10 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
         batch.append(Summarised(unit, summary_text, _admitted_facts(policy, digest.facts),
                                 projects))
         if sum(b.unit.messages for b in batch) >= BATCH_MESSAGES or len(batch) >= BATCH_UNITS:
-            _apply(vault, batch, out)
+            _apply(vault, batch, out, allowance)
             batch = []
     if batch:
-        _apply(vault, batch, out)
+        _apply(vault, batch, out, allowance)
     if dry_run:
         out.rekeyed = int(state.rekey_pending)
         return out
@@ -298,18 +309,28 @@ def _now() -> datetime:
     return parse_time(now_iso())
 
 
-def _summariser(cfg: CompactionConfig) -> Summarise:
+def _summariser(cfg: CompactionConfig, cards: _Cards) -> Summarise:
     if is_builtin(cfg.summarizer):
-        return lambda vault, unit, records: Digest(card_for(vault, records))
+        return lambda vault, unit, records: Digest(cards.card(records))
     return lambda vault, unit, records: run_external(cfg.summarizer, records, cfg)
 
 
-def card_for(vault: Vault, records: list[Record]) -> str:
-    """The built-in memory card, weighted by the rarity of words in the user's memory."""
-    from memvault.index.keyed import STOPWORDS
+class _Cards:
+    """The built-in memory cards of one run, every one weighted by the rarity of words
+    in the user's memory as it was when the run began: summaries applied batch by batch
+    change the index, and a run must store the cards its dry run showed."""
 
-    index = vault.ready_index()
-    return card(records, index.analyzer.spans, STOPWORDS, index.doc_freqs)
+    def __init__(self, vault: Vault) -> None:
+        self.vault = vault
+        self._weigh: tuple[Analyze, DocFreq] | None = None
+
+    def card(self, records: list[Record]) -> str:
+        from memvault.index.keyed import STOPWORDS
+
+        if self._weigh is None:  # on the first card: a run with nothing to do reads no index
+            index = self.vault.ready_index()
+            self._weigh = (index.analyzer.spans, index.doc_freqs_now())
+        return card(records, self._weigh[0], STOPWORDS, self._weigh[1])
 
 
 def _headed(unit: Unit, summary: str) -> str:
@@ -342,7 +363,7 @@ def remade_summary(tx: Transaction, summary: Record, sources: list[Record]) -> R
 
 def _preview(out: Outcome, unit: Unit, summary: str | None) -> CompactPreview:
     return CompactPreview(out.org, out.user, unit.reason, unit.sessions, unit.messages,
-                          unit.span, None if summary is None else _headed(unit, summary))
+                          unit.span, summary)
 
 
 def _read(vault: Vault, unit: Unit) -> list[Record] | None:
@@ -391,7 +412,8 @@ class Summarised:
     projects: list[str] = field(default_factory=list)
 
 
-def _apply(vault: Vault, batch: list[Summarised], out: Outcome) -> None:
+def _apply(vault: Vault, batch: list[Summarised], out: Outcome,
+           allowance: FactAllowance) -> None:
     """Under the lock, for the units whose inputs are unchanged: write their summaries
     (and facts), archive their originals, in one journalled step. The lock is held for
     one batch (at most BATCH_MESSAGES messages moved), never while summarising."""
@@ -406,17 +428,13 @@ def _apply(vault: Vault, batch: list[Summarised], out: Outcome) -> None:
         if not ready:
             return
         summaries = [_summary_record(tx, item) for item in ready]
-        facts = _fact_records(tx, ready, summaries)
+        dropped = allowance.dropped
+        facts = _fact_records(tx, ready, summaries, allowance)
         moves = {s: [h.memory_id for h in v] for item in ready
                  for s, v in item.unit.lines.items()}
-        in_claude = [f for f in facts if TYPE_HOME[f.type][0] == CLAUDE_MD]
-        moved = archive.move(tx, moves, summaries, in_claude)
-        prefs = [f for f in facts if TYPE_HOME[f.type][0] == PREFERENCES]
-        if prefs:
-            tx.add_to_doc(PREFERENCES, prefs)
-            for r in prefs:
-                tx.state.count(r.type, +1)
-            tx.save_state()  # the counters with the file (verify compares them)
+        # The facts go with the move, in the same journalled step: a kill at any point
+        # leaves them written once with the summaries, or not at all with the originals.
+        moved = archive.move(tx, moves, summaries, facts)
         tx.audit("compact", [r.memory_id for r in summaries],
                  [tx.hash_of(r.content_hash) for r in summaries], archived=moved,
                  sessions=len(moves), facts=len(facts))
@@ -424,6 +442,7 @@ def _apply(vault: Vault, batch: list[Summarised], out: Outcome) -> None:
     out.summaries_added += len(summaries)
     out.archived += moved
     out.facts_added += len(facts)
+    out.facts_capped += allowance.dropped - dropped
 
 
 def _summary_record(tx: Transaction, item: Summarised) -> Record:
@@ -441,26 +460,31 @@ def _summary_record(tx: Transaction, item: Summarised) -> Record:
         key_version=tx.epoch)
 
 
-def _fact_records(tx: Transaction, ready: list[Summarised], summaries: list[Record]
-                  ) -> list[Record]:
+def _fact_records(tx: Transaction, ready: list[Summarised], summaries: list[Record],
+                  allowance: FactAllowance) -> list[Record]:
     """A summariser's facts as records, each once: one that restates a record already
-    there (same type and content), or another fact of this batch, is not stored."""
+    there (same type and content), or another fact of this batch, is not stored; nor is
+    a behavioural one over the allowance. Each is marked as the summariser's (its
+    channel), which the brief puts below what the user stated."""
     known = {(r.type, r.content_hash) for home in DOC_FILES
              for r in tx.store.doc_records(home)}
     out = []
     for item, summary in zip(ready, summaries, strict=True):
+        new = []
         for fact in item.facts:
             digest = content_hash(fact.content)
-            if (fact.type, digest) in known:
-                continue
-            known.add((fact.type, digest))
-            out.append(Record(
-                memory_id=uuid7(), org_id=tx.vault.org, user_id=tx.vault.user,
-                type=fact.type, content=fact.content, content_hash=digest,
-                category=TYPE_HOME[fact.type][1], tags=list(fact.tags),
-                session_id=summary.session_id, compacted_from=list(summary.compacted_from),
-                created_at=summary.created_at, updated_at=summary.created_at,
-                key_version=tx.epoch))
+            if (fact.type, digest) not in known:
+                known.add((fact.type, digest))
+                new.append((fact, digest))
+        kept = allowance.admit([fact.type for fact, _ in new])
+        out += [Record(
+            memory_id=uuid7(), org_id=tx.vault.org, user_id=tx.vault.user,
+            type=fact.type, content=fact.content, content_hash=digest,
+            category=TYPE_HOME[fact.type][1], tags=list(fact.tags),
+            session_id=summary.session_id, channel=COMPACTION_CHANNEL,
+            compacted_from=list(summary.compacted_from),
+            created_at=summary.created_at, updated_at=summary.created_at,
+            key_version=tx.epoch) for (fact, digest), ok in zip(new, kept, strict=True) if ok]
     return out
 
 
@@ -679,6 +703,7 @@ def summarise_outcomes(outcomes: Sequence[Outcome], dry_run: bool) -> CompactRes
         sessions_compacted=sum(o.sessions_compacted for o in outcomes),
         summaries_added=sum(o.summaries_added for o in outcomes),
         facts_added=sum(o.facts_added for o in outcomes),
+        facts_capped=sum(o.facts_capped for o in outcomes),
         archived=sum(o.archived for o in outcomes),
         deduplicated=sum(o.deduplicated for o in outcomes),
         rekeyed=sum(o.rekeyed for o in outcomes),

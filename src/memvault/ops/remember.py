@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from memvault.config import validate_name
 from memvault.crypto.envelope import content_hash
 from memvault.errors import NotFound, UsageError
 from memvault.index.base import Entry, file_entries
 from memvault.model.location import Location, session_file
 from memvault.model.records import (
+    COMPACTION_CHANNEL,
     CONTEXT_NEIGHBOURS,
     MAX_CONTENT,
     SESSIONS,
@@ -72,6 +75,8 @@ def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
             same = (prior.message_id == message_id if message_id is not None and
                     home == SESSIONS else prior.content_hash == digest and prior.type == kind)
             if same:
+                if home != SESSIONS and prior.inferred and channel != COMPACTION_CHANNEL:
+                    _now_stated(tx, home, doc, existing, prior, channel)
                 tx.audit("add", [prior.memory_id], [tx.hash_of(digest)], type=kind,
                          deduplicated=True)
                 return AddResult(prior, deduplicated=True)
@@ -105,6 +110,18 @@ def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
         tx.audit("add", [record.memory_id], [tx.hash_of(digest)], type=kind,
                  deduplicated=False)
     return AddResult(record, deduplicated=False)
+
+
+def _now_stated(tx: Transaction, home: str, doc: dict[str, Any], records: list[Record],
+                prior: Record, channel: str | None) -> None:
+    """A record a summariser inferred, now stated by the user: it becomes theirs (the
+    brief ranks it so; a forget of the session it was inferred from leaves it)."""
+    prior.channel, prior.compacted_from, prior.updated_at = channel, [], now_iso()
+    for r in records:
+        r.key_version = tx.epoch
+    doc["records"] = [r.stored() for r in records]
+    tx.write_doc(home, doc)
+    tx.index([Entry(prior, Location.doc(home))])
 
 
 def _supersede(tx: Transaction, old: Record, new: Record) -> None:

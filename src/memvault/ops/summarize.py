@@ -156,7 +156,7 @@ def card(records: Sequence[Record], analyze: Analyze, stopwords: frozenset[str],
     lines.append("Keywords: " + ", ".join(word(s) for s in ranked[:CARD_KEYWORDS]))
     quotes = sorted((s for s in sentences if _QUOTE.search(s.text) and id(s) not in chosen
                      and len(s.text) <= 160),
-                    key=lambda s: -sum(weight.get(t, 0) for t in set(s.stems)))[:2]
+                    key=lambda s: -_mass(s, weight))[:2]
     if quotes:
         lines.append("Quotes: " + " ".join(f'{s.speaker}: "{s.text}"' for s in quotes))
     return "\n".join(lines)
@@ -166,8 +166,7 @@ def _points(sentences: list[_Sentence], weight: dict[str, float]) -> list[_Sente
     """The sentences that carry the most of the session's weight, in their order; one
     that adds little beyond those already chosen is passed over."""
     def score(s: _Sentence) -> float:
-        distinct = set(s.stems)
-        return sum(weight[t] for t in distinct) / math.sqrt(len(s.stems) + 4)
+        return _mass(s, weight) / math.sqrt(len(s.stems) + 4)
 
     # What the people said comes first; a tool's output only when there is nothing else.
     said = [s for s in sentences if len(set(s.stems)) >= 3 and not s.tool]
@@ -185,6 +184,13 @@ def _points(sentences: list[_Sentence], weight: dict[str, float]) -> list[_Sente
             break
     order = {id(s): n for n, s in enumerate(sentences)}
     return sorted(chosen, key=lambda s: order[id(s)])
+
+
+def _mass(sentence: _Sentence, weight: dict[str, float]) -> float:
+    """The weight of a sentence's distinct words. fsum is exact whatever the order of
+    addition, and a set's order changes with each process's string hashes
+    (PYTHONHASHSEED): a plain sum would rank equal sentences differently from run to run."""
+    return math.fsum(weight.get(t, 0.0) for t in set(sentence.stems))
 
 
 def _entities(sentences: list[_Sentence], speakers: list[str]) -> list[str]:

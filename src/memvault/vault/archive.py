@@ -1,18 +1,20 @@
 """Moving sessions' records to the archive together with the summary that replaces
 them, as one step a crash cannot split (SPEC §9).
 
-The files that change: CLAUDE.md gains the summary; for each session,
-archive/<session>.jsonl gains the originals and sessions/<session>.jsonl loses them.
-Each change is atomic on its own; the journal in the state (`compacting`) makes them
-one. It is saved first, with the counters as they will be after the move, and names the
-records, the summary and each archive file's size before:
+The files that change: preferences.json gains the behavioural facts a summariser drew
+(preferences, instructions, corrections); CLAUDE.md gains the summaries and the other
+facts; for each session, archive/<session>.jsonl gains the originals and
+sessions/<session>.jsonl loses them. Each change is atomic on its own; the journal in
+the state (`compacting`) makes them one. It is saved first, with the counters as they
+will be after the move, and names the records, the summaries, the facts written to
+preferences.json and each archive file's size before:
 
-- the summaries not in CLAUDE.md: nothing visible changed yet, so the step is undone
-  (each archive file cut back to its old size, the counters put back);
+- the summaries not in CLAUDE.md: the step is undone (the journal's facts taken out of
+  preferences.json, each archive file cut back to its old size, the counters put back);
 - the summaries in CLAUDE.md (one write adds them all) or none to add: the step is
-  finished (what is missing from
-  an archive file is copied from its session file, then the session file is rewritten
-  without the moved records; both are idempotent).
+  finished (the facts are written already; what is missing from an archive file is
+  copied from its session file, then the session file is rewritten without the moved
+  records; both are idempotent).
 
 Either way the originals are active or the summary is, never both and never neither.
 The next transaction (or read) finishes what a killed one began (`recover`).
@@ -27,7 +29,7 @@ from typing import Any
 from memvault.errors import DataError
 from memvault.index.base import file_entries
 from memvault.model.location import session_file
-from memvault.model.records import CLAUDE_MD, Record
+from memvault.model.records import CLAUDE_MD, PREFERENCES, Record
 from memvault.storage import fsio
 from memvault.vault.vault import Transaction
 
@@ -35,13 +37,16 @@ from memvault.vault.vault import Transaction
 def move(tx: Transaction, moves: Mapping[str, Sequence[str]], summaries: Sequence[Record],
          facts: Sequence[Record] = ()) -> int:
     """Archive the records named per session (ids of its live file) and append the
-    `summaries` (and `facts` that live in CLAUDE.md) to CLAUDE.md, in one write. Returns
-    the number of records moved."""
+    `summaries` to CLAUDE.md, with the `facts` drawn from them, each in its own document
+    (preferences, instructions and corrections in preferences.json, the others in
+    CLAUDE.md with the summaries, in one write). Returns the number of records moved."""
     kinds: dict[str, int] = {}
     for r in facts:
         kinds[r.type] = kinds.get(r.type, 0) + 1
+    behavioral = [r for r in facts if r.home == PREFERENCES]
     journal: dict[str, Any] = {"summaries": [r.memory_id for r in summaries], "moves": [],
-                               "facts": kinds}
+                               "facts": kinds,
+                               "preferences": [r.memory_id for r in behavioral]}
     for session, ids in sorted(moves.items()):
         live = session_file(session)
         wanted = set(ids)
@@ -54,7 +59,11 @@ def move(tx: Transaction, moves: Mapping[str, Sequence[str]], summaries: Sequenc
     _count(tx, journal, +1)
     tx.state.compacting = journal
     tx.save_state()  # durable before any file changes
-    tx.add_to_doc(CLAUDE_MD, [*summaries, *facts])
+    # preferences.json before CLAUDE.md: until the summaries are there the step is undone,
+    # which takes these out again by the ids the journal names; once they are there the
+    # step is finished, and these are already written (never lost, never written twice).
+    tx.add_to_doc(PREFERENCES, behavioral)
+    tx.add_to_doc(CLAUDE_MD, [*summaries, *(r for r in facts if r.home == CLAUDE_MD)])
     _finish(tx, journal)
     return sum(len(m["ids"]) for m in journal["moves"])
 
@@ -71,6 +80,7 @@ def recover(tx: Transaction) -> str | None:
         tx.save_state()
         tx.rebuild_indexes()
         return "finished"
+    _take_out(tx, PREFERENCES, set(journal.get("preferences") or []))
     for step in journal.get("moves", []):
         archive = session_file(str(step["session"]), archived=True)
         size = int(step["archive_size"])
@@ -108,6 +118,17 @@ def _finish(tx: Transaction, journal: dict[str, Any]) -> None:
             tx.index(file_entries(kept, tx.rewrite(live, kept)))
     tx.state.compacting = None
     tx.touch()
+
+
+def _take_out(tx: Transaction, name: str, ids: set[str]) -> None:
+    """Remove the records with these ids from a document, if it holds any of them."""
+    doc = tx.store.read_doc(name) if ids else None
+    if not doc:
+        return
+    records = doc.get("records", [])
+    kept = [r for r in records if not (isinstance(r, dict) and r.get("memory_id") in ids)]
+    if len(kept) != len(records):
+        tx.write_doc(name, {**doc, "records": kept})
 
 
 def _count(tx: Transaction, journal: dict[str, Any], sign: int) -> None:

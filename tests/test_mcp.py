@@ -153,6 +153,27 @@ def test_store_search_get_brief_delete(script_runner: ScriptRunner, vault: Vault
     assert json.loads(mem(script_runner, "search", "uv", "--json").stdout)["results"] == []
 
 
+def test_a_replaced_memory_stored_again_is_current_again(
+        script_runner: ScriptRunner, vault: Vault) -> None:
+    async def script(call: Session) -> None:
+        tea = ok(await call("memory_store", {"type": "preference", "content": "Prefers tea"}))
+        coffee = ok(await call("memory_store", {"type": "preference",
+                                                "content": "Prefers coffee",
+                                                "supersedes": tea["memory_id"]}))
+        again = ok(await call("memory_store", {"type": "preference",
+                                               "content": "Prefers tea"}))
+        assert not again["deduplicated"] and again["restated"] == tea["memory_id"]
+        assert again["supersedes"] == coffee["memory_id"]
+        found = ok(await call("memory_search", {"query": "prefers"}))
+        assert [r["content"] for r in found["results"]] == ["Prefers tea"]
+        brief = ok(await call("memory_brief", {}))["brief"]
+        assert "Prefers tea" in brief and "Prefers coffee" not in brief
+
+    drive(vault, script)
+    doc = json.loads(mem(script_runner, "search", "prefers", "--json").stdout)
+    assert [r["content"] for r in doc["results"]] == ["Prefers tea"]
+
+
 def test_refusals_in_plain_words_and_nothing_stored(vault: Vault) -> None:
     async def script(call: Session) -> None:
         secret = "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

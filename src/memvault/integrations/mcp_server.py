@@ -96,6 +96,7 @@ class StoreOut(TypedDict):
     tags: list[str]
     created_at: str
     deduplicated: bool
+    restated: str | None
     supersedes: str | None
     stores_left: int
 
@@ -271,7 +272,8 @@ def build(vault: Vault, limits: budgets.Limits | None = None) -> Server:
                 content=_cut(record.content, MAX_STORE_CHARS)[0],
                 masked="<REDACTED:" in record.content and "<REDACTED:" not in content,
                 tags=list(record.tags), created_at=record.created_at,
-                deduplicated=added.deduplicated, supersedes=record.supersedes,
+                deduplicated=added.deduplicated, restated=added.restated,
+                supersedes=record.supersedes,
                 stores_left=spent.left("stores")))
 
         return call("memory_store", body)

@@ -208,10 +208,13 @@ class ForgetPlan(Result):
     """What a forget request names, before anything is erased (also `--dry-run`)."""
 
     targets: tuple[Record, ...]
+    # Summaries that stay, made again without the records that go (forget --query).
+    remade: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"dry_run": True, "would_delete": len(self.targets),
-                "memory_ids": [r.memory_id for r in self.targets]}
+                "memory_ids": [r.memory_id for r in self.targets],
+                "summaries_rebuilt": list(self.remade)}
 
 
 @dataclass(frozen=True)

@@ -50,9 +50,10 @@ def _run(vault: Vault, text: str, filters: Filters, state: UserState,
 
 
 def search(vault: Vault, text: str, filters: Filters,
-           now: datetime | None = None) -> SearchResult:
+           now: datetime | None = None, audit: bool = True) -> SearchResult:
     """The best matches for `text`. With `now` (the moment the question is asked), its
-    time phrases ("last week", "two days ago") count too; without, only its words."""
+    time phrases ("last week", "two days ago") count too; without, only its words.
+    Without `audit`, the search is a step of another operation (forget), not a read."""
     started = time.perf_counter()
     if not vault.exists():
         return SearchResult((), 0, 0.0)
@@ -65,7 +66,8 @@ def search(vault: Vault, text: str, filters: Filters,
         tags=tuple(r.tags), created_at=r.created_at, session_id=r.session_id,
         message_id=r.message_id, compacted_from=tuple(r.compacted_from),
     ) for hit, r in pairs)
-    vault.audit_read("search", [r.memory_id for r in results], results=len(results))
+    if audit:
+        vault.audit_read("search", [r.memory_id for r in results], results=len(results))
     elapsed = (time.perf_counter() - started) * 1000
     return SearchResult(results, total, round(elapsed, 2),
                         no_words=bool(text.strip()) and not stems)

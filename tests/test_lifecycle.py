@@ -62,14 +62,14 @@ def user_dir(vault_dir: Path, user: str = "alice") -> Path:
 
 
 def files_of(directory: Path, skip_audit: bool = False) -> dict[str, bytes]:
-    """Every file under a directory, by relative path. With skip_audit, the audit log (reads
-    append to it) and the derived index are left out."""
+    """Every file under a directory, by relative path. With skip_audit, the audit log and
+    reads.json (reads note themselves there) and the derived index are left out."""
     out = {}
     for path in sorted(directory.rglob("*")):
         rel = path.relative_to(directory).as_posix()
         if not path.is_file():
             continue
-        if skip_audit and (rel == "audit.jsonl" or rel.startswith("index/")):
+        if skip_audit and (rel in ("audit.jsonl", "reads.json") or rel.startswith("index/")):
             continue
         out[rel] = path.read_bytes()
     return out

@@ -443,7 +443,7 @@ QUERY = st.one_of(st.lists(st.sampled_from([*VOCABULARY, "piano"]), min_size=1, 
 EVERYTHING = Filters(limit=100_000, include_archive=True, include_superseded=True)
 
 
-@settings(max_examples=15, deadline=None,
+@settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @pytest.mark.slow
 @given(corpus=CORPUS, query=QUERY)

@@ -250,6 +250,27 @@ def test_per_session_limits_and_their_config(vault: Vault, config_dir: Path) -> 
         Limits.from_settings(resolve())
 
 
+def test_storing_a_replaced_memory_again_is_a_supersede(vault: Vault) -> None:
+    """A session steered into flipping memories back by repeating them is held to the
+    supersede limit like one that names what it replaces."""
+    tea = remember.add(vault, "Prefers tea", "preference").record.memory_id
+    remember.add(vault, "Prefers coffee", "preference", supersedes=tea)
+    sage = remember.add(vault, "Prefers sage", "preference").record.memory_id
+    remember.add(vault, "Prefers mint", "preference", supersedes=sage)
+
+    async def script(call: Session) -> None:
+        again = ok(await call("memory_store", {"type": "preference", "content": "Prefers tea"}))
+        assert again["restated"] == tea
+        text = error(await call("memory_store", {"type": "preference",
+                                                 "content": "Prefers sage"}))
+        assert "supersedes" in text and "replace" in text
+        found = ok(await call("memory_search", {"query": "prefers", "limit": 10}))
+        assert sorted(r["content"] for r in found["results"]) == ["Prefers mint",
+                                                                  "Prefers tea"]
+
+    drive(vault, script, Limits(stores=5, supersedes=1))
+
+
 def test_results_stay_under_the_size_cap(vault: Vault) -> None:
     for n in range(8):
         remember.add(vault, f"Note {n} about the harbour: " + "lighthouse keeper " * 100,

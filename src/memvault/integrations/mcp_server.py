@@ -262,10 +262,14 @@ def build(vault: Vault, limits: budgets.Limits | None = None) -> Server:
         def body() -> CallToolResult:
             kinds = ("stores", "supersedes") if supersedes else ("stores",)
             with spent.spend(*kinds):
+                # Saying again a replaced memory replaces its replacement: a supersede.
                 added = add(vault, content, type, tags=[*(tags or []), project],
-                            supersedes=supersedes, channel=AGENT)
+                            supersedes=supersedes, channel=AGENT,
+                            may_restate=spent.left("supersedes") > 0)
             if added.deduplicated:  # nothing was written: the budget is given back
                 spent.refund(*kinds)
+            elif added.restated:
+                spent.take("supersedes")
             record = added.record
             return _result(StoreOut(
                 memory_id=record.memory_id, type=record.type, behavioral=record.behavioral,

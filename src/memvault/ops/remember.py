@@ -6,7 +6,7 @@ from typing import Any
 
 from memvault.config import validate_name
 from memvault.crypto.envelope import content_hash
-from memvault.errors import NotFound, UsageError
+from memvault.errors import NotFound, Refused, UsageError
 from memvault.index.base import Entry, file_entries
 from memvault.model.location import Location, session_file
 from memvault.model.records import (
@@ -30,9 +30,12 @@ from memvault.vault.vault import Transaction, Vault
 def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
         importance: float = 0.5, session: str | None = None, supersedes: str | None = None,
         message_id: str | None = None, role: str | None = None,
-        channel: str | None = None, created_at: str | None = None) -> AddResult:
+        channel: str | None = None, created_at: str | None = None,
+        may_restate: bool = True) -> AddResult:
     """Store one record; identical content (same user and type) is stored once.
-    `created_at` dates it in the past (an agent's summary of an old session)."""
+    `created_at` dates it in the past (an agent's summary of an old session). Without
+    `may_restate` (an agent that has used its supersedes), saying again a record that
+    another replaced is refused: it would replace that other one."""
     check_type(kind)
     if not text.strip():
         raise UsageError("nothing to add: the text is empty")
@@ -86,6 +89,10 @@ def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
             return AddResult(prior, deduplicated=True)
         restated = None
         if same and old is None:
+            if not may_restate:
+                raise Refused("refused: this repeats a memory that another replaced, and "
+                              "storing it would replace that one; this session has used its "
+                              "supersedes", field="supersedes")
             restated = same[-1]
             head = _current_of(tx, restated.memory_id)
             old = tx.fetch([head]).get(head) if head != restated.memory_id else None

@@ -38,8 +38,9 @@ def test_add_show_list_round_trip(script_runner: ScriptRunner, initialised: None
                 "--tag", "coffee", "--json")
     assert added.returncode == 0, added.stderr
     doc = json.loads(added.stdout)
-    assert set(doc) == {"memory_id", "content_hash", "created_at", "deduplicated"}
-    assert doc["deduplicated"] is False
+    assert set(doc) == {"memory_id", "content_hash", "created_at", "deduplicated",
+                        "restated", "supersedes"}
+    assert doc["deduplicated"] is False and doc["restated"] is None
 
     plain = mem(script_runner, "add", "Prefers dark roast", "--type", "preference")
     assert plain.stdout.strip() == doc["memory_id"]  # the id alone on stdout
@@ -134,3 +135,59 @@ def test_env_selects_org_and_user(script_runner: ScriptRunner, initialised: None
     assert mem(script_runner, "add", "hello", MEM_ORG="acme", MEM_USER="zoe").returncode == 0
     assert (vault_dir / "acme" / "zoe" / "CLAUDE.md").exists()
     assert json.loads(mem(script_runner, "list", "--json").stdout)["count"] == 0
+
+
+def test_saying_a_replaced_memory_again_makes_it_current_again(
+        script_runner: ScriptRunner, initialised: None) -> None:
+    def add(*args: str) -> dict[str, str]:
+        result = mem(script_runner, "add", *args, "--type", "preference", "--json")
+        assert result.returncode == 0, result.stderr
+        return dict(json.loads(result.stdout))
+
+    def current() -> tuple[list[str], str]:
+        found = json.loads(mem(script_runner, "search", "prefers", "--json").stdout)
+        brief = mem(script_runner, "brief").stdout
+        return sorted(r["content"] for r in found["results"]), brief
+
+    tea = add("Prefers tea")
+    coffee = add("Prefers coffee", "--supersedes", tea["memory_id"])
+    assert current()[0] == ["Prefers coffee"]
+
+    again = add("Prefers tea")
+    assert again["deduplicated"] is False and again["restated"] == tea["memory_id"]
+    assert again["supersedes"] == coffee["memory_id"]
+    assert again["memory_id"] not in (tea["memory_id"], coffee["memory_id"])
+    found, brief = current()
+    assert found == ["Prefers tea"]
+    assert "Prefers tea" in brief and "Prefers coffee" not in brief
+    # Said a third time, it is current: stored once.
+    assert add("Prefers tea")["deduplicated"] is True
+    plain = mem(script_runner, "add", "Prefers coffee", "--type", "preference")
+    assert plain.returncode == 0 and "current again" in plain.stderr
+    assert current()[0] == ["Prefers coffee"]
+    assert mem(script_runner, "verify").returncode == 0
+
+
+def test_a_repeat_that_names_what_it_replaces_replaces_it(
+        script_runner: ScriptRunner, initialised: None) -> None:
+    def add(*args: str) -> dict[str, str]:
+        result = mem(script_runner, "add", *args, "--json")
+        assert result.returncode == 0, result.stderr
+        return dict(json.loads(result.stdout))
+
+    add("Works at Acme")
+    old = add("Lives in Porto")
+    new = add("Works at Acme", "--supersedes", old["memory_id"])
+    assert new["deduplicated"] is False and new["supersedes"] == old["memory_id"]
+    found = json.loads(mem(script_runner, "search", "Porto", "--json").stdout)
+    assert found["results"] == []
+
+
+def test_a_forgotten_memory_said_again_is_a_new_memory(
+        script_runner: ScriptRunner, initialised: None) -> None:
+    tea = json.loads(mem(script_runner, "add", "Prefers tea", "--json").stdout)
+    mem(script_runner, "add", "Prefers coffee", "--supersedes", tea["memory_id"])
+    assert mem(script_runner, "forget", tea["memory_id"]).returncode == 0
+    again = json.loads(mem(script_runner, "add", "Prefers tea", "--json").stdout)
+    assert again["memory_id"] != tea["memory_id"] and again["restated"] is None
+    assert mem(script_runner, "show", tea["memory_id"]).returncode == 66

@@ -51,9 +51,11 @@ def contents(v: Vault) -> list[str]:
 
 def user_files(vault_dir: Path) -> dict[str, bytes]:
     root = vault_dir / USER_DIR
-    # The audit log grows on reads; the index is derived and rebuildable: both left out.
+    # Reads note themselves in the audit log and reads.json; the index is derived and
+    # rebuildable: all three left out.
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*")
-            if p.is_file() and p.name != "audit.jsonl" and p.relative_to(root).parts[0] != "index"}
+            if p.is_file() and p.name not in ("audit.jsonl", "reads.json")
+            and p.relative_to(root).parts[0] != "index"}
 
 
 def temp_files(vault_dir: Path) -> list[Path]:

@@ -62,14 +62,14 @@ def user_dir(vault_dir: Path, user: str = "alice") -> Path:
 
 
 def files_of(directory: Path, skip_audit: bool = False) -> dict[str, bytes]:
-    """Every file under a directory, by relative path. With skip_audit, the audit log (reads
-    append to it) and the derived index are left out."""
+    """Every file under a directory, by relative path. With skip_audit, the audit log and
+    reads.json (reads note themselves there) and the derived index are left out."""
     out = {}
     for path in sorted(directory.rglob("*")):
         rel = path.relative_to(directory).as_posix()
         if not path.is_file():
             continue
-        if skip_audit and (rel == "audit.jsonl" or rel.startswith("index/")):
+        if skip_audit and (rel in ("audit.jsonl", "reads.json") or rel.startswith("index/")):
             continue
         out[rel] = path.read_bytes()
     return out
@@ -374,10 +374,11 @@ def test_forget_query_asks_first_and_deletes_only_with_yes(
     strings = {r.memory_id for r in records_of(vault) if "strings" in r.content}
     assert len(strings) == 2
 
-    # Erasure takes the records holding every word, not all that search would rank.
+    # Erasure takes what a search for the query finds: any of its words.
     both = mem(script_runner, "forget", "--query", "violin strings", "--dry-run", "--json")
-    assert [r.content for r in records_of(vault) if r.memory_id in
-            json.loads(both.stdout)["memory_ids"]] == ["Which violin strings did we order"]
+    found = mem_json(script_runner, "search", "violin strings", "--limit", "100")
+    assert set(json.loads(both.stdout)["memory_ids"]) == \
+        {r["memory_id"] for r in found["results"]} == strings
 
     # No --yes and no terminal to ask on: show the matches, refuse, delete nothing.
     asked = mem(script_runner, "forget", "--query", "strings", "--json")
@@ -404,6 +405,75 @@ def test_forget_query_asks_first_and_deletes_only_with_yes(
     nothing = mem(script_runner, "forget", "--query", "?", "--yes")
     assert nothing.returncode == 2, nothing.stderr
     assert len(records_of(fresh(), include_archive=True)) == 11
+
+
+def test_forget_query_forgets_what_the_search_finds_and_shows_it_first(
+        script_runner: ScriptRunner, vault: Vault) -> None:
+    for text in ("My sister lives in Lisbon", "Lisbon trip planned for June",
+                 "My sister likes chess", "Plays the violin"):
+        mem_json(script_runner, "add", text)
+    found = mem_json(script_runner, "search", "sister Lisbon")["results"]
+    assert len(found) == 3
+    preview = mem(script_runner, "forget", "--query", "sister Lisbon")
+    assert preview.returncode == 77
+    for text in ("My sister lives in Lisbon", "Lisbon trip planned", "My sister likes chess"):
+        assert text in preview.stdout
+    assert "violin" not in preview.stdout
+    receipt = mem_json(script_runner, "forget", "--query", "sister Lisbon", "-y")
+    assert set(receipt["memory_ids"]) == {r["memory_id"] for r in found}
+    assert mem_json(script_runner, "search", "sister Lisbon")["results"] == []
+    assert [r["content"] for r in mem_json(script_runner, "list")["records"]] == \
+        ["Plays the violin"]
+
+
+VOCABULARY = ["sister", "lisbon", "chess", "june", "violin", "ferry", "tea"]
+PHRASE = st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=4).map(" ".join)
+CORPUS = st.fixed_dictionaries({
+    "facts": st.lists(PHRASE, max_size=5),
+    "messages": st.lists(st.tuples(st.sampled_from(["s1", "s2"]),
+                                   st.sampled_from(["user", "assistant"]), PHRASE),
+                         max_size=8),
+    "archived": st.lists(PHRASE, max_size=3),
+    "supersede": st.booleans(),
+})
+QUERY = st.one_of(st.lists(st.sampled_from([*VOCABULARY, "piano"]), min_size=1, max_size=2)
+                  .map(" ".join),
+                  st.tuples(st.sampled_from(VOCABULARY), st.sampled_from(VOCABULARY))
+                  .map(lambda p: f'"{p[0]} {p[1]}"'))
+EVERYTHING = Filters(limit=100_000, include_archive=True, include_superseded=True)
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@pytest.mark.slow
+@given(corpus=CORPUS, query=QUERY)
+def test_forget_query_forgets_exactly_what_the_preview_lists_and_search_finds(
+        vault: Vault, corpus: dict[str, Any], query: str) -> None:
+    v = open_as(f"q{next(_users)}")
+    for text in corpus["facts"]:
+        remember.add(v, text, "fact")
+    for i, (session, role, text) in enumerate(corpus["messages"]):
+        ingest.add_messages(v, session, [NewMessage(text, role, f"m{i}")])
+    if corpus["archived"]:
+        add_archived(v, "old", corpus["archived"])
+    facts = [r for r in records_of(v) if r.type == "fact"]
+    if corpus["supersede"] and facts:
+        remember.add(v, "a newer fact", "fact", supersedes=facts[0].memory_id)
+    before = {r.memory_id for r in records_of(v, include_archive=True)}
+    found = {h.memory_id for h in search(v, query, EVERYTHING).results}
+
+    plan = forget.select(v, [], None, None, None, query)
+    assert {r.memory_id for r in plan.targets} == found
+    if found:
+        result = forget.forget(v, plan)
+        assert set(result.memory_ids) == found
+    after = fresh_as(v)
+    assert search(after, query, EVERYTHING).results == ()
+    assert {r.memory_id for r in records_of(after, include_archive=True)} == before - found
+
+
+def fresh_as(v: Vault) -> Vault:
+    return open_as(v.user)
 
 
 def test_forget_takes_the_summaries_compacted_from_a_forgotten_record(vault: Vault) -> None:

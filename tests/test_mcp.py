@@ -154,6 +154,27 @@ def test_store_search_get_brief_delete(script_runner: ScriptRunner, vault: Vault
     assert json.loads(mem(script_runner, "search", "uv", "--json").stdout)["results"] == []
 
 
+def test_a_replaced_memory_stored_again_is_current_again(
+        script_runner: ScriptRunner, vault: Vault) -> None:
+    async def script(call: Session) -> None:
+        tea = ok(await call("memory_store", {"type": "preference", "content": "Prefers tea"}))
+        coffee = ok(await call("memory_store", {"type": "preference",
+                                                "content": "Prefers coffee",
+                                                "supersedes": tea["memory_id"]}))
+        again = ok(await call("memory_store", {"type": "preference",
+                                               "content": "Prefers tea"}))
+        assert not again["deduplicated"] and again["restated"] == tea["memory_id"]
+        assert again["supersedes"] == coffee["memory_id"]
+        found = ok(await call("memory_search", {"query": "prefers"}))
+        assert [r["content"] for r in found["results"]] == ["Prefers tea"]
+        brief = ok(await call("memory_brief", {}))["brief"]
+        assert "Prefers tea" in brief and "Prefers coffee" not in brief
+
+    drive(vault, script)
+    doc = json.loads(mem(script_runner, "search", "prefers", "--json").stdout)
+    assert [r["content"] for r in doc["results"]] == ["Prefers tea"]
+
+
 def test_refusals_in_plain_words_and_nothing_stored(vault: Vault) -> None:
     async def script(call: Session) -> None:
         secret = "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -228,6 +249,27 @@ def test_per_session_limits_and_their_config(vault: Vault, config_dir: Path) -> 
     (config_dir / "config.yaml").write_text("mcp:\n  max_stores: -1\n")
     with pytest.raises(Exception, match="mcp.max_stores"):
         Limits.from_settings(resolve())
+
+
+def test_storing_a_replaced_memory_again_is_a_supersede(vault: Vault) -> None:
+    """A session steered into flipping memories back by repeating them is held to the
+    supersede limit like one that names what it replaces."""
+    tea = remember.add(vault, "Prefers tea", "preference").record.memory_id
+    remember.add(vault, "Prefers coffee", "preference", supersedes=tea)
+    sage = remember.add(vault, "Prefers sage", "preference").record.memory_id
+    remember.add(vault, "Prefers mint", "preference", supersedes=sage)
+
+    async def script(call: Session) -> None:
+        again = ok(await call("memory_store", {"type": "preference", "content": "Prefers tea"}))
+        assert again["restated"] == tea
+        text = error(await call("memory_store", {"type": "preference",
+                                                 "content": "Prefers sage"}))
+        assert "supersedes" in text and "replace" in text
+        found = ok(await call("memory_search", {"query": "prefers", "limit": 10}))
+        assert sorted(r["content"] for r in found["results"]) == ["Prefers mint",
+                                                                  "Prefers tea"]
+
+    drive(vault, script, Limits(stores=5, supersedes=1))
 
 
 def test_results_stay_under_the_size_cap(vault: Vault) -> None:

@@ -87,6 +87,9 @@ def add(
     def human(o: Output) -> None:
         if result.deduplicated:
             o.info("already stored; nothing added")
+        elif result.restated:
+            o.info("said again: current again" + (
+                f", replacing {result.record.supersedes}" if result.record.supersedes else ""))
         o.line(result.record.memory_id)
 
     Output(json).data(result, human)

@@ -22,8 +22,9 @@ def forget(
     tag: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Everything with this tag.", show_default=False)] = None,
     query: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="Everything a search finds (shown first; asks before deleting); - reads "
-        "the words from stdin.",
+        help="Everything a search for these words finds, archived and superseded "
+        "records included, however many (shown first; asks before deleting); - reads the "
+        "words from stdin.",
         show_default=False)] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would go.")] = False,
@@ -47,12 +48,18 @@ def forget(
         raise NotFound("nothing matches: no record was forgotten")
     if dry_run or (query is not None and not yes):
         preview = [r.to_dict() for r in plan.targets]
+
+        def show(o: Output) -> None:
+            render.records_table(o, preview)
+            if plan.remade:
+                o.info(f"summaries made again without them: {', '.join(plan.remade)}")
+
         if dry_run or not sys.stdin.isatty():
-            out.data(plan, lambda o: render.records_table(o, preview))
+            out.data(plan, show)
             if not dry_run:
                 raise Refused("--query deletes only with --yes or an interactive confirmation")
             return
-        render.records_table(out, preview)
+        show(out)
         if not typer.confirm(f"Forget these {len(preview)} records for good?", err=True):
             raise Refused("nothing was forgotten")
     result = core.forget(v, plan, now=now)

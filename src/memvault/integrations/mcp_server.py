@@ -96,6 +96,7 @@ class StoreOut(TypedDict):
     tags: list[str]
     created_at: str
     deduplicated: bool
+    restated: str | None
     supersedes: str | None
     stores_left: int
 
@@ -261,17 +262,22 @@ def build(vault: Vault, limits: budgets.Limits | None = None) -> Server:
         def body() -> CallToolResult:
             kinds = ("stores", "supersedes") if supersedes else ("stores",)
             with spent.spend(*kinds):
+                # Saying again a replaced memory replaces its replacement: a supersede.
                 added = add(vault, content, type, tags=[*(tags or []), project],
-                            supersedes=supersedes, channel=AGENT)
+                            supersedes=supersedes, channel=AGENT,
+                            may_restate=spent.left("supersedes") > 0)
             if added.deduplicated:  # nothing was written: the budget is given back
                 spent.refund(*kinds)
+            elif added.restated:
+                spent.take("supersedes")
             record = added.record
             return _result(StoreOut(
                 memory_id=record.memory_id, type=record.type, behavioral=record.behavioral,
                 content=_cut(record.content, MAX_STORE_CHARS)[0],
                 masked="<REDACTED:" in record.content and "<REDACTED:" not in content,
                 tags=list(record.tags), created_at=record.created_at,
-                deduplicated=added.deduplicated, supersedes=record.supersedes,
+                deduplicated=added.deduplicated, restated=added.restated,
+                supersedes=record.supersedes,
                 stores_left=spent.left("stores")))
 
         return call("memory_store", body)

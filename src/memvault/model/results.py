@@ -46,10 +46,14 @@ class InitResult(Result):
 class AddResult(Result):
     record: Record
     deduplicated: bool
+    # The id of an earlier record with the same content that another had replaced: the
+    # new record makes it current again, replacing that other one (`supersedes`).
+    restated: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"memory_id": self.record.memory_id, "content_hash": self.record.content_hash,
-                "created_at": self.record.created_at, "deduplicated": self.deduplicated}
+                "created_at": self.record.created_at, "deduplicated": self.deduplicated,
+                "restated": self.restated, "supersedes": self.record.supersedes}
 
 
 @dataclass(frozen=True)
@@ -205,10 +209,13 @@ class ForgetPlan(Result):
     """What a forget request names, before anything is erased (also `--dry-run`)."""
 
     targets: tuple[Record, ...]
+    # Summaries that stay, made again without the records that go (forget --query).
+    remade: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"dry_run": True, "would_delete": len(self.targets),
-                "memory_ids": [r.memory_id for r in self.targets]}
+                "memory_ids": [r.memory_id for r in self.targets],
+                "summaries_rebuilt": list(self.remade)}
 
 
 @dataclass(frozen=True)

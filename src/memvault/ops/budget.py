@@ -76,6 +76,12 @@ class Budget:
             self.refund(*kinds)
             raise
 
+    def take(self, kind: str) -> None:
+        """Count one of `kind` spent by a write that has happened (a store that turned
+        out to replace a memory)."""
+        with self._lock:
+            self._used[kind] += 1
+
     def refund(self, *kinds: str) -> None:
         with self._lock:
             for kind in kinds:

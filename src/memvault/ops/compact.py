@@ -152,9 +152,13 @@ def plan(vault: Vault, cfg: CompactionConfig, now: datetime,
         since = cutoff.isoformat(timespec="microseconds").replace("+00:00", "Z")
         old = [n for n, h in files.items() if n not in taken and _newest(h) < since]
         if old:
+            # Reads note the day each session was read (reads.json); entries of the
+            # audit log written before that name what was read.
             read = vault.audit.ids_since(since, READ_OPS)
+            lately = vault.sessions_read_since(since[:10])
             for name in old:
-                if not any(h.memory_id in read for h in files[name]):
+                if vault.session_mark(name) not in lately and \
+                        not any(h.memory_id in read for h in files[name]):
                     taken[name] = Unit("old", {name: files[name]}, whole=True)
     # Long sessions keep their newest messages raw (an old one went whole above).
     for name, headers in files.items():

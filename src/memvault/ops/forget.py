@@ -48,16 +48,18 @@ def select(vault: Vault, ids: list[str], session: str | None = None,
                            (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
         chosen = [r for r in (found[i] for i in dict.fromkeys(ids)) if filters.matches(r)]
     if query is not None:
-        chosen = _holding_words(vault, state, query, chosen if ids else None, filters)
-        # A summary holds the words because a record it was made from does: it is made
-        # again without that record (forget()), not forgotten with everything else it
-        # says. Named by id, it goes.
-        named, holding = set(ids), {r.memory_id for r in chosen}
+        chosen = _found(vault, state, query, chosen if ids else None, filters)
+        # A summary found because a record it was made from is found too is made again
+        # without that record (forget()), not forgotten with everything else it says.
+        # Named by id, it goes.
+        named, hits = set(ids), {r.memory_id for r in chosen}
         chosen = [r for r in chosen if r.memory_id in named or r.type != "summary"
-                  or not set(r.compacted_from) & holding]
+                  or not set(r.compacted_from) & hits]
     elif not ids:
         chosen = _matching(vault, state, filters)
-    return ForgetPlan(tuple(chosen + _derived(vault, {r.memory_id for r in chosen})))
+    gone = {r.memory_id for r in chosen}
+    derived, remade = _derived(vault, gone)
+    return ForgetPlan(tuple(chosen + derived), remade)
 
 
 def _matching(vault: Vault, state: UserState, filters: Filters) -> list[Record]:
@@ -76,35 +78,35 @@ def _matching(vault: Vault, state: UserState, filters: Filters) -> list[Record]:
     return [records[h.memory_id] for h in hits if h.memory_id in records]
 
 
-def _holding_words(vault: Vault, state: UserState, query: str, chosen: list[Record] | None,
-                   filters: Filters) -> list[Record]:
-    """Search ranks anything sharing a word (or a neighbour's word); erasure takes only
-    the records that themselves hold every word of the query."""
+def _found(vault: Vault, state: UserState, query: str, chosen: list[Record] | None,
+           filters: Filters) -> list[Record]:
+    """Every record `mem search QUERY --include-archive --include-superseded` finds with
+    the other criteria as its filters, however many (search's limit is lifted): what the
+    user sees found is what goes, so that a search for the query afterwards finds
+    nothing. With ids, only those of them it finds."""
     from memvault.ops.recall import search
 
     index = vault.ready_index(state)
-    stems = set(index.build_query(query, Filters())[1])
-    if not stems:
+    if not index.build_query(query, Filters())[1]:
         # A search for no words lists the most recent items: never "forget everything".
         raise UsageError(f"the query {query!r} has no words to search for; nothing was "
                          "forgotten", field="query")
     total = max(1, int(index.searcher().num_docs))
     found = search(vault, query, Filters(session=filters.session, before=filters.before,
                                          tags=filters.tags, limit=total, include_archive=True,
-                                         include_superseded=True))
+                                         include_superseded=True), audit=False)
     hit_ids = [h.memory_id for h in found.results]
     records = vault.fetch(hit_ids, state)
-    tokens = index.analyzer.tokens
     keep = {r.memory_id for r in chosen} if chosen is not None else None
-    return [records[i] for i in hit_ids if i in records and (keep is None or i in keep)
-            and stems <= set(tokens(records[i].content))]
+    return [records[i] for i in hit_ids if i in records and (keep is None or i in keep)]
 
 
-def _derived(vault: Vault, gone: set[str]) -> list[Record]:
+def _derived(vault: Vault, gone: set[str]) -> tuple[list[Record], tuple[str, ...]]:
     """What compaction made from forgotten records and holds nothing else: a summary
     whose every source is forgotten (then summaries made from those), and a fact a
-    summariser drew from them (it cannot be told which message it came from). A summary
-    with sources left is rebuilt from those instead (`_rebuilt`)."""
+    summariser drew from them (it cannot be told which message it came from). And the
+    ids of the summaries with sources left, which are made again from those instead
+    (`_rebuilt`)."""
     made = [r for home in DOC_FILES for r in vault.store.doc_records(home)
             if r.compacted_from]
     derived: list[Record] = []
@@ -113,7 +115,9 @@ def _derived(vault: Vault, gone: set[str]) -> list[Record]:
             else bool(set(r.compacted_from) & gone))]:
         derived += more
         gone.update(r.memory_id for r in more)
-    return derived
+    remade = tuple(r.memory_id for r in made if r.type == "summary"
+                   and r.memory_id not in gone and set(r.compacted_from) & gone)
+    return derived, remade
 
 
 def _rebuilt(tx: Transaction, gone: set[str]) -> dict[str, Record]:

@@ -82,7 +82,7 @@ def export(vault: Vault, out: IO[str], fmt: str = "json",
         writer.end(category, count)
         total += count
     writer.finish(prefs, total)
-    vault.audit_read("export", count=total)
+    vault.audit_read("export", every=True, count=total)
     return ExportResult(total, None)
 
 

@@ -17,6 +17,7 @@ from memvault.storage.state import UserState
 from memvault.vault.vault import Vault
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from datetime import datetime
 
     from memvault.index.keyed import Analyzer, Hit
@@ -50,9 +51,10 @@ def _run(vault: Vault, text: str, filters: Filters, state: UserState,
 
 
 def search(vault: Vault, text: str, filters: Filters,
-           now: datetime | None = None) -> SearchResult:
+           now: datetime | None = None, audit: bool = True) -> SearchResult:
     """The best matches for `text`. With `now` (the moment the question is asked), its
-    time phrases ("last week", "two days ago") count too; without, only its words."""
+    time phrases ("last week", "two days ago") count too; without, only its words.
+    Without `audit`, the search is a step of another operation (forget), not a read."""
     started = time.perf_counter()
     if not vault.exists():
         return SearchResult((), 0, 0.0)
@@ -65,7 +67,9 @@ def search(vault: Vault, text: str, filters: Filters,
         tags=tuple(r.tags), created_at=r.created_at, session_id=r.session_id,
         message_id=r.message_id, compacted_from=tuple(r.compacted_from),
     ) for hit, r in pairs)
-    vault.audit_read("search", [r.memory_id for r in results], results=len(results))
+    if audit:
+        vault.audit_read("search", [r.memory_id for r in results], _sessions(
+            r for _, r in pairs), results=len(results))
     elapsed = (time.perf_counter() - started) * 1000
     return SearchResult(results, total, round(elapsed, 2),
                         no_words=bool(text.strip()) and not stems)
@@ -89,8 +93,14 @@ def show(vault: Vault, memory_id: str) -> RecordResult:
     record = vault.fetch([memory_id]).get(memory_id)
     if record is None:
         raise NotFound(f"no memory with id {memory_id}")
-    vault.audit_read("show", [memory_id])
+    vault.audit_read("show", [memory_id], _sessions([record]))
     return RecordResult(record)
+
+
+def _sessions(records: Iterable[Record]) -> set[str]:
+    """The live sessions whose messages a read returned: compaction spares them."""
+    return {r.session_id for r in records
+            if r.type == "message" and r.session_id and not r.archived}
 
 
 def list_records(vault: Vault, filters: Filters) -> RecordList:

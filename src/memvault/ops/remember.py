@@ -6,7 +6,7 @@ from typing import Any
 
 from memvault.config import validate_name
 from memvault.crypto.envelope import content_hash
-from memvault.errors import NotFound, UsageError
+from memvault.errors import NotFound, Refused, UsageError
 from memvault.index.base import Entry, file_entries
 from memvault.model.location import Location, session_file
 from memvault.model.records import (
@@ -31,9 +31,12 @@ from memvault.vault.vault import Transaction, Vault
 def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
         importance: float = 0.5, session: str | None = None, supersedes: str | None = None,
         message_id: str | None = None, role: str | None = None,
-        channel: str | None = None, created_at: str | None = None) -> AddResult:
+        channel: str | None = None, created_at: str | None = None,
+        may_restate: bool = True) -> AddResult:
     """Store one record; identical content (same user and type) is stored once.
-    `created_at` dates it in the past (an agent's summary of an old session)."""
+    `created_at` dates it in the past (an agent's summary of an old session). Without
+    `may_restate` (an agent that has used its supersedes), saying again a record that
+    another replaced is refused: it would replace that other one."""
     check_type(kind)
     if not text.strip():
         raise UsageError("nothing to add: the text is empty")
@@ -71,15 +74,33 @@ def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
         else:
             doc = tx.store.read_doc(home) or {"format": 1, "records": []}
             existing = [Record.from_stored(r) for r in doc.get("records", [])]
-        for prior in existing:
-            same = (prior.message_id == message_id if message_id is not None and
-                    home == SESSIONS else prior.content_hash == digest and prior.type == kind)
-            if same:
-                if home != SESSIONS and prior.inferred and channel != COMPACTION_CHANNEL:
-                    _now_stated(tx, home, doc, existing, prior, channel)
-                tx.audit("add", [prior.memory_id], [tx.hash_of(digest)], type=kind,
-                         deduplicated=True)
-                return AddResult(prior, deduplicated=True)
+        same = [prior for prior in existing
+                if (prior.message_id == message_id if message_id is not None and
+                    home == SESSIONS else prior.content_hash == digest and prior.type == kind)]
+        current = next((p for p in same if p.memory_id != supersedes
+                        and not tx.state.superseded_by(p.memory_id)), None)
+        # Only a current record absorbs a repeat: one that another record replaced is
+        # hidden, and saying it again makes it current again (a new record that
+        # replaces whatever replaced it). With --supersedes, what it names is replaced
+        # whatever else holds the same words.
+        if same and supersedes is None and (current is not None or home == SESSIONS
+                                            and message_id is not None):
+            prior = current or same[0]
+            if home != SESSIONS and prior.inferred and channel != COMPACTION_CHANNEL:
+                _now_stated(tx, home, doc, existing, prior, channel)
+            tx.audit("add", [prior.memory_id], [tx.hash_of(digest)], type=kind,
+                     deduplicated=True)
+            return AddResult(prior, deduplicated=True)
+        restated = None
+        if same and old is None:
+            if not may_restate:
+                raise Refused("refused: this repeats a memory that another replaced, and "
+                              "storing it would replace that one; this session has used its "
+                              "supersedes", field="supersedes")
+            restated = same[-1]
+            head = _current_of(tx, restated.memory_id)
+            old = tx.fetch([head]).get(head) if head != restated.memory_id else None
+            supersedes = old.memory_id if old is not None else None
         stamp = normalise_time(created_at) if created_at else now_iso()
         record = Record(
             memory_id=uuid7(), org_id=vault.org, user_id=vault.user, type=kind,
@@ -107,9 +128,22 @@ def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
         if old is not None:
             _supersede(tx, old, record)
         tx.touch()
-        tx.audit("add", [record.memory_id], [tx.hash_of(digest)], type=kind,
-                 deduplicated=False)
-    return AddResult(record, deduplicated=False)
+        detail: dict[str, Any] = {"type": kind, "deduplicated": False}
+        if restated is not None:
+            detail["restated"] = restated.memory_id
+        tx.audit("add", [record.memory_id], [tx.hash_of(digest)], **detail)
+    return AddResult(record, deduplicated=False,
+                     restated=restated.memory_id if restated else None)
+
+
+def _current_of(tx: Transaction, memory_id: str) -> str:
+    """The record that replaces `memory_id` now: the end of its chain of supersede
+    links (a loop, which only damage can make, ends where it closes)."""
+    seen = {memory_id}
+    while (by := tx.state.superseded_by(memory_id)) is not None and by not in seen:
+        seen.add(by)
+        memory_id = by
+    return memory_id
 
 
 def _now_stated(tx: Transaction, home: str, doc: dict[str, Any], records: list[Record],

@@ -193,7 +193,7 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None) -> VerifyResul
         problems.add(leftover, "temporary file left by an interrupted write",
                      severity="warning", repairable=True)
     ok = not problems.errors
-    vault.audit_read("verify", ok=ok, problems=len(problems.items))
+    vault.audit_read("verify", every=True, ok=ok, problems=len(problems.items))
     return VerifyResult(ok, files, records, tuple(problems.items), repaired)
 
 

@@ -7,7 +7,7 @@
     <vault>/<org>/.locks/<user>.destroy   a destroy under way (its counts), until its org
                                           audit record is written: a re-run resumes it
     <vault>/<org>/<user>/{CLAUDE.md, preferences.json, sessions/, archive/, index/,
-                          keys/<epoch>.dek, audit.jsonl, state.json}
+                          keys/<epoch>.dek, audit.jsonl, state.json, reads.json}
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ VAULT_FILE = "vault.json"
 KEYS = "keys"
 INDEX = "index"
 STATE = "state.json"
+READS = "reads.json"
 AUDIT = "audit.jsonl"
 LOCKS = ".locks"
 ORG_AUDIT = "audit.jsonl"
@@ -73,6 +74,14 @@ class UserLayout:
     @property
     def org_audit_lock_path(self) -> Path:
         return self.org_dir / LOCKS / ".org-audit.lock"
+
+    @property
+    def reads_path(self) -> Path:
+        return self.dir / READS
+
+    @property
+    def reads_lock_path(self) -> Path:
+        return self.org_dir / LOCKS / f"{self.user}.reads.lock"
 
     @property
     def state_path(self) -> Path:

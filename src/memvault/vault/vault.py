@@ -25,6 +25,7 @@ from memvault.model.records import DOC_FILES, Record, now_iso
 from memvault.storage import fsio
 from memvault.storage.audit import AuditLog
 from memvault.storage.layout import VAULT_FILE, UserLayout
+from memvault.storage.reads import ReadLog
 from memvault.storage.state import UserState
 from memvault.storage.userstore import UserStore
 from memvault.vault import migrations
@@ -78,6 +79,8 @@ class Vault:
         self.actor = actor or settings.actor
         self.audit = AuditLog(self.layout.audit_path, self.layout.audit_lock_path,
                               self.store.meta_key, settings.lock_timeout, self.actor)
+        self.reads = ReadLog(self.layout.reads_path, self.layout.reads_lock_path,
+                             self.store.meta_key, settings.lock_timeout)
         self._search: tuple[int, SearchIndex] | None = None
         if migrations.pending(self.meta):
             migrations.apply(self.root, self.master, settings.lock_timeout, self.actor)
@@ -250,13 +253,32 @@ class Vault:
 
     # --- audit and marks --------------------------------------------------------------
 
-    def audit_read(self, op: str, ids: list[str] | None = None, **detail: Any) -> None:
-        """Audit a read. Best effort: a read-only or full disk must not stop reading."""
+    def audit_read(self, op: str, ids: list[str] | None = None,
+                   sessions: Iterable[str] = (), every: bool = False, **detail: Any) -> None:
+        """Audit a read: the first of its kind each day for each actor gets an entry, and
+        the day each session in `sessions` was read is noted (reads.json), so reading
+        does not grow the vault. `every`: a rare read audited each time (export, verify).
+        Best effort: a read-only or full disk must not stop reading."""
         if self.exists():
             from memvault.errors import Busy, StorageError
 
-            with contextlib.suppress(StorageError, Busy, OSError):
+            def append() -> None:
                 self.audit.append(op, ids=ids, durable=False, **detail)
+
+            with contextlib.suppress(StorageError, Busy, OSError):
+                if every:
+                    append()
+                else:
+                    self.reads.note(op, self.actor, map(self.session_mark, set(sessions)),
+                                    append)
+
+    def session_mark(self, session: str) -> str:
+        """A keyed hash naming a session (reads.json)."""
+        return envelope.keyed_hash(self.audit.key, f"session\0{session}".encode())
+
+    def sessions_read_since(self, day: str) -> set[str]:
+        """The marks of the sessions read on `day` (YYYY-MM-DD) or later."""
+        return self.reads.sessions_since(day)
 
     def message_mark(self, session: str, message_id: str) -> str:
         """A keyed hash naming one transcript message (forgotten-message marks)."""

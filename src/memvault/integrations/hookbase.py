@@ -237,7 +237,10 @@ def _session_start(agent: Agent, settings: Settings, event: str,
     prefer = project_tag(vault, cwd) if cwd else None
     # The hook's limit bounds the brief itself, so the brief chooses what gives way (a
     # summariser's entries before the user's own), not a cut of its last lines.
-    room = MAX_CONTEXT_CHARS - len(FRAME_OPEN) - len(FRAME_CLOSE) - len(CUT_NOTE)
+    from memvault.text import frame as framing
+
+    overhead = len(framing.render("", "0" * framing.NONCE_HEX))  # the tags and preamble
+    room = MAX_CONTEXT_CHARS - overhead - len(CUT_NOTE)
     wanted, most = int(settings.values["brief_max_chars"]), settings.values["brief_max_entries"]
     brief = build(vault, most, min(wanted, room), skipped.append, prefer)
     for problem in skipped:  # file names, ids and reasons: never content

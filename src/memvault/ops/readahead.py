@@ -319,7 +319,7 @@ def _plain(got: Fetched) -> list[object]:
     t = got.transcript
     transcript = None if t is None else [
         t.format, t.session_id, [_message_out(m) for m in t.messages],
-        [_message_out(m) for m in t.summaries], t.ignored]
+        [_message_out(m) for m in t.summaries], t.ignored, t.said_in]
     error = None if got.error is None else [type(got.error).__name__, got.error.message]
     found = [[i, [[_message_out(m) for m in o.kept], o.withheld, o.counts,
                   sorted(o.refusing)]] for i, o in got.found.items()]
@@ -336,12 +336,12 @@ def _fetched(data: object) -> Fetched:
     transcript, error, clean, found = _list(data, 4)
     got = Fetched()
     if transcript is not None:
-        fmt, session, messages, summaries, ignored = _list(transcript, 5)
+        fmt, session, messages, summaries, ignored, said_in = _list(transcript, 6)
         from memvault.text.transcripts import Transcript
 
         got.transcript = Transcript(
             _str(fmt), _opt_str(session), [_message_in(m) for m in _list(messages)],
-            [_message_in(m) for m in _list(summaries)], _counts(ignored))
+            [_message_in(m) for m in _list(summaries)], _counts(ignored), _names(said_in))
     if error is not None:
         kind, message = _list(error, 2)
         got.error = _ERRORS[_str(kind)](_str(message))
@@ -395,6 +395,12 @@ def _counts(value: object) -> dict[str, int]:
     if type(value) is not dict:
         raise ValueError("malformed answer")
     return {_str(k): _count(v) for k, v in value.items()}
+
+
+def _names(value: object) -> dict[str, str]:
+    if type(value) is not dict:
+        raise ValueError("malformed answer")
+    return {_str(k): _str(v) for k, v in value.items()}
 
 
 _ERRORS: dict[str, type[MemError]] = {

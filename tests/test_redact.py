@@ -724,7 +724,7 @@ def test_a_credential_assignment_masks_the_value_and_keeps_the_key(form: str) ->
 
 @pytest.mark.parametrize("value", [
     "hunter2hunter2", "Xk9#mQ2$vL8pZr", "correct horse battery staple", "Pa55w0rd!",
-    "s3cr3t-Passw0rd", "tr0ub4dor&3", "ÉtéSecret42"])
+    "s3cr3t-Passw0rd", "tr0ub4dor&3", "ÉtéSecret42", "ABCD-1234-EFGH-5678"])
 def test_a_password_of_any_shape_is_masked_when_quoted(value: str) -> None:
     for text in (f'password = "{value}"', f"DB_PASSWORD='{value}'", f'{{"password": "{value}"}}'):
         result = scan(text)
@@ -743,7 +743,7 @@ def test_a_password_of_any_shape_is_masked_when_quoted(value: str) -> None:
     "password: {{ vault_db_password }}", "password: %(password)s", "PWD=/home/alice/proj",
     "const apiKey = process.env.API_KEY;", 'Password: os.Getenv("DB_PASSWORD"),',
     "def __init__(self, password: bytes):", "private_key: PKCS7PrivateKeyTypes,",
-    '"token": "the"', '"auth": "required"', "access_token_url = 'https://x.example/t'",
+    '"token": "the"', '"auth": "required"', '"token": "hmac-sha256-128-hex"', "access_token_url = 'https://x.example/t'",
     "* 1-day pass: ¥600 (about $5.50)", "password: !vault |", "secret_name: prod-db",
     "--password=-", "password: [REDACTED]", "password: <REDACTED:PASSWORD>",
     '"passphrase": "there is no terminal to ask for it; use a key file"',

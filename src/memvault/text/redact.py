@@ -676,6 +676,8 @@ def _literal_word(m: re.Match[str]) -> bool:
     return _SHELL_LEAD.search(m.string, max(0, m.start() - 200), m.start()) is not None
 
 
+# A key written in groups (ABCD-1234-EFGH-5678, a UUID), not a name (hmac-sha256-128-hex).
+_GROUPED_KEY = re.compile(r"(?=.*\d.*-.*\d)[A-Za-z0-9]{4,}(?:-[A-Za-z0-9]{4,}){2,}")
 _PASSWORD_ENDINGS = ("password", "passwd", "passphrase", "passwort", "pwd", "pass", "pw",
                      "secret", "credential", "credentials", "creds")
 # Prose, not a password: a sentence's punctuation between words, or many words.
@@ -701,7 +703,8 @@ def _credential_assignment(m: re.Match[str]) -> tuple[int, int] | None:
         if _LETTERS.fullmatch(value) and not _literal_word(m):
             return None
     if not _key_words(key)[-1].endswith(_PASSWORD_ENDINGS) and not random:
-        if len(value) < 8 or _LETTERS.fullmatch(value) or _name_like(value):
+        if len(value) < 8 or _LETTERS.fullmatch(value) or (
+                _name_like(value) and not _GROUPED_KEY.fullmatch(value)):
             return None
     return start, end
 

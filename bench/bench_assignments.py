@@ -1,11 +1,11 @@
-"""What the assignment rules (credential-assignment, random-assignment) find in real
-text that holds no planted secret: the Claude Code, Codex and Gemini sessions and the
-LoCoMo and LongMemEval conversations of ../shared/bench-data, each message scanned as
-ingest scans it (parsed by mem's own parsers; the conversations turn by turn), and the
-transcript files' raw lines (tool output and code included). Prints, per corpus, the
-messages, the messages masked by each rule and the matches, then every match on the
-transcripts and a sample on the conversations, the key and a few characters of the value
-around the placeholder, to be judged by eye.
+"""What the assignment rules (credential-assignment, random-assignment) and `<private>`
+spans find in real text that holds no planted secret: the Claude Code, Codex and Gemini
+sessions and the LoCoMo and LongMemEval conversations of ../shared/bench-data, each
+message scanned as ingest scans it (parsed by mem's own parsers; the conversations turn
+by turn), and the transcript files' raw lines (tool output and code included). Prints,
+per corpus, the messages, the messages masked by each rule and the matches, then every
+match on the transcripts and a sample on the conversations, the key and a few
+characters of the value around the placeholder, to be judged by eye.
 
 Run: `.venv/bin/python bench/bench_assignments.py [--all]` (--all prints every match).
 """
@@ -71,12 +71,16 @@ def context(text: str, start: int, end: int) -> str:
 
 
 def measure(name: str, texts: list[str], show: int, rng: random.Random) -> dict[str, object]:
+    from memvault.text.private import hide
     from memvault.text.redact import scan
 
     messages = {r: 0 for r in RULES}
     matches = {r: 0 for r in RULES}
+    private = 0
     seen: list[tuple[str, str]] = []
     for text in texts:
+        if hide(text).count:
+            private += 1
         result = scan(text)
         for rule in RULES:
             if rule in result.counts:
@@ -85,11 +89,12 @@ def measure(name: str, texts: list[str], show: int, rng: random.Random) -> dict[
         seen += [(f.rule, context(text, f.start, f.end)) for f in result.findings
                  if f.rule in RULES]
     print(f"\n{name}: {len(texts)} messages, {sum(map(len, texts)) / 1e6:.1f} MB; "
-          + "; ".join(f"{r}: {matches[r]} matches in {messages[r]} messages" for r in RULES))
+          + "; ".join(f"{r}: {matches[r]} matches in {messages[r]} messages" for r in RULES)
+          + f"; <private> spans in {private} messages")
     for rule, where in seen if show < 0 else rng.sample(seen, min(show, len(seen))):
         print(f"  {rule:<22} {where}")
     return {"corpus": name, "messages": len(texts), "matches": matches,
-            "messages_masked": messages}
+            "messages_masked": messages, "private_messages": private}
 
 
 def main(show_all: bool = False) -> dict[str, object]:

@@ -197,11 +197,14 @@ class Rule:
 @dataclass(frozen=True)
 class RedactionConfig:
     """disabled: ids of redact-class rules to skip (refuse rules cannot be disabled);
-    extra: user rules (see rule_from_config); phone_region: region for numbers without +."""
+    extra: user rules (see rule_from_config); phone_region: region for numbers without +;
+    private_tags: the tag names whose spans are hidden before any rule runs (the
+    admission policy hides them: text/private.py)."""
 
     disabled: frozenset[str] = frozenset()
     extra: tuple[Rule, ...] = ()
     phone_region: str = "US"
+    private_tags: tuple[str, ...] = ("private",)
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,7 @@ class Redaction:
     refused: list[str]  # ids of refuse-class rules that matched: the text must not be stored
     counts: dict[str, int]  # rule id -> number of findings (both classes)
     findings: list[Finding] = field(default_factory=list)
+    blank: bool = False  # the text was nothing but spans marked private (ops/admission.py)
 
     @property
     def clean(self) -> bool:

@@ -663,7 +663,7 @@ def test_the_anchor_gate_never_hides_a_match(parts: list[str]) -> None:
     finds when asked directly."""
     text = "".join(parts)
     active = redact._active(redact.RedactionConfig())
-    lower = redact._lower(text)
+    lower = redact.lowered(text)
     direct = sorted((s, e, r.id) for r in active for s, e in r.spans(text, "US", lower))
     gated = sorted((s, e, r.id) for s, e, r in redact._find(text, active, "US"))
     assert gated == direct

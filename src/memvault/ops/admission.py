@@ -108,10 +108,12 @@ class AdmissionPolicy:
         all come through here). Private spans go first: a secret inside one is never
         stored, so it must not refuse (or withhold) what the user left outside it."""
         from memvault.text.private import hide
-        from memvault.text.redact import scan
+        from memvault.text.redact import lowered, scan
 
-        hidden = hide(clean(text), self.config.private_tags)
-        result = scan(hidden.text, self.config)
+        text = clean(text)
+        lower = lowered(text)  # once, for both (the cost of a large text's scan)
+        hidden = hide(text, self.config.private_tags, lower)
+        result = scan(hidden.text, self.config, None if hidden.count else lower)
         if hidden.count:
             result.counts = {**result.counts, PRIVATE_RULE: hidden.count}
             result.blank = hidden.blank

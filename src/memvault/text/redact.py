@@ -83,6 +83,9 @@ class Rule:
     token to the token's end (patterns that match only a token's prefix, like Stripe's).
     accept: decides what a match is (for a detector that needs more than a regex): the
     span of the secret in it, or None when it holds none (a placeholder, a variable).
+    locate: with accept, where a match may start, from an anchor's or prefilter's hit
+    (the start of the key an anchor is part of; -1: nowhere): the detector is tried
+    there alone, rather than at every position of a window around the hit.
     """
 
     id: str
@@ -101,6 +104,7 @@ class Rule:
     group: int | None = None
     extend: bool = False
     accept: Callable[[re.Match[str]], tuple[int, int] | None] | None = None
+    locate: Callable[[str, int], int] | None = None
 
     def __repr__(self) -> str:  # no pattern, no fixtures: a user pattern may hold a secret
         return f"Rule(id={self.id!r}, action={self.action!r}, type={self.type!r})"
@@ -153,31 +157,37 @@ class Rule:
             tuple[int, int]]:
         """Where this rule matches `text`: (start, end) of each secret, in order.
 
-        `lower` is _lower(text) when the caller has it (scan() lowers each text once)."""
+        `lower` is lowered(text) when the caller has it (scan() lowers each text once)."""
         if not isinstance(self.detector, re.Pattern):
             return sorted(self.detector(text, region))
         matches: Iterable[re.Match[str]]
-        windows = None
-        if self.prefilter is not None:
-            windows = _windows(text, self.prefilter.finditer(text), self.reach)
-            matches = _in_windows(self.detector, self.needs, text, windows)
-        elif not self.anchors:
-            matches = self.detector.finditer(text)
-        else:
-            hay = text
-            if self.anchors_ignore_case:
-                hay = lower if lower is not None else _lower(text)
-            hits = self._anchor_hits(hay)
-            if self.run is not None:
-                matches = _run_starts(self.detector, self.run, text, hits)
-            else:
-                windows = _windows(text, hits, self.reach)
-                matches = _in_windows(self.detector, self.needs, text, windows)
         found: Iterable[tuple[int, int]]
-        if self.accept is not None:
-            found = _accepted(self.detector, self.accept, text,
-                              [(0, len(text))] if windows is None else windows)
+        if self.accept is not None and self.locate is not None:
+            if self.prefilter is not None:
+                hits: Iterable[int] = (m.start() for m in self.prefilter.finditer(text))
+            else:  # every anchor, overlapping or not, found by str.find (memchr speed)
+                hay = text
+                if self.anchors_ignore_case:
+                    hay = lower if lower is not None else lowered(text)
+                hits = (at for anchor in self.anchors for at in _occurrences(hay, anchor))
+            starts = sorted({self.locate(text, at) for at in hits} - {-1})
+            found = _accepted(self.detector, self.accept, text, starts)
         else:
+            if self.prefilter is not None:
+                matches = _in_windows(self.detector, self.needs, text, _windows(
+                    text, self.prefilter.finditer(text), self.reach))
+            elif not self.anchors:
+                matches = self.detector.finditer(text)
+            else:
+                hay = text
+                if self.anchors_ignore_case:
+                    hay = lower if lower is not None else lowered(text)
+                anchor_hits = self._anchor_hits(hay)
+                if self.run is not None:
+                    matches = _run_starts(self.detector, self.run, text, anchor_hits)
+                else:
+                    matches = _in_windows(self.detector, self.needs, text,
+                                          _windows(text, anchor_hits, self.reach))
             found = (_secret_span(m, self.group) for m in matches)
         out: list[tuple[int, int]] = []
         for span in found:
@@ -236,7 +246,7 @@ class Redaction:
 # Matching helpers
 
 
-def _lower(text: str) -> str:
+def lowered(text: str) -> str:
     """Lower case with the same offsets (str.lower lengthens a few non-ASCII letters)."""
     lower = text.lower()
     if len(lower) == len(text):
@@ -294,21 +304,29 @@ def _in_windows(detector: re.Pattern[str], needs: re.Pattern[str] | None, text: 
             yield from detector.finditer(text, ws, we)
 
 
+def _occurrences(hay: str, literal: str) -> Iterator[int]:
+    at = hay.find(literal)
+    while at != -1:
+        yield at
+        at = hay.find(literal, at + 1)
+
+
 def _accepted(detector: re.Pattern[str],
               accept: Callable[[re.Match[str]], tuple[int, int] | None], text: str,
-              windows: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
-    """The spans `accept` finds in the detector's matches. A match it turns down is
-    searched again from its next character, so that what it spans is looked at too
-    (conn = "Server=db;Password=...": the outer assignment is not a secret, the inner is)."""
-    for ws, we in windows:
-        pos = ws
-        while (m := detector.search(text, pos, we)) is not None:
-            span = accept(m)
-            if span is None:
-                pos = m.start() + 1
-                continue
-            yield span
-            pos = max(m.end(), m.start() + 1)
+              starts: list[int]) -> Iterator[tuple[int, int]]:
+    """The spans `accept` finds in the detector's matches at `starts` (each tried also
+    one character before, for a match that opens with "<": <password>...</password>)."""
+    end = 0
+    for start in starts:
+        if start < end:
+            continue
+        for at in (start, start - 1) if start and text[start - 1] == "<" else (start,):
+            m = detector.match(text, at)
+            span = accept(m) if m is not None else None
+            if span is not None:
+                end = m.end() if m is not None else end
+                yield span
+                break
 
 
 def _run_starts(detector: re.Pattern[str], run: re.Pattern[str], text: str,
@@ -616,6 +634,38 @@ _LETTERS = re.compile(r"[A-Za-z_]+")
 _SHELL_LEAD = re.compile(r"(?:^|[\n;&|(])[ \t]*(?:export[ \t]+|set[ \t]+|env[ \t]+|-e[ \t]+)?$")
 
 
+# What follows a credential's name in an assignment: the rest of the key, a closing quote
+# or bracket, an operator (or the > of <password>). Tried first at each anchor: most
+# anchors (keyboard, tokenizer.encode, "the token") are not followed by one.
+_KEY_THEN_OPERATOR = re.compile(r"[\w.-]{0,60}[\"'`]?\]?[ \t]{0,3}(?:[=:>]|->|\?=)")
+
+
+def _credential_key_start(text: str, i: int) -> int:
+    """_key_start for an anchor followed by an operator; -1 (tried nowhere) otherwise."""
+    return _key_start(text, i) if _KEY_THEN_OPERATOR.match(text, i) else -1
+
+
+def _key_start(text: str, i: int) -> int:
+    """Where the key that holds position `i` (an anchor) starts: back over the key's
+    characters (at most 64), a $ or @ sigil included, a leading -- or . left out."""
+    p, low = i, max(0, i - 64)
+    while p > low and (text[p - 1].isalnum() or text[p - 1] in "_.-"):
+        p -= 1
+    if p > 0 and text[p - 1] in "$@":
+        p -= 1
+    while p < i and text[p] in ".-":
+        p += 1
+    return p
+
+
+def _key_before(text: str, i: int) -> int:
+    """Where the key starts whose operator is at `i` (a prefilter's hit: =, : or >)."""
+    p, low = i, max(0, i - 12)
+    while p > low and text[p - 1] in " \t\"'`]:?-=":
+        p -= 1
+    return _key_start(text, p)
+
+
 def _key_words(key: str) -> list[str]:
     return [w.lower() for w in _KEY_WORD.findall(key.lstrip("$@"))]
 
@@ -769,7 +819,8 @@ def _entropy(value: str) -> float:
 
 
 _HEXISH = re.compile(r"(?:0x)?[0-9a-fA-F-]+")
-_TOKEN_VALUE = re.compile(r"[A-Za-z0-9+/=_.~$!#%*@:-]{20,256}")
+_VALUE_CHAR = r"[A-Za-z0-9+/=_.~$!#%*@:-]"
+_TOKEN_VALUE = re.compile(_VALUE_CHAR + r"{20,256}")
 
 
 def random_looking(value: str) -> bool:
@@ -1073,7 +1124,7 @@ def _build_table() -> tuple[Rule, ...]:
         "name (its last word) assigned a value that is not a placeholder, a variable, an "
         "expression or a type; only the value is masked",
         anchors=("pass", "pw", "secret", "token", "key", "auth", "cred"),
-        anchors_ignore_case=True, reach=(80, 340), accept=_credential_assignment)
+        anchors_ignore_case=True, accept=_credential_assignment, locate=_credential_key_start)
     add("random-assignment", "redact", "SECRET", _ASSIGNMENT,
         ["session = q8Zt3LmN0vXa7RkP2sWy5BcE9hJd4GfU",
          '{"dsn": "Xk2/9fQa+Lz7Wm3Rt8Yp0Nc5Vb1Hg4Js"}',
@@ -1084,8 +1135,11 @@ def _build_table() -> tuple[Rule, ...]:
         f"mem, after {_GITLEAKS} generic-api-key: a random-looking value (20+ characters, "
         "mixed case and digits, entropy >= 3.5 bits) assigned to any key but an id's, a "
         "hash's, a name's or a path's",
-        prefilter=re.compile(r"[=:>][ \t]{0,4}[\"'`]?[A-Za-z0-9+/=_.~$!#%*@-]{20}"),
-        reach=(80, 300), accept=_random_assignment)
+        prefilter=re.compile(r"[=:>][ \t]{0,4}[\"'`]?(?=" + _VALUE_CHAR + r"{20})"
+                             r"(?=" + _VALUE_CHAR + r"{0,255}?\d)"
+                             r"(?=" + _VALUE_CHAR + r"{0,255}?[A-Z])"
+                             r"(?=" + _VALUE_CHAR + r"{0,255}?[a-z])"),
+        accept=_random_assignment, locate=_key_before)
     pattern, source = _ds("SlackDetector", 0)
     add("slack-token", "redact", "API_KEY", pattern,
         ["xoxb-123456789012-1234567890123-" + _cycle(_LOWER_ALNUM, 24)],
@@ -1575,9 +1629,10 @@ def _gate(active: tuple[Rule, ...]) -> _Gate:
     return gate
 
 
-def _find(text: str, active: tuple[Rule, ...], region: str,
-          refuse_only: bool = False) -> list[tuple[int, int, Rule]]:
-    lower = _lower(text) if any(r.anchors_ignore_case for r in active) else None
+def _find(text: str, active: tuple[Rule, ...], region: str, refuse_only: bool = False,
+          lower: str | None = None) -> list[tuple[int, int, Rule]]:
+    if lower is None and any(r.anchors_ignore_case for r in active):
+        lower = lowered(text)
     found = []
     # Short texts (one message each, on the ingest path) first learn in one pass which
     # rules' anchors occur at all: most messages hold none, and spans() per rule costs
@@ -1596,8 +1651,10 @@ def _find(text: str, active: tuple[Rule, ...], region: str,
     return found
 
 
-def scan(text: str, config: RedactionConfig | None = None) -> Redaction:
+def scan(text: str, config: RedactionConfig | None = None,
+         lower: str | None = None) -> Redaction:
     """Find every rule's matches in `text` and in its JSON-unescaped forms; replace them.
+    `lower`: lowered(text), when the caller has it already (admission does).
 
     Forms scanned: the text, the decoded lines that hold JSON escapes (every rule) and,
     for JSON inside JSON, those lines decoded once more (refuse rules only: a critical
@@ -1608,8 +1665,8 @@ def scan(text: str, config: RedactionConfig | None = None) -> Redaction:
     region = config.phone_region
     hits: list[tuple[int, int, Rule]] = []
     if "\\" not in text or not _ESCAPE.search(text):
-        return _apply(text, _find(text, active, region))
-    for s, e, rule in _find(text, active, region):
+        return _apply(text, _find(text, active, region, lower=lower))
+    for s, e, rule in _find(text, active, region, lower=lower):
         s, e = _align(text, s, e)
         if s < e:
             hits.append((s, e, rule))

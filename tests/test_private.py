@@ -271,3 +271,20 @@ def test_configured_private_tags(script_runner: ScriptRunner, keyed: Vault,
     result = mem(script_runner, "add", "x", "--type", "fact")
     assert result.returncode == 78
     assert "private_tags" in one_error_line(result.stderr)
+
+
+def test_a_derived_message_id_says_nothing_of_the_private_words(
+        script_runner: ScriptRunner, keyed: Vault, tmp_path: Path) -> None:
+    """A message of a JSONL transcript without an id gets one derived from a keyed hash
+    of its text. Two transcripts that differ only inside a private span give the same
+    ids, so the id holds nothing to test a guess against (a PIN is ten thousand guesses)."""
+    for pin in ("4417", "9031"):
+        path = write(tmp_path / f"chat-{pin}.jsonl", [{
+            "role": "user", "timestamp": "2025-06-01T10:00:00Z",
+            "content": f"The door code is <private>{pin}</private>, thanks"}])
+        result = mem(script_runner, "ingest", str(path), "--format", "jsonl", "--session",
+                     "door", "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["messages_added"] == (1 if pin == "4417" else 0)
+    doc = json.loads(mem(script_runner, "list", "--session", "door", "--json").stdout)
+    assert [r["content"] for r in doc["records"]] == [f"The door code is {PLACEHOLDER}, thanks"]

@@ -7,7 +7,8 @@ per corpus, the messages, the messages masked by each rule and the matches, then
 match on the transcripts and a sample on the conversations, the key and a few
 characters of the value around the placeholder, to be judged by eye.
 
-Run: `.venv/bin/python bench/bench_assignments.py [--all]` (--all prints every match).
+Run: `.venv/bin/python bench/bench_assignments.py [--all] [--code]` (--all prints every
+match; --code adds the Python source of mem and of installed packages, line by line).
 """
 
 from __future__ import annotations
@@ -41,6 +42,31 @@ def raw_lines() -> list[str]:
     file contents), scanned as is: more than the parsers keep, and much of it code."""
     return [line for path in sorted((BENCH_DATA / "transcripts").rglob("*.jsonl"))
             for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+CODE_PACKAGES = ("rich", "typer", "yaml", "click", "hypothesis", "_pytest", "pip", "requests",
+                 "urllib3", "cryptography", "pydantic", "mcp", "botocore", "boto3",
+                 "detect_secrets", "platformdirs")
+
+
+def code_lines() -> list[str]:
+    """Lines of Python that assign something: mem's src/ and installed packages (the rule
+    table's own fixtures left out)."""
+    import sysconfig
+    from pathlib import Path
+
+    site = Path(sysconfig.get_paths()["purelib"])
+    lines = []
+    for root in [ROOT / "src", *(site / name for name in CODE_PACKAGES)]:
+        for path in sorted(root.rglob("*.py")):
+            if path.name in ("redact.py", "_detect_secrets_patterns.py"):
+                continue
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            lines += [line for line in text.splitlines() if "=" in line or ":" in line]
+    return lines
 
 
 def locomo() -> list[str]:
@@ -97,7 +123,7 @@ def measure(name: str, texts: list[str], show: int, rng: random.Random) -> dict[
             "messages_masked": messages, "private_messages": private}
 
 
-def main(show_all: bool = False) -> dict[str, object]:
+def main(show_all: bool = False, code: bool = False) -> dict[str, object]:
     sys.path.insert(0, str(ROOT / "src"))
     if not BENCH_DATA.is_dir():
         print(f"no bench data at {BENCH_DATA}: nothing measured")
@@ -109,10 +135,12 @@ def main(show_all: bool = False) -> dict[str, object]:
     for name, load in (("transcript files, raw lines", raw_lines), ("locomo", locomo),
                        ("longmemeval", longmemeval)):
         rows.append(measure(name, load(), -1 if show_all else 25, rng))
+    if code:
+        rows.append(measure("python source", code_lines(), -1, rng))
     doc = {"results": rows}
     report("assignments", doc)
     return doc
 
 
 if __name__ == "__main__":
-    main("--all" in sys.argv[1:])
+    main("--all" in sys.argv[1:], "--code" in sys.argv[1:])

@@ -41,9 +41,12 @@ def _source_lines(limit: int = 60_000) -> list[str]:
             if path.name in SKIP:
                 continue
             try:
-                lines += path.read_text(encoding="utf-8").splitlines()
+                text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 continue
+            # A line that names the private tag would hide the rest of the text from the
+            # admission case: transcripts hold none, and the cases must scan the same.
+            lines += [line for line in text.splitlines() if "<private" not in line.lower()]
             if len(lines) >= limit:
                 return lines
     return lines

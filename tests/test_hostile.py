@@ -416,9 +416,9 @@ def test_admission_never_runs_under_the_users_lock(
 
     original, scans, users = redact.scan, [], [vault]
 
-    def watched(text: str, config: Any) -> Any:
+    def watched(text: str, config: Any, *rest: Any) -> Any:
         scans.append((text, any(_user_lock_held(v) for v in users)))
-        return original(text, config)
+        return original(text, config, *rest)
 
     monkeypatch.setattr(redact, "scan", watched)
     remember.add(vault, "Prefers window seats", "preference")

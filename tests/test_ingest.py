@@ -375,6 +375,35 @@ def test_add_refuses_a_secret_in_one_line_without_echoing_it(
     assert not (vault_dir / "default" / "alice").exists()  # nothing stored, not even a user
 
 
+def test_a_credential_assignment_is_stored_with_its_value_masked(
+        script_runner: ScriptRunner, vault: Vault, tmp_path: Path) -> None:
+    """A password written as an assignment is masked, not refused (SPEC §7: only the
+    critical kinds refuse): `mem add` stores the rest, the key name included, and an
+    ingest stores the message masked and reports the rule as redacted."""
+    value = "Xk9#mQ2$vL8pZr"
+    doc = mem_json(script_runner, "add", f'The staging DB_PASSWORD="{value}" rotates monthly',
+                   "--type", "fact")
+    assert doc["deduplicated"] is False
+    shown = mem_json(script_runner, "show", doc["memory_id"])
+    assert shown["content"] == 'The staging DB_PASSWORD="<REDACTED:SECRET>" rotates monthly'
+    env = "APP_ENV=prod\nPOSTGRES_PASSWORD=Tr0ub4dor-and-3\nPORT=8080"
+    path = tmp_path / "env.jsonl"
+    path.write_text(jsonl({"role": "user", "content": f"my .env is:\n{env}"},
+                          {"role": "assistant", "content": "the api_key: abcd-1234-efgh-5678 "
+                           "works; password=${DB_PASS} stays a variable"}))
+    report = mem_json(script_runner, "ingest", str(path), "--session", "env")
+    assert (report["messages_added"], report["withheld"]) == (2, 0)
+    assert {"rule": "credential-assignment", "count": 2, "action": "redacted"} in \
+        report["redactions"]
+    contents = sorted(r["content"] for r in session_records(script_runner, "env"))
+    assert contents[0] == ("my .env is:\nAPP_ENV=prod\nPOSTGRES_PASSWORD=<REDACTED:SECRET>\n"
+                           "PORT=8080")
+    assert "password=${DB_PASS}" in contents[1] and "abcd-1234" not in contents[1]
+    assert "the api_key: <REDACTED:SECRET> works" in contents[1]
+    for word in ("Tr0ub4dor", value):
+        assert search_hits(script_runner, word) == []
+
+
 def test_a_secret_cut_by_a_shortened_tool_line_is_not_stored_in_part(
         script_runner: ScriptRunner, vault: Vault, tmp_path: Path) -> None:
     """Tool input and output are shortened (200 / 500 characters) before redaction sees

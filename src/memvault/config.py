@@ -89,7 +89,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("brief_max_chars", "MEM_BRIEF_MAX_CHARS", int, 8000,
             "longest memory brief, in characters", 100, 1_000_000),
     Setting("redaction", "", dict, None,
-            "redaction rules: disable (rule ids), rules (extra rules), phone_region"),
+            "redaction rules: disable (rule ids), rules (extra rules), phone_region, "
+            "private_tags (tags whose text is never stored, besides <private>)"),
     Setting("compaction", "", dict, None,
             "compaction triggers and summariser (see COMPACTION and docs/compaction.md)"),
     Setting("mcp", "", dict, None,

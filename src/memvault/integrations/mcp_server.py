@@ -255,8 +255,8 @@ def build(vault: Vault, limits: budgets.Limits | None = None) -> Server:
     ) -> Annotated[CallToolResult, StoreOut]:
         """Remember one thing about the user for future sessions: a preference, a
         correction, a standing instruction or an important fact. Secrets are refused and
-        personal data is masked before anything is stored. Identical content is stored
-        once."""
+        personal data is masked before anything is stored; what the user marked
+        <private>...</private> is never stored. Identical content is stored once."""
         from memvault.ops.remember import add
 
         def body() -> CallToolResult:

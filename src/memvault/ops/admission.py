@@ -13,7 +13,11 @@ passes through here first, before any lock is taken or any file touched:
   stored. A single item (add, pref, an import) is refused whole; a transcript message
   holding one is withheld, or the whole transcript is refused when `strict`.
 - mask: personal data (emails, phone numbers, ...) becomes a typed placeholder such as
-  <REDACTED:EMAIL>.
+  <REDACTED:EMAIL>, and so does the value of a credential written as an assignment.
+- private: what the user wrapped in `<private>...</private>` (or a tag of
+  `redaction.private_tags`) becomes <REDACTED:PRIVATE> first, before the scan for
+  secrets, so nothing inside it is stored, counted as a secret, or refuses the rest
+  (text/private.py). A text that was nothing but private spans is not stored at all.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from memvault.text.sanitize import clean, has_control
 
 if TYPE_CHECKING:
     from memvault.text.redact import Redaction, RedactionConfig
+
+PRIVATE_RULE = "private"  # how the redaction report counts hidden private spans
 
 
 @dataclass
@@ -50,7 +56,7 @@ def redaction_config(doc: dict[str, Any], where: str) -> RedactionConfig:
     """The config file's `redaction:` mapping as rules (ConfigError when malformed)."""
     from memvault.text.redact import RedactionConfig, rule_from_config
 
-    unknown = sorted(set(doc) - {"disable", "rules", "phone_region"})
+    unknown = sorted(set(doc) - {"disable", "rules", "phone_region", "private_tags"})
     if unknown:
         raise ConfigError(f"unknown redaction setting {unknown[0]!r} in {where}")
     disable = doc.get("disable") or []
@@ -59,7 +65,21 @@ def redaction_config(doc: dict[str, Any], where: str) -> RedactionConfig:
         raise ConfigError(f"redaction.disable and redaction.rules must be lists in {where}")
     return RedactionConfig(disabled=frozenset(map(str, disable)),
                            extra=tuple(rule_from_config(r) for r in rules),
-                           phone_region=str(doc.get("phone_region") or "US"))
+                           phone_region=str(doc.get("phone_region") or "US"),
+                           private_tags=private_tags(doc.get("private_tags"), where))
+
+
+def private_tags(raw: Any, where: str) -> tuple[str, ...]:
+    """`private` and the config file's extra tag names (ConfigError when malformed): the
+    built-in tag cannot be taken away, so a config file can only widen what is private."""
+    from memvault.text.private import DEFAULT_TAGS, TAG_NAME_RE
+
+    raw = raw or []
+    if not isinstance(raw, list) or not all(
+            isinstance(t, str) and TAG_NAME_RE.fullmatch(t) for t in raw):
+        raise ConfigError(f"redaction.private_tags must be a list of tag names (a letter, "
+                          f"then up to 31 letters, digits, '_' or '-') in {where}")
+    return tuple(dict.fromkeys([*DEFAULT_TAGS, *(t.lower() for t in raw)]))
 
 
 ScreenKey = tuple[str, str | None, tuple[str, ...]]
@@ -95,14 +115,32 @@ class AdmissionPolicy:
         return self._config
 
     def _scan(self, text: str) -> Redaction:
-        """The one way text is admitted: cleaned of terminal controls, then scanned for
-        secrets and personal data (admit, admit_all and screen all come through here)."""
+        """The one way text is admitted: cleaned of terminal controls, copies of mem's own
+        brief left out, its private spans hidden, then scanned for secrets and personal
+        data (admit, admit_all and screen all come through here). Private spans go before
+        the scan: a secret inside one is never stored, so it must not refuse (or withhold)
+        what the user left outside it."""
         from memvault.text.frame import strip
-        from memvault.text.redact import scan
+        from memvault.text.private import hide
+        from memvault.text.redact import lowered, scan
 
         # A copy of mem's own brief (an agent's record of its session start) is no one's
         # words: stored, it would multiply and keep forgotten memories alive.
-        return scan(strip(clean(text)), self.config)
+        text = strip(clean(text))
+        lower = lowered(text)  # once, for both (the cost of a large text's scan)
+        hidden = hide(text, self.config.private_tags, lower)
+        result = scan(hidden.text, self.config, None if hidden.count else lower)
+        if hidden.count:
+            result.counts = {**result.counts, PRIVATE_RULE: hidden.count}
+            result.blank = hidden.blank
+        return result
+
+    def private(self, text: str) -> str:
+        """`text` with its private spans hidden, nothing else changed (what compaction
+        hands a summariser, in case a record was stored before its tags were hidden)."""
+        from memvault.text.private import hide
+
+        return hide(text, self.config.private_tags).text
 
     def admit(self, text: str, what: str = "the text") -> str:
         """One item: refused (Refused, exit 77, nothing stored) when it holds a secret;
@@ -111,6 +149,8 @@ class AdmissionPolicy:
         if not result.clean:
             rules = ", ".join(sorted(set(result.refused)))
             raise Refused(f"refused: {what} holds a secret ({rules}); nothing was stored")
+        if result.blank:
+            raise UsageError(f"nothing to store: all of {what} is marked private")
         return result.text
 
     def admit_key(self, key: str, error: type[MemError] = UsageError) -> str:
@@ -132,7 +172,7 @@ class AdmissionPolicy:
         results = [self._scan(text) for text in texts]
         if not all(r.clean for r in results):
             raise Refused(f"{what} holds a secret; nothing was imported")
-        return [r.text for r in results]
+        return [r.text for r in results]  # a record all private keeps its placeholder
 
     def screen(self, messages: Sequence[NewMessage], strict: bool = False) -> Screened:
         """Transcript messages, cleaned of terminal controls: each holding a secret is
@@ -153,8 +193,8 @@ class AdmissionPolicy:
                                   field="strict")
                 out.withheld += 1
                 continue
-            if not result.text.strip():
-                continue
+            if result.blank or not result.text.strip():
+                continue  # nothing but private spans, or nothing at all: not stored
             name = clean(message.name) if message.name else message.name
             out.kept.append(message.evolve(content=result.text, name=name))
         return out

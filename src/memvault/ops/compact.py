@@ -264,6 +264,9 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
         if records is None:
             out.problem("changed", "a session changed while it was planned; next run", 0)
             continue
+        # What the summariser reads is admitted again for private spans: a record stored
+        # before they were hidden must not pass them on into a summary.
+        records = [replace(r, content=policy.private(r.content)) for r in records]
         if dry_run:
             preview = None
             if show_text and is_builtin(cfg.summarizer):

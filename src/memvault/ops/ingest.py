@@ -557,12 +557,19 @@ def with_ids(vault: Vault, messages: list[NewMessage]) -> list[NewMessage]:
 
     Its time is then written as mem stores it, once here rather than in each of the
     plans (before and under the lock); a time that is not one is left for the plan to
-    report."""
+    report. What the user marked private is hidden from the hash too: the id must not
+    let whoever holds the key test a guess at it (a PIN is ten thousand guesses)."""
+    from memvault.ops.admission import private_tags
+    from memvault.text.private import hide
+
+    settings = vault.settings
+    tags = private_tags(settings.redaction.get("private_tags"), str(settings.config_path))
     out = []
     for m in messages:
         changes: dict[str, str] = {}
         if not m.message_id:
-            changes["message_id"] = vault.message_digest(m.role, m.created_at, m.content)
+            changes["message_id"] = vault.message_digest(m.role, m.created_at,
+                                                         hide(m.content, tags).text)
         if m.created_at:
             with suppress(UsageError):  # not a time: the plan says so
                 changes["created_at"] = normalise_time(m.created_at)

@@ -81,6 +81,11 @@ class Rule:
     "eyJeyJeyJ..." linear. group: the capture group that is the secret (None: the first
     group that took part, else the whole match). extend: widen a match that ends inside a
     token to the token's end (patterns that match only a token's prefix, like Stripe's).
+    accept: decides what a match is (for a detector that needs more than a regex): the
+    span of the secret in it, or None when it holds none (a placeholder, a variable).
+    locate: with accept, where a match may start, from an anchor's or prefilter's hit
+    (the start of the key an anchor is part of; -1: nowhere): the detector is tried
+    there alone, rather than at every position of a window around the hit.
     """
 
     id: str
@@ -98,6 +103,8 @@ class Rule:
     run: re.Pattern[str] | None = None
     group: int | None = None
     extend: bool = False
+    accept: Callable[[re.Match[str]], tuple[int, int] | None] | None = None
+    locate: Callable[[str, int], int] | None = None
 
     def __repr__(self) -> str:  # no pattern, no fixtures: a user pattern may hold a secret
         return f"Rule(id={self.id!r}, action={self.action!r}, type={self.type!r})"
@@ -150,28 +157,41 @@ class Rule:
             tuple[int, int]]:
         """Where this rule matches `text`: (start, end) of each secret, in order.
 
-        `lower` is _lower(text) when the caller has it (scan() lowers each text once)."""
+        `lower` is lowered(text) when the caller has it (scan() lowers each text once)."""
         if not isinstance(self.detector, re.Pattern):
             return sorted(self.detector(text, region))
         matches: Iterable[re.Match[str]]
-        if self.prefilter is not None:
-            matches = _in_windows(self.detector, self.needs, text,
-                                  _windows(text, self.prefilter.finditer(text), self.reach))
-        elif not self.anchors:
-            matches = self.detector.finditer(text)
+        found: Iterable[tuple[int, int]]
+        if self.accept is not None and self.locate is not None:
+            if self.prefilter is not None:
+                hits: Iterable[int] = (m.start() for m in self.prefilter.finditer(text))
+            else:  # every anchor, overlapping or not, found by str.find (memchr speed)
+                hay = text
+                if self.anchors_ignore_case:
+                    hay = lower if lower is not None else lowered(text)
+                hits = (at for anchor in self.anchors for at in _occurrences(hay, anchor))
+            starts = sorted({self.locate(text, at) for at in hits} - {-1})
+            found = _accepted(self.detector, self.accept, text, starts)
         else:
-            hay = text
-            if self.anchors_ignore_case:
-                hay = lower if lower is not None else _lower(text)
-            hits = self._anchor_hits(hay)
-            if self.run is not None:
-                matches = _run_starts(self.detector, self.run, text, hits)
+            if self.prefilter is not None:
+                matches = _in_windows(self.detector, self.needs, text, _windows(
+                    text, self.prefilter.finditer(text), self.reach))
+            elif not self.anchors:
+                matches = self.detector.finditer(text)
             else:
-                matches = _in_windows(self.detector, self.needs, text,
-                                      _windows(text, hits, self.reach))
+                hay = text
+                if self.anchors_ignore_case:
+                    hay = lower if lower is not None else lowered(text)
+                anchor_hits = self._anchor_hits(hay)
+                if self.run is not None:
+                    matches = _run_starts(self.detector, self.run, text, anchor_hits)
+                else:
+                    matches = _in_windows(self.detector, self.needs, text,
+                                          _windows(text, anchor_hits, self.reach))
+            found = (_secret_span(m, self.group) for m in matches)
         out: list[tuple[int, int]] = []
-        for m in matches:
-            start, end = _trim(text, *_secret_span(m, self.group))
+        for span in found:
+            start, end = _trim(text, *span)
             if start >= end:
                 continue
             if self.extend:
@@ -187,11 +207,14 @@ class Rule:
 @dataclass(frozen=True)
 class RedactionConfig:
     """disabled: ids of redact-class rules to skip (refuse rules cannot be disabled);
-    extra: user rules (see rule_from_config); phone_region: region for numbers without +."""
+    extra: user rules (see rule_from_config); phone_region: region for numbers without +;
+    private_tags: the tag names whose spans are hidden before any rule runs (the
+    admission policy hides them: text/private.py)."""
 
     disabled: frozenset[str] = frozenset()
     extra: tuple[Rule, ...] = ()
     phone_region: str = "US"
+    private_tags: tuple[str, ...] = ("private",)
 
 
 @dataclass(frozen=True)
@@ -211,6 +234,7 @@ class Redaction:
     refused: list[str]  # ids of refuse-class rules that matched: the text must not be stored
     counts: dict[str, int]  # rule id -> number of findings (both classes)
     findings: list[Finding] = field(default_factory=list)
+    blank: bool = False  # the text was nothing but spans marked private (ops/admission.py)
 
     @property
     def clean(self) -> bool:
@@ -222,7 +246,7 @@ class Redaction:
 # Matching helpers
 
 
-def _lower(text: str) -> str:
+def lowered(text: str) -> str:
     """Lower case with the same offsets (str.lower lengthens a few non-ASCII letters)."""
     lower = text.lower()
     if len(lower) == len(text):
@@ -278,6 +302,31 @@ def _in_windows(detector: re.Pattern[str], needs: re.Pattern[str] | None, text: 
     for ws, we in windows:
         if needs is None or needs.search(text, ws, we):
             yield from detector.finditer(text, ws, we)
+
+
+def _occurrences(hay: str, literal: str) -> Iterator[int]:
+    at = hay.find(literal)
+    while at != -1:
+        yield at
+        at = hay.find(literal, at + 1)
+
+
+def _accepted(detector: re.Pattern[str],
+              accept: Callable[[re.Match[str]], tuple[int, int] | None], text: str,
+              starts: list[int]) -> Iterator[tuple[int, int]]:
+    """The spans `accept` finds in the detector's matches at `starts` (each tried also
+    one character before, for a match that opens with "<": <password>...</password>)."""
+    end = 0
+    for start in starts:
+        if start < end:
+            continue
+        for at in (start, start - 1) if start and text[start - 1] == "<" else (start,):
+            m = detector.match(text, at)
+            span = accept(m) if m is not None else None
+            if span is not None:
+                end = m.end() if m is not None else end
+                yield span
+                break
 
 
 def _run_starts(detector: re.Pattern[str], run: re.Pattern[str], text: str,
@@ -518,6 +567,295 @@ def find_emails(text: str, region: str = "US") -> list[tuple[int, int]]:
             if not out or m.start() >= out[-1][1]:
                 out.append(m.span())
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Credentials written as assignments
+
+
+# KEY OP VALUE, as shell, .env, YAML, JSON, TOML, INI, Python, JS, Go, PHP, SQL, connection
+# strings and URL queries write it; or <key>value</key>. The key is a whole identifier
+# (possessive: never a tail of one), maybe quoted or in ["..."]; the value is quoted (to
+# its closing quote, escapes allowed) or bare (to a space or a separator: ; & , | < >).
+_ASSIGNMENT = re.compile(
+    r"(?<![\w$@])(?P<key>[$@]?[A-Za-z_][\w.-]{0,63}+)[\"'`]?\]?"
+    r"(?P<gap>[ \t]{0,3}(?:=>|->|:=|\?=|=(?![=~>])|:(?![:=/\\]))[ \t]{0,3})"
+    r"(?:\"(?P<dq>(?:[^\"\\\n]|\\.){0,256})\""
+    r"|'(?P<sq>(?:[^'\\\n]|\\.){0,256})'"
+    r"|`(?P<bq>[^`\\\n]{0,256})`"
+    r"|(?P<bare>[^\s\"'`\\;&,<>|]{1,256}))"
+    r"|<(?P<xkey>[A-Za-z_][\w.-]{0,63})>(?P<xml>[^<\n]{1,256})</(?P=xkey)>")
+# A key's words: DB_PASSWORD -> DB, PASSWORD; apiKey -> api, Key; x-api-key -> x, api, key.
+_KEY_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+# A credential's name ends with one of these (its last word, or words run together:
+# dbpassword, authtoken); the second group only as a last word of their own, "key" only
+# after a word that makes it one (api key, secret key, signing key...).
+_CRED_ENDINGS = ("password", "passwd", "passphrase", "passwort", "pwd", "secret", "token",
+                 "apikey", "accesskey", "secretkey", "privatekey", "authkey", "credential",
+                 "credentials", "creds")
+_CRED_WORDS = frozenset({"pass", "pw", "auth"})  # a bus pass: only as DB_PASS, PASS=
+_KEY_KINDS = frozenset({"api", "access", "secret", "private", "client", "auth", "signing",
+                        "encryption", "master", "service", "account", "app", "license",
+                        "consumer", "session", "webhook", "admin", "deploy", "db",
+                        "database", "storage", "subscription", "sas", "shared", "hmac"})
+# Names whose values are never asked to look random by the generic rule.
+_ID_WORDS = frozenset({
+    "id", "ids", "uuid", "guid", "hash", "sha", "sha1", "sha256", "sha512", "md5", "digest",
+    "checksum", "etag", "commit", "rev", "revision", "version", "integrity", "signature",
+    "sig", "fingerprint", "name", "title", "path", "file", "filename", "dir", "url", "uri",
+    "href", "src", "link", "model", "image", "tag", "ref", "branch", "type", "kind",
+    "label", "text", "content", "message", "query", "pattern", "regex", "format", "slug",
+    "class", "exc", "func", "meth", "attr", "mod", "obj", "data"})  # reST roles too
+# Values that stand for a secret rather than being one. Lower case.
+_PLACEHOLDER_WORDS = frozenset(
+    "none null nil undefined true false yes no on off empty string str bytes int bool any "
+    "unknown object password passwd pass pwd secret token key apikey changeme change_me "
+    "example sample test dummy fake placeholder redacted hidden masked required optional "
+    "todo tbd fixme n/a na value admin root guest default".split())
+_PLACEHOLDER_RE = re.compile(
+    r"(?i:your|my|the|some|enter|insert|replace)(?:[-_ ][A-Za-z_ -]*"  # your_token, my key
+    r"|(?i:password|passwd|pass|secret|token|api_?key|key)[A-Za-z_-]*)"  # yourpassword
+    r"|[A-Z]+\d*(?:_[A-Z]+\d*)+"  # DB_PASSWORD, YOUR_API_KEY_HERE: an env var's name
+    r"|(?=.*(?:pass|pwd|secret|token|key|auth|cred|here|example|value|change|dummy|fake"
+    r"|sample))[a-z]+(?:[-_][a-z]+)+"  # access-token-value (a passphrase stays a secret)
+    r"|[*xX.:\u2022\u2026#_-]+"  # ****, xxxx, ...
+    r"|(?i:[a-z_]*(?:pass|pwd|secret|token|key|auth)[a-z_]*\d{0,3})"  # challengePassword
+    r"|\d{1,5}|[£$€¥][\d.,]+|\d+[.,]\d+")  # counts, ports, limits, prices
+_TEMPLATE_RE = re.compile(r"^\$[A-Za-z_{(]|\$\{|\$\(|\{\{|\{%|^%\(\w+\)[sd]$|^%[sd]$"
+                          r"|\{\$|^\{.*\}$|^<.*>$|^\[|^\(|^%\w+%$|^@\w+@$|^!\w|^--?[a-z]|REDACTED")
+# A bare value that is code: a dotted name, a call, an index (config.password,
+# os.environ["X"], getenv(...)); each name a word, a CONSTANT, a snake_case or a
+# CamelCase name, never a run of random letters (icrJfJ6tCLaAV.f8VT6 is a password).
+_CODE_NAME = re.compile(r"_*[A-Za-z][A-Za-z0-9_]*")
+_CALL = re.compile(r"([\w.]+)[(\[].*")
+_PATH_RE = re.compile(r"(?:~|\.{1,2})?/[\w.@~+-]*/|[A-Za-z]:\\|[a-z][a-z0-9+.-]*://")
+_LETTERS = re.compile(r"[A-Za-z_]+")
+# What an assignment's line may start with for a bare word to be a literal (shell, .env).
+_SHELL_LEAD = re.compile(r"(?:^|[\n;&|(])[ \t]*(?:export[ \t]+|set[ \t]+|env[ \t]+|-e[ \t]+)?$")
+
+
+# What follows a credential's name in an assignment: the rest of the key, a closing quote
+# or bracket, an operator (or the > of <password>). Tried first at each anchor: most
+# anchors (keyboard, tokenizer.encode, "the token") are not followed by one.
+_KEY_THEN_OPERATOR = re.compile(r"[\w.-]{0,60}[\"'`]?\]?[ \t]{0,3}(?:[=:>]|->|\?=)")
+
+
+def _credential_key_start(text: str, i: int) -> int:
+    """_key_start for an anchor followed by an operator; -1 (tried nowhere) otherwise."""
+    return _key_start(text, i) if _KEY_THEN_OPERATOR.match(text, i) else -1
+
+
+def _key_start(text: str, i: int) -> int:
+    """Where the key that holds position `i` (an anchor) starts: back over the key's
+    characters (at most 64), a $ or @ sigil included, a leading -- or . left out."""
+    p, low = i, max(0, i - 64)
+    while p > low and (text[p - 1].isalnum() or text[p - 1] in "_.-"):
+        p -= 1
+    if p > 0 and text[p - 1] in "$@":
+        p -= 1
+    while p < i and text[p] in ".-":
+        p += 1
+    return p
+
+
+def _key_before(text: str, i: int) -> int:
+    """Where the key starts whose operator is at `i` (a prefilter's hit: =, : or >)."""
+    p, low = i, max(0, i - 12)
+    while p > low and text[p - 1] in " \t\"'`]:?-=":
+        p -= 1
+    return _key_start(text, p)
+
+
+def _key_words(key: str) -> list[str]:
+    return [w.lower() for w in _KEY_WORD.findall(key.lstrip("$@"))]
+
+
+def credential_name(key: str) -> bool:
+    """Whether a key names a credential by its last word: DB_PASSWORD, apiKey, x-api-key,
+    client_secret, AUTH_TOKEN; not password_hash, token_count, max_tokens, keyboard."""
+    words = _key_words(key)
+    while words and words[-1].isdigit():
+        words.pop()
+    if not words:
+        return False
+    last = words[-1]
+    if last.endswith(_CRED_ENDINGS):
+        return True
+    if last in _CRED_WORDS:
+        return len(words) > 1 or key.lstrip("$@").isupper()
+    return last == "key" and len(words) > 1 and words[-2] in _KEY_KINDS
+
+
+def _value(m: re.Match[str]) -> tuple[str, int, int, bool] | None:
+    """The assigned value, its span and whether it was quoted (an XML element's text
+    counts as quoted: it is a literal)."""
+    for group, quoted in (("dq", True), ("sq", True), ("bq", True), ("xml", True),
+                          ("bare", False)):
+        start = m.start(group)
+        if start != -1:
+            value = m.group(group)
+            if not quoted and not _TEMPLATE_RE.search(value):  # a call's ")" or a full stop
+                value = value.rstrip(")]}.:")
+            return value, start, start + len(value), quoted
+    return None
+
+
+# A word of a name: Phoenix, V2, JSONSerializer, 1923, jpg (in Phoenix.Socket.V2.JSONSerializer,
+# 1923_Smith_Family.jpg, Qwen2.5-7B-Instruct).
+_NAME_PART = re.compile(r"[A-Z]*[a-z]*\d{0,4}|[A-Z]+(?:[A-Z][a-z]+)+|(?:[A-Z][a-z]+)+\d{0,4}")
+_NAME_SEPARATORS = re.compile(r"[./:_-]")
+
+
+def _name_like(value: str) -> bool:
+    """Words joined by separators (a module path, a file or model name), not a token."""
+    parts = _NAME_SEPARATORS.split(value)
+    return len(parts) > 1 and all(_NAME_PART.fullmatch(p) for p in parts)
+
+
+def _placeholder(value: str) -> bool:
+    v = value.strip()
+    return (not v or v.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER_RE.fullmatch(v) is not None
+            or _TEMPLATE_RE.search(v) is not None or _PATH_RE.match(v) is not None)
+
+
+def _literal_word(m: re.Match[str]) -> bool:
+    """A bare word after `=` is a literal, not a variable, where a shell or a .env file
+    reads it: KEY=word with no spaces, the key in upper case or first on its line."""
+    after = m.string[m.end("bare"):m.end("bare") + 1]
+    if m.group("gap") != "=" or after not in ("", "\n", "\r", " ", "\t", ";", "&"):
+        return False  # (f(secret=match, ...): a keyword argument's variable)
+    key = m.group("key")
+    if key.isupper():
+        return True
+    return _SHELL_LEAD.search(m.string, max(0, m.start() - 200), m.start()) is not None
+
+
+# A key written in groups (ABCD-1234-EFGH-5678, a UUID), not a name (hmac-sha256-128-hex).
+_GROUPED_KEY = re.compile(r"(?=.*\d.*-.*\d)[A-Za-z0-9]{4,}(?:-[A-Za-z0-9]{4,}){2,}")
+_PASSWORD_ENDINGS = ("password", "passwd", "passphrase", "passwort", "pwd", "pass", "pw",
+                     "secret", "credential", "credentials", "creds")
+# Prose, not a password: a sentence's punctuation between words, or many words.
+_PROSE = re.compile(r"\S[,;.?!] |(?:\S+\s+){5}\S")
+
+
+def _credential_assignment(m: re.Match[str]) -> tuple[int, int] | None:
+    """The value assigned to a credential's name, unless it is a placeholder, a variable,
+    an expression, a type or prose: DB_PASSWORD="...", password: hunter2hunter2,
+    Password=...; A token's or key's value must look like one (not a plain word, not a
+    name such as hmac-sha256-128-hex) where a password may be any word but a placeholder."""
+    key = m.group("key") or m.group("xkey")
+    found = _value(m)
+    if found is None or not credential_name(key):
+        return None
+    value, start, end, quoted = found
+    if len(value) < 4 or _placeholder(value) or _PROSE.search(value) or value != value.strip():
+        return None  # (a value that starts or ends with a space is a concatenation's)
+    random = random_looking(value)
+    if not quoted and not random:
+        if _expression(value) or (m.group("gap").strip() == ":" and _type_name(value)):
+            return None
+        if _LETTERS.fullmatch(value) and not _literal_word(m):
+            return None
+    if not _key_words(key)[-1].endswith(_PASSWORD_ENDINGS) and not random:
+        if len(value) < 8 or _LETTERS.fullmatch(value) or (
+                _name_like(value) and not _GROUPED_KEY.fullmatch(value)):
+            return None
+    return start, end
+
+
+def _code_name(name: str) -> bool:
+    bare = name.strip("_")
+    return _CODE_NAME.fullmatch(name) is not None and (
+        bare.islower() or bare.isupper() or not _short_humps(bare))
+
+
+def _expression(value: str) -> bool:
+    """config.password, os.environ[..., getpass.getpass(): code, not a literal."""
+    call = _CALL.fullmatch(value)
+    names = (call.group(1) if call else value).split(".")
+    if not call and len(names) < 2:
+        return False
+    return all(names) and all(_code_name(n) for n in names)
+
+
+# A type's name: CamelCase words and acronyms (PKCS7PrivateKeyTypes, SecretStr), at most
+# one run of one or two letters (Ed25519PublicKey); a random BCrps51DIRSUb0 has more.
+_TYPE_HUMP = re.compile(r"[A-Z][a-z]{2,}|[A-Z]{2,}(?![a-z])|[A-Z][a-z]?(?![a-z])|\d+")
+
+
+def _type_name(value: str) -> bool:
+    """PKCS7PrivateKeyTypes, SecretStr, bytes: what an annotation names after a colon."""
+    if not value[:1].isupper():
+        return False
+    humps = _TYPE_HUMP.findall(value)
+    if "".join(humps) != value:
+        return False
+    return sum(1 for h in humps if not h.isdigit() and len(h) <= 2) <= 1
+
+
+def _short_humps(value: str) -> bool:
+    """Whether a value's runs of letters (split where a capital starts one, as in
+    FooBar or fooBAR) are short, as in a random token (q8Zt3LmN0vXa: q, Zt, Lm, N, v,
+    Xa): two in five at most two letters long, or three letters a run on average; unlike
+    words run together (ChaCha20Poly1305: Cha, Cha, Poly; Ed25519PublicKey: Ed, Public,
+    Key)."""
+    humps = _HUMP.findall(value)
+    if not humps:
+        return False
+    short = sum(len(h) <= 2 for h in humps) >= 0.4 * len(humps)
+    return short or sum(map(len, humps)) < 3 * len(humps)
+
+
+_HUMP = re.compile(r"[A-Z]+[a-z]*|[a-z]+")
+_SEGMENT = re.compile(r"[./]")
+
+
+def _entropy(value: str) -> float:
+    from collections import Counter
+    from math import log2
+
+    n = len(value)
+    return -sum(c / n * log2(c / n) for c in Counter(value).values())
+
+
+_HEXISH = re.compile(r"(?:0x)?[0-9a-fA-F-]+")
+_VALUE_CHAR = r"[A-Za-z0-9+/=_.~$!#%*@:-]"
+_TOKEN_VALUE = re.compile(_VALUE_CHAR + r"{20,256}")
+
+
+def random_looking(value: str) -> bool:
+    """Whether a value looks like a random secret rather than a word, a name or an id: 20+
+    characters of a token's alphabet with capitals, small letters and digits, not hex,
+    Shannon entropy >= 3.5 bits a character (gitleaks' generic-api-key threshold), and
+    letters, capitals and digits changing often (a third of neighbours, where random
+    base62 changes two of three and a name like Qwen2.5-7B-Instruct one of six), in
+    short runs of letters (see _short_humps: not ChaCha20Poly1305 nor SSLv23_METHOD)."""
+    if not _TOKEN_VALUE.fullmatch(value) or _HEXISH.fullmatch(value):
+        return False
+    if not (any(c.isupper() for c in value) and any(c.islower() for c in value)
+            and any(c.isdigit() for c in value)):
+        return False
+    if _PATH_RE.match(value) or _name_like(value) or _entropy(value) < 3.5:
+        return False
+    if not all(_short_humps(part) for part in _SEGMENT.split(value) if len(part) >= 12):
+        return False  # ed25519.Ed25519PublicKey: a module and a class
+    classes = ["u" if c.isupper() else "l" if c.islower() else "d" if c.isdigit() else "s"
+               for c in value]
+    changes = sum(a != b for a, b in zip(classes, classes[1:], strict=False))
+    return changes >= 0.3 * (len(value) - 1) and _short_humps(value)
+
+
+def _random_assignment(m: re.Match[str]) -> tuple[int, int] | None:
+    """A random-looking value assigned to any other key (session=..., "dsn": "...")."""
+    key = m.group("key") or m.group("xkey")
+    found = _value(m)
+    if found is None or credential_name(key):  # credential-assignment's to decide
+        return None
+    words = _key_words(key)
+    if words and words[-1] in _ID_WORDS:
+        return None
+    value, start, end, _ = found
+    return (start, end) if random_looking(value) else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -768,6 +1106,40 @@ def _build_table() -> tuple[Rule, ...]:
         ["https://example.com/a:b@c", "postgres://app:${DB_PASSWORD}@db/prod",
          "ssh://git@github.com/org/repo"],
         source, anchors=("://",), reach=(0, 512))
+    add("credential-assignment", "redact", "SECRET", _ASSIGNMENT,
+        ['DB_PASSWORD="Xk9#mQ2$vL8pZr"', "export PASSWORD=Xk9mQ2vL8pZr", "password: hunter2hunter2",
+         '{"api_key": "' + _cycle(_ALNUM, 32, 5) + '"}', "POSTGRES_PASSWORD=correcthorsebattery",
+         "Server=db;Database=app;User Id=sa;Password=Pa55w0rd!;",
+         "jdbc:mysql://db/app?user=app&password=s3cr3tpass", "clientSecret := \"a8f9Zk2Lq\"",
+         "'password' => 'hunter2hunter2'", "<password>hunter2hunter2</password>",
+         "--password=Xk9mQ2vL8pZr", "AUTH_TOKEN = '" + _cycle(_ALNUM, 24, 9) + "'"],
+        ["password=<your-password>", "PASSWORD=${PASSWORD}", "password=$DB_PASS",
+         'password = os.environ["PASSWORD"]', 'api_key = os.getenv("API_KEY")',
+         "password: str", "password = None", 'password = ""', "password: null",
+         "secret = true", 'password_hash = "abc123def"', "token_count = 12",
+         "the password: is it safe", "max_tokens: 4096", '"token": "the"',
+         "password: '********'", "api_key: YOUR_API_KEY", "password = password",
+         "PWD=/home/alice/proj", "password: {{ vault_password }}"],
+        f"mem, after {_GITLEAKS} generic-api-key and {_DS} KeywordDetector: a credential's "
+        "name (its last word) assigned a value that is not a placeholder, a variable, an "
+        "expression or a type; only the value is masked",
+        anchors=("pass", "pw", "secret", "token", "key", "auth", "cred"),
+        anchors_ignore_case=True, accept=_credential_assignment, locate=_credential_key_start)
+    add("random-assignment", "redact", "SECRET", _ASSIGNMENT,
+        ["session = q8Zt3LmN0vXa7RkP2sWy5BcE9hJd4GfU",
+         '{"dsn": "Xk2/9fQa+Lz7Wm3Rt8Yp0Nc5Vb1Hg4Js"}',
+         "SIGNED_COOKIE=aZ3kP9qL2mX7vB4nR8tY1wE6"],
+        ['commit = "' + _cycle(_HEX, 40) + '"', 'model: "Qwen2.5-7B-Instruct-GGUF"',
+         'id: "' + _cycle(_ALNUM, 32) + '"', 'path = "src/memvault/text/redact.py"',
+         "name = getUserAccountById", "request = 123e4567-e89b-12d3-a456-426614174000"],
+        f"mem, after {_GITLEAKS} generic-api-key: a random-looking value (20+ characters, "
+        "mixed case and digits, entropy >= 3.5 bits) assigned to any key but an id's, a "
+        "hash's, a name's or a path's",
+        prefilter=re.compile(r"[=:>][ \t]{0,4}[\"'`]?(?=" + _VALUE_CHAR + r"{20})"
+                             r"(?=" + _VALUE_CHAR + r"{0,255}?\d)"
+                             r"(?=" + _VALUE_CHAR + r"{0,255}?[A-Z])"
+                             r"(?=" + _VALUE_CHAR + r"{0,255}?[a-z])"),
+        accept=_random_assignment, locate=_key_before)
     pattern, source = _ds("SlackDetector", 0)
     add("slack-token", "redact", "API_KEY", pattern,
         ["xoxb-123456789012-1234567890123-" + _cycle(_LOWER_ALNUM, 24)],
@@ -1257,9 +1629,10 @@ def _gate(active: tuple[Rule, ...]) -> _Gate:
     return gate
 
 
-def _find(text: str, active: tuple[Rule, ...], region: str,
-          refuse_only: bool = False) -> list[tuple[int, int, Rule]]:
-    lower = _lower(text) if any(r.anchors_ignore_case for r in active) else None
+def _find(text: str, active: tuple[Rule, ...], region: str, refuse_only: bool = False,
+          lower: str | None = None) -> list[tuple[int, int, Rule]]:
+    if lower is None and any(r.anchors_ignore_case for r in active):
+        lower = lowered(text)
     found = []
     # Short texts (one message each, on the ingest path) first learn in one pass which
     # rules' anchors occur at all: most messages hold none, and spans() per rule costs
@@ -1278,8 +1651,10 @@ def _find(text: str, active: tuple[Rule, ...], region: str,
     return found
 
 
-def scan(text: str, config: RedactionConfig | None = None) -> Redaction:
+def scan(text: str, config: RedactionConfig | None = None,
+         lower: str | None = None) -> Redaction:
     """Find every rule's matches in `text` and in its JSON-unescaped forms; replace them.
+    `lower`: lowered(text), when the caller has it already (admission does).
 
     Forms scanned: the text, the decoded lines that hold JSON escapes (every rule) and,
     for JSON inside JSON, those lines decoded once more (refuse rules only: a critical
@@ -1290,8 +1665,8 @@ def scan(text: str, config: RedactionConfig | None = None) -> Redaction:
     region = config.phone_region
     hits: list[tuple[int, int, Rule]] = []
     if "\\" not in text or not _ESCAPE.search(text):
-        return _apply(text, _find(text, active, region))
-    for s, e, rule in _find(text, active, region):
+        return _apply(text, _find(text, active, region, lower=lower))
+    for s, e, rule in _find(text, active, region, lower=lower):
         s, e = _align(text, s, e)
         if s < e:
             hits.append((s, e, rule))

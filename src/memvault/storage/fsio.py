@@ -25,7 +25,8 @@ TMP_PREFIX = ".tmp-"
 
 def _storage_error(path: Path, exc: OSError) -> StorageError:
     reason = os.strerror(exc.errno) if exc.errno else str(exc)
-    return StorageError(f"cannot write {path}: {reason}; nothing was changed")
+    return StorageError(f"cannot write {path}: {reason}; nothing was changed",
+                        errno=exc.errno)
 
 
 def open_regular(path: Path, what: str | None = None) -> BinaryIO:

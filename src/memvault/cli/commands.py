@@ -162,7 +162,7 @@ def _moment(as_of: str | None, filters: "Filters") -> "datetime":
     """The moment a search is asked at: now, or `--as-of` (a bare date means the end of
     that day), after which records are left out."""
     import re
-    from datetime import datetime, timedelta
+    from datetime import UTC, datetime, timedelta
 
     from memvault.model.records import parse_time
 
@@ -171,7 +171,11 @@ def _moment(as_of: str | None, filters: "Filters") -> "datetime":
     moment = parse_time(as_of)
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", as_of.strip()):
         moment += timedelta(days=1, microseconds=-1)
-    cut = moment + timedelta(microseconds=1)
+    try:
+        cut = moment + timedelta(microseconds=1)
+        cut.astimezone(UTC)
+    except OverflowError:  # the last instant there is: nothing is later
+        return moment
     if filters.before is None or cut < filters.before:
         filters.before = cut
     return moment

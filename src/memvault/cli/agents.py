@@ -41,14 +41,13 @@ def ingest(
 ) -> None:
     """Store a transcript's messages: redacted, encrypted, searchable. Idempotent."""
     from memvault.ops import ingest as core
-    from memvault.ops.projects import resolve_project
 
     if format_ not in FORMATS:
         raise UsageError(f"unknown format {format_!r}: choose one of {', '.join(FORMATS)}")
     if (source is None) == (scan is None):
         raise UsageError("give a transcript (or -) or --scan DIR, not both")
     v = context.open_vault(vault, org, user, key_file)
-    tag = resolve_project(v, project)
+    tag = context.project(v, project)
     tags = (tag,) if tag else ()
     out = Output(json)
     if scan is not None:
@@ -107,7 +106,6 @@ def brief(
 ) -> None:
     """Print the memory brief an agent receives at session start."""
     from memvault.ops.brief import build
-    from memvault.ops.projects import resolve_project
 
     v = context.open_vault(vault, org, user, key_file)
     entries = max_entries if max_entries is not None else v.settings.values["brief_max_entries"]
@@ -116,7 +114,7 @@ def brief(
         raise UsageError("--max-entries must be at least 1 and --max-chars at least 100")
     out = Output(json)
     # A damaged document fails it (the hook skips it).
-    result = build(v, entries, chars, prefer_tag=resolve_project(v, project))
+    result = build(v, entries, chars, prefer_tag=context.project(v, project))
 
     def human(o: Output) -> None:
         if result.brief:

@@ -140,7 +140,7 @@ def search(
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """Search the user's memory, best matches first."""
-    from memvault.ops import projects, recall
+    from memvault.ops import recall
 
     if query == "-":
         query = context.stdin_text("the query")
@@ -148,7 +148,7 @@ def search(
                               include_archive, include_superseded, limit)
     now = _moment(as_of, filters)
     v = context.open_vault(vault, org, user, key_file)
-    prefer = projects.resolve_project(v, project) if project else None
+    prefer = context.project(v, project)
     result = recall.search_preferring(v, query or "", filters, prefer, now) if prefer \
         else recall.search(v, query or "", filters, now=now)
     doc = result.to_dict()

@@ -181,6 +181,14 @@ def test_project_auto_in_a_deleted_directory_answers_without_a_project(
         assert len(warning) == 1 and "no project is used" in warning[0], warning
 
 
+def test_a_project_scope_install_in_a_deleted_directory_is_one_line(tmp_path: Path) -> None:
+    result = in_gone_directory(tmp_path, "hooks", "install", "claude-code", "--scope",
+                               "project")
+    assert result.returncode == 66
+    line = one_error_line(result.stderr.decode())
+    assert "current directory" in line
+
+
 def test_the_mcp_server_starts_in_a_deleted_directory(vault: Vault, tmp_path: Path) -> None:
     pytest.importorskip("mcp", reason="the optional extra memvault[mcp] is not installed")
     remember.add(vault, FACT, "fact")

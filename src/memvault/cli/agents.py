@@ -9,7 +9,7 @@ import typer
 from memvault.cli import context
 from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, ProjectOpt, UserOpt, VaultOpt
 from memvault.cli.output import Output
-from memvault.errors import ConfigError, UsageError
+from memvault.errors import ConfigError, NotFound, UsageError
 
 FORMATS = ("auto", "claude-code", "codex", "gemini", "jsonl")
 
@@ -182,6 +182,7 @@ def hooks_install(
 ) -> None:
     """Add mem's session-start and session-end hooks (idempotent, with a backup)."""
     module = _integration(agent)
+    _check_scope(scope)
     result = module.install(module.settings_path(scope, settings), scope, mcp)
 
     def human(o: Output) -> None:
@@ -205,9 +206,23 @@ def hooks_uninstall(
 ) -> None:
     """Remove mem's hooks (and with --mcp its server), leaving everything else as it was."""
     module = _integration(agent)
+    _check_scope(scope)
     result = module.uninstall(module.settings_path(scope, settings), scope, mcp)
     Output(json).data(result, lambda o: o.info(
         f"hooks {'removed from' if result.changed else 'were not in'} {result.settings}"))
+
+
+def _check_scope(scope: str) -> None:
+    """The project scope edits files in the current directory: one that is gone (or
+    cannot be named) is one line, not a crash."""
+    if scope == "project":
+        import os
+
+        try:
+            os.getcwd()
+        except OSError as exc:
+            raise NotFound(f"the current directory cannot be used ({exc.strerror}): "
+                           "run this in the project's directory") from None
 
 
 def _integration(agent: str) -> Any:

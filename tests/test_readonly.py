@@ -52,8 +52,9 @@ def _works(argv: list[str]) -> bool:
 class Frozen:
     """A copy of a seeded vault that takes no writes, and `mem` run against it."""
 
-    def __init__(self, mode: str, source: Path, config: Path) -> None:
+    def __init__(self, mode: str, source: Path, config: Path, **extra: str) -> None:
         self.mode = mode
+        self.extra = extra
         self.base = Path(tempfile.mkdtemp(prefix="mem-frozen-"))
         self.vault = self.base / "vault"
         self.config = self.base / "config"
@@ -84,7 +85,8 @@ class Frozen:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MEM_", "XDG_"))}
         env.update(MEM_VAULT=str(self.vault), MEM_CONFIG_DIR=str(self.config),
                    MEM_USER="alice", MEM_LOG_DIR=str(self.base / "log"),
-                   HOME=str(self.base / "home"), MEM_LOCK_TIMEOUT="2", NO_COLOR="1")
+                   HOME=str(self.base / "home"), MEM_LOCK_TIMEOUT="2", NO_COLOR="1",
+                   **self.extra)
         return env
 
     def run(self, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
@@ -226,6 +228,28 @@ def test_the_session_start_hook_and_the_mcp_read_tools_answer(frozen: Frozen) ->
         server.stdin.close()
         server.wait(timeout=30)
     assert frozen.snapshot() == before
+
+
+def test_a_vault_of_the_previous_release_reads_as_it_is(
+        modes: dict[str, str | None], tmp_path: Path) -> None:
+    """Its users' states are of an older format: counted in memory, never saved."""
+    if modes["erofs"]:
+        pytest.skip(modes["erofs"])
+    previous = Path(__file__).resolve().parent / "fixtures" / "previous-release" / "vault"
+    (tmp_path / "no-config").mkdir()
+    copy = Frozen("erofs", previous, tmp_path / "no-config",
+                  MEM_MASTER_KEY="AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=")
+    try:
+        before = copy.snapshot()
+        stats = ok_json(copy.run("stats", "--json"))
+        assert (stats["records"], stats["active"], stats["superseded"]) == (7, 6, 1)
+        brief = ok_json(copy.run("brief", "--json"))["entries"]
+        assert not any("billing team" in e["content"] for e in brief)  # superseded
+        found = ok_json(copy.run("search", "staging database password", "--json"))
+        assert found["results"][0]["session_id"] == "s-2026-03-01"
+        assert copy.snapshot() == before
+    finally:
+        copy.remove()
 
 
 @pytest.mark.parametrize("args", [

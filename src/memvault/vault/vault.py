@@ -88,7 +88,7 @@ class Vault:
                 if not exc.refused:
                     raise
                 # A vault that takes no writes is read as it is: each user's state is
-                # upgraded in memory by the read that needs it.
+                # counted in memory by the read that needs it (state()).
             self.meta = read_meta(self.root)
 
     @property
@@ -137,7 +137,9 @@ class Vault:
             if not exc.refused:
                 raise
             # A vault that takes no writes is read as it is (verify reports what is
-            # left to finish).
+            # left to finish), an older state counted in memory only.
+            if not state.counted:
+                migrations.recount(self.store, state)
         return state
 
     def locked_state(self) -> UserState:

@@ -10,6 +10,7 @@ hook still gives the brief.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import UTC, timedelta, timezone
@@ -250,6 +251,17 @@ def test_session_start_gives_the_brief_whatever_the_cwd(
     assert answer is not None, kind
     context = json.loads(answer)["hookSpecificOutput"]["additionalContext"]
     assert "British English" in context
+
+
+def test_a_directory_named_in_bytes_that_are_not_utf8_is_a_project(
+        vault: Vault, tmp_path: Path) -> None:
+    remember.add(vault, "Always answer in British English", "instruction")
+    named = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9")
+    os.mkdir(named)
+    assert working_project(vault, named) is not None
+    answer = claude_code.handle(resolve, json.dumps(
+        {"hook_event_name": "SessionStart", "session_id": "s1", "cwd": named}))
+    assert answer is not None and "British English" in answer
 
 
 def test_a_usable_directory_is_still_a_project(vault: Vault, tmp_path: Path) -> None:

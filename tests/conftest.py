@@ -56,19 +56,27 @@ def home_environment(home: Path) -> dict[str, str]:
             "XDG_DATA_DIRS": str(home / "usr-share")}
 
 
-SENTINEL_HOME = Path(tempfile.mkdtemp(prefix="mem-test-home-"))
+# Named in the environment, not kept in this module: test modules import it both as
+# `conftest` and as `tests.conftest`, two module objects.
+SENTINEL_VARIABLE = "MEMTEST_SENTINEL_HOME"
+
+
+def sentinel_home() -> Path:
+    return Path(os.environ[SENTINEL_VARIABLE])
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Before anything is collected, in this process and (inherited) in every worker and
     child: the run's sentinel home, never the real one."""
-    os.environ.update(home_environment(SENTINEL_HOME))
+    sentinel = Path(tempfile.mkdtemp(prefix="mem-test-home-"))
+    os.environ[SENTINEL_VARIABLE] = str(sentinel)
+    os.environ.update(home_environment(sentinel))
     for name in AGENT_VARIABLES:
         os.environ.pop(name, None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    shutil.rmtree(SENTINEL_HOME, ignore_errors=True)  # what no test session checked
+    shutil.rmtree(sentinel_home(), ignore_errors=True)  # what no test session checked
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -87,8 +95,9 @@ def real_home_untouched() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(subprocess.Popen, "__init__", checked)
         yield
-    leaked = sorted(str(p.relative_to(SENTINEL_HOME)) for p in SENTINEL_HOME.rglob("*"))
-    shutil.rmtree(SENTINEL_HOME, ignore_errors=True)
+    sentinel = sentinel_home()
+    leaked = sorted(str(p.relative_to(sentinel)) for p in sentinel.rglob("*"))
+    shutil.rmtree(sentinel, ignore_errors=True)
     assert not leaked, f"written outside a test's own home: {leaked[:20]}"
 
 

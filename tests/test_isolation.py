@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pytest_console_scripts import ScriptRunner
 
-from tests.conftest import SENTINEL_HOME, mem
+from tests.conftest import mem, sentinel_home
 
 
 @pytest.mark.script_launch_mode("both")
@@ -29,7 +29,8 @@ def test_every_run_of_mem_has_the_tests_own_home(
     shown = json.loads(mem(script_runner, "config", "show", "--json").stdout)
     assert shown["config_file"] == str(home / ".config" / "mem" / "config.yaml")
     assert shown["settings"]["vault"]["value"] == str(home / ".local" / "share" / "mem")
-    assert not list(SENTINEL_HOME.rglob("*"))
+    assert sentinel_home().is_dir() and not list(sentinel_home().rglob("*"))
+    assert str(sentinel_home()) not in os.environ["HOME"]
 
 
 def test_every_home_variable_points_into_the_test(tmp_path: Path) -> None:

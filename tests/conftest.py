@@ -1,5 +1,12 @@
 """Every test is sealed: no MEM_* from the caller, vault and config under tmp_path, no colour.
 
+No test touches the home of whoever runs the suite. Each test gets a home of its own
+(HOME and every XDG_* directory platformdirs reads, under tmp_path); whatever runs outside
+a test (collection, module fixtures) and every process the run starts has a sentinel home
+made for the run, which must still be empty when the run ends; and a process started with
+an environment of its own must name a home in it (else it would find the real one in
+the password database).
+
 The `mem` helper runs the command line in-process by default (pytest-console-scripts'
 inprocess mode); tests that check exit codes and the stdout/stderr split of the real
 installed script mark themselves `@pytest.mark.script_launch_mode("subprocess")`.
@@ -9,7 +16,10 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,16 +40,76 @@ hypothesis_settings.register_profile("dev", deadline=None)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+# Where platformdirs (and the agents mem installs into) look for a home or its parts.
+HOME_VARIABLES = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME",
+                  "XDG_RUNTIME_DIR", "XDG_CONFIG_DIRS", "XDG_DATA_DIRS")
+AGENT_VARIABLES = ("CLAUDE_CONFIG_DIR", "CODEX_HOME")
+
+
+def home_environment(home: Path) -> dict[str, str]:
+    """HOME and every XDG directory, all under `home`."""
+    return {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_DATA_HOME": str(home / ".local" / "share"),
+            "XDG_STATE_HOME": str(home / ".local" / "state"),
+            "XDG_CACHE_HOME": str(home / ".cache"), "XDG_RUNTIME_DIR": str(home / "run"),
+            "XDG_CONFIG_DIRS": str(home / "etc-xdg"),
+            "XDG_DATA_DIRS": str(home / "usr-share")}
+
+
+# Named in the environment, not kept in this module: test modules import it both as
+# `conftest` and as `tests.conftest`, two module objects.
+SENTINEL_VARIABLE = "MEMTEST_SENTINEL_HOME"
+
+
+def sentinel_home() -> Path:
+    return Path(os.environ[SENTINEL_VARIABLE])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before anything is collected, in this process and (inherited) in every worker and
+    child: the run's sentinel home, never the real one."""
+    sentinel = Path(tempfile.mkdtemp(prefix="mem-test-home-"))
+    os.environ[SENTINEL_VARIABLE] = str(sentinel)
+    os.environ.update(home_environment(sentinel))
+    for name in AGENT_VARIABLES:
+        os.environ.pop(name, None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(sentinel_home(), ignore_errors=True)  # what no test session checked
+
+
+@pytest.fixture(scope="session", autouse=True)
+def real_home_untouched() -> Iterator[None]:
+    """Fail the run when anything reached a home outside a test's own: the sentinel
+    must stay empty, and a child given an environment must be given a home in it."""
+    original = subprocess.Popen.__init__
+
+    def checked(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
+        env = kwargs.get("env")
+        if env is not None and "HOME" not in env:
+            raise AssertionError("a child process was started with an environment without "
+                                 "HOME: it would write into the real home")
+        original(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess.Popen, "__init__", checked)
+        yield
+    sentinel = sentinel_home()
+    leaked = sorted(str(p.relative_to(sentinel)) for p in sentinel.rglob("*"))
+    shutil.rmtree(sentinel, ignore_errors=True)
+    assert not leaked, f"written outside a test's own home: {leaked[:20]}"
+
+
 @pytest.fixture(autouse=True)
 def sealed_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in list(os.environ):
-        if name.startswith("MEM_"):
+        if name.startswith("MEM_") or name in AGENT_VARIABLES:
             monkeypatch.delenv(name)
     home = tmp_path / "home"
     home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    for name, value in home_environment(home).items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("MEM_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("MEM_VAULT", str(tmp_path / "vault"))
     monkeypatch.setenv("MEM_USER", "alice")

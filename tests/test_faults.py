@@ -202,10 +202,10 @@ main()
 """
 
 
-def test_full_disk_through_the_cli_is_one_line_exit_1(seeded, vault_dir):
+def test_full_disk_through_the_cli_is_one_line_exit_74(seeded, vault_dir):
     before = user_files(vault_dir)
     result = run_child(CHILD_ENOSPC, "add", "zanzibarnospace fact")
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 74, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr
     assert ENOSPC_TEXT in lines[0] and "CLAUDE.md" in lines[0]

@@ -9,6 +9,7 @@ which command to run).
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 EX_OK = 0
@@ -16,6 +17,7 @@ EX_FAILURE = 1
 EX_USAGE = 2
 EX_DATAERR = 65
 EX_NOINPUT = 66
+EX_IOERR = 74
 EX_TEMPFAIL = 75
 EX_NOPERM = 77
 EX_CONFIG = 78
@@ -82,6 +84,14 @@ class PassphraseNeeded(ConfigError):
 
 
 class StorageError(MemError):
-    """The filesystem refused a write (full disk, read-only). Nothing was changed."""
+    """The filesystem refused a write (full disk, read-only, no permission). Nothing was
+    changed. `details["errno"]` is the OS's error number, when there is one."""
 
-    exit_code = EX_FAILURE
+    exit_code = EX_IOERR
+
+    @property
+    def refused(self) -> bool:
+        """The filesystem will not take writes here at all (mounted read-only, or not
+        ours to write), as opposed to a write that failed (a full disk): a reader can
+        then work from a copy elsewhere."""
+        return self.details.get("errno") in (errno.EROFS, errno.EACCES, errno.EPERM)

@@ -9,7 +9,7 @@ import typer
 from memvault.cli import context
 from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, ProjectOpt, UserOpt, VaultOpt
 from memvault.cli.output import Output
-from memvault.errors import ConfigError, UsageError
+from memvault.errors import ConfigError, NotFound, UsageError
 
 FORMATS = ("auto", "claude-code", "codex", "gemini", "jsonl")
 
@@ -41,14 +41,13 @@ def ingest(
 ) -> None:
     """Store a transcript's messages: redacted, encrypted, searchable. Idempotent."""
     from memvault.ops import ingest as core
-    from memvault.ops.projects import resolve_project
 
     if format_ not in FORMATS:
         raise UsageError(f"unknown format {format_!r}: choose one of {', '.join(FORMATS)}")
     if (source is None) == (scan is None):
         raise UsageError("give a transcript (or -) or --scan DIR, not both")
     v = context.open_vault(vault, org, user, key_file)
-    tag = resolve_project(v, project)
+    tag = context.project(v, project)
     tags = (tag,) if tag else ()
     out = Output(json)
     if scan is not None:
@@ -107,7 +106,6 @@ def brief(
 ) -> None:
     """Print the memory brief an agent receives at session start."""
     from memvault.ops.brief import build
-    from memvault.ops.projects import resolve_project
 
     v = context.open_vault(vault, org, user, key_file)
     entries = max_entries if max_entries is not None else v.settings.values["brief_max_entries"]
@@ -116,7 +114,7 @@ def brief(
         raise UsageError("--max-entries must be at least 1 and --max-chars at least 100")
     out = Output(json)
     # A damaged document fails it (the hook skips it).
-    result = build(v, entries, chars, prefer_tag=resolve_project(v, project))
+    result = build(v, entries, chars, prefer_tag=context.project(v, project))
 
     def human(o: Output) -> None:
         if result.brief:
@@ -184,6 +182,7 @@ def hooks_install(
 ) -> None:
     """Add mem's session-start and session-end hooks (idempotent, with a backup)."""
     module = _integration(agent)
+    _check_scope(scope)
     result = module.install(module.settings_path(scope, settings), scope, mcp)
 
     def human(o: Output) -> None:
@@ -210,9 +209,23 @@ def hooks_uninstall(
 ) -> None:
     """Remove mem's hooks (and with --mcp its server), leaving everything else as it was."""
     module = _integration(agent)
+    _check_scope(scope)
     result = module.uninstall(module.settings_path(scope, settings), scope, mcp)
     Output(json).data(result, lambda o: o.info(
         f"hooks {'removed from' if result.changed else 'were not in'} {result.settings}"))
+
+
+def _check_scope(scope: str) -> None:
+    """The project scope edits files in the current directory: one that is gone (or
+    cannot be named) is one line, not a crash."""
+    if scope == "project":
+        import os
+
+        try:
+            os.getcwd()
+        except OSError as exc:
+            raise NotFound(f"the current directory cannot be used ({exc.strerror}): "
+                           "run this in the project's directory") from None
 
 
 def _integration(agent: str) -> Any:

@@ -143,7 +143,7 @@ def search(
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """Search the user's memory, best matches first."""
-    from memvault.ops import projects, recall
+    from memvault.ops import recall
 
     if query == "-":
         query = context.stdin_text("the query")
@@ -151,7 +151,7 @@ def search(
                               include_archive, include_superseded, limit)
     now = _moment(as_of, filters)
     v = context.open_vault(vault, org, user, key_file)
-    prefer = projects.resolve_project(v, project) if project else None
+    prefer = context.project(v, project)
     result = recall.search_preferring(v, query or "", filters, prefer, now) if prefer \
         else recall.search(v, query or "", filters, now=now)
     doc = result.to_dict()
@@ -165,7 +165,7 @@ def _moment(as_of: str | None, filters: "Filters") -> "datetime":
     """The moment a search is asked at: now, or `--as-of` (a bare date means the end of
     that day), after which records are left out."""
     import re
-    from datetime import datetime, timedelta
+    from datetime import UTC, datetime, timedelta
 
     from memvault.model.records import parse_time
 
@@ -174,7 +174,11 @@ def _moment(as_of: str | None, filters: "Filters") -> "datetime":
     moment = parse_time(as_of)
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", as_of.strip()):
         moment += timedelta(days=1, microseconds=-1)
-    cut = moment + timedelta(microseconds=1)
+    try:
+        cut = moment + timedelta(microseconds=1)
+        cut.astimezone(UTC)
+    except OverflowError:  # the last instant there is: nothing is later
+        return moment
     if filters.before is None or cut < filters.before:
         filters.before = cut
     return moment

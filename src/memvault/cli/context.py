@@ -55,6 +55,19 @@ def filters(types: list[str] | None, categories: list[str] | None, tags: list[st
     )
 
 
+def project(vault: Vault, value: str | None) -> str | None:
+    """The project a command puts first (or tags with): `--project auto` in a working
+    directory that is gone or unusable works without one, and says so."""
+    from memvault.ops.projects import resolve_project
+
+    tag = resolve_project(vault, value)
+    if value == "auto" and tag is None:
+        from memvault.cli.output import Output
+
+        Output().warn("the current directory is gone or unusable: no project is used")
+    return tag
+
+
 def stdin_text(what: str) -> str:
     """Text given as `-`, read from stdin: what the user stores stays out of argv, where
     any local user can read it with `ps` while mem waits for the lock or the key.

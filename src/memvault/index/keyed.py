@@ -540,10 +540,11 @@ class SearchIndex:
             # ValueError naming the OS error: a storage error, one line, not a crash.
             if isinstance(exc, OSError) or (isinstance(exc, ValueError)
                                             and "os error" in str(exc).lower()):
-                reason = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno \
-                    else _os_reason(str(exc))
+                number = exc.errno if isinstance(exc, OSError) else _os_errno(str(exc))
+                reason = os.strerror(number) if number else _os_reason(str(exc))
                 raise StorageError(f"cannot write the search index of {self.path.parent.name}"
-                                   f": {reason}; the vault itself is unchanged") from None
+                                   f": {reason}; the vault itself is unchanged",
+                                   errno=number) from None
             raise
         shutil.rmtree(old, ignore_errors=True)
         with contextlib.suppress(OSError):
@@ -722,6 +723,12 @@ def _damaged(exc: BaseException) -> bool:
     """Whether Tantivy failed on a damaged index: it raises ValueError or OSError, or
     panics, which pyo3 raises as PanicException, a BaseException."""
     return isinstance(exc, ValueError | OSError) or type(exc).__name__ == "PanicException"
+
+
+def _os_errno(message: str) -> int | None:
+    """The OS error number in a Tantivy IO error ("... (os error 30) ..."), if any."""
+    found = re.search(r"os error (\d+)|code: (\d+)", message)
+    return int(found.group(1) or found.group(2)) if found else None
 
 
 def _os_reason(message: str) -> str:

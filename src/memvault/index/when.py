@@ -91,7 +91,19 @@ def resolve(text: str, now: datetime) -> list[Window]:
         for match in pattern.finditer(text):
             with contextlib.suppress(OverflowError, ValueError):  # before year 1
                 found(match)
-    return windows
+    return [w for w in windows if _in_range(w)]
+
+
+def _in_range(window: Window) -> bool:
+    """Whether a window's ends have timestamps: a window at the edge of the calendar
+    (yesterday, as of 0001-01-01 at +14:00) falls outside what UTC holds, and is left
+    out."""
+    try:
+        window.start.timestamp()
+        window.end.timestamp()
+    except (OverflowError, ValueError):
+        return False
+    return True
 
 
 def _count(word: str) -> int:

@@ -228,13 +228,14 @@ def handle(agent: Agent, settings_factory: Any, stdin: str | bytes) -> str | Non
 def _session_start(agent: Agent, settings: Settings, event: str,
                    session: str | None, cwd: str | None) -> str | None:
     from memvault.ops.brief import build
-    from memvault.ops.projects import project_tag
+    from memvault.ops.projects import working_project
     from memvault.vault.vault import Vault
 
     skipped: list[str] = []
     vault = Vault(settings, actor=actor(agent.name, event))
-    # The session's project first: its git work tree, keyed (never the path).
-    prefer = project_tag(vault, cwd) if cwd else None
+    # The session's project first: its git work tree, keyed (never the path). A cwd that
+    # names no directory (deleted, too long, a NUL) gives the brief without a project.
+    prefer = working_project(vault, cwd) if cwd else None
     # The hook's limit bounds the brief itself, so the brief chooses what gives way (a
     # summariser's entries before the user's own), not a cut of its last lines.
     from memvault.text import frame as framing

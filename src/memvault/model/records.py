@@ -52,12 +52,22 @@ def now_iso() -> str:
 
 
 def parse_time(value: str) -> datetime:
-    """Parse ISO-8601 (a bare date means midnight UTC); naive times are taken as UTC."""
+    """Parse ISO-8601 (a bare date means midnight UTC); naive times are taken as UTC.
+
+    UsageError for anything else, and for a time UTC cannot hold (year 1 at +01:00,
+    9999-12-31T23:00-14:00): every caller compares it or takes its timestamp, in UTC."""
     try:
         dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"invalid date or time {value!r}: use ISO-8601, e.g. 2026-05-01") from None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    except (ValueError, TypeError):
+        raise UsageError(f"invalid date or time {value!r}: use ISO-8601, "
+                         "e.g. 2026-05-01") from None
+    dt = dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    try:
+        dt.astimezone(UTC)
+    except OverflowError:
+        raise UsageError(f"date or time {value!r} is out of range: in UTC it falls before "
+                         "year 1 or after 9999") from None
+    return dt
 
 
 @functools.lru_cache(maxsize=4096)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from memvault.errors import UsageError
 from memvault.vault.vault import Vault
 
 PREFIX = "project:"
@@ -20,11 +21,14 @@ PREFIX = "project:"
 
 def root_of(directory: Path) -> Path:
     """The git work tree holding `directory`, else `directory` (resolved, so that a link
-    and its target are one project)."""
+    and its target are one project). A parent that cannot be looked into is passed."""
     start = Path(os.path.realpath(directory))
     for candidate in (start, *start.parents):
-        if (candidate / ".git").exists():
-            return candidate
+        try:
+            os.lstat(candidate / ".git")
+        except OSError:
+            continue
+        return candidate
     return start
 
 
@@ -33,8 +37,28 @@ def project_tag(vault: Vault, directory: Path | str) -> str:
     return PREFIX + vault.path_mark(b"project\0" + os.fsencode(root))[:16]
 
 
+def working_project(vault: Vault, directory: Path | str | None = None) -> str | None:
+    """The project of a working directory (this process's own when None), or None when
+    there is no usable one: a directory deleted since, one too long to name (PATH_MAX),
+    holding a NUL, or not a directory at all. Whoever asks then works without a project:
+    a hook still gives its brief, a server still starts, a search still answers."""
+    try:
+        where = os.getcwd() if directory is None else directory
+        if not os.path.isdir(where):
+            return None
+        return project_tag(vault, where)
+    except (OSError, ValueError):
+        return None
+
+
 def resolve_project(vault: Vault, value: str | None) -> str | None:
-    """`auto` (the current directory), a directory, or None (no project preferred)."""
+    """`auto` (the current directory: None when it has none, see working_project), a
+    directory, or None (no project preferred)."""
     if value is None or value == "none":
         return None
-    return project_tag(vault, Path.cwd() if value == "auto" else Path(value))
+    if value == "auto":
+        return working_project(vault)
+    try:
+        return project_tag(vault, Path(value))
+    except ValueError:  # a NUL in it
+        raise UsageError(f"{value!r} is not a directory path", field="project") from None

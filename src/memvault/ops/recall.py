@@ -44,8 +44,7 @@ def _run(vault: Vault, text: str, filters: Filters, state: UserState,
             stale, hits, records, total = True, [], {}, 0
         if not stale or attempt == 2:
             break
-        with vault.lock():  # derived data: no write to the memory
-            vault.rebuild_indexes(vault.locked_state())
+        vault.reindex_for_reading()
     pairs = [(h, records[h.memory_id]) for h in hits if h.memory_id in records]
     return pairs, stems, total
 

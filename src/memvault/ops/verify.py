@@ -60,7 +60,10 @@ class _Digests:
         if not self.pending:
             return
         if self.file is None:
-            self.file = tempfile.TemporaryFile(dir=self.where)
+            try:
+                self.file = tempfile.TemporaryFile(dir=self.where)
+            except OSError:  # a vault that takes no writes (mounted read-only)
+                self.file = tempfile.TemporaryFile()
         offset = self.file.seek(0, os.SEEK_END)
         array("Q", sorted(self.pending)).tofile(self.file)
         self.runs.append((offset, len(self.pending)))

@@ -25,7 +25,8 @@ TMP_PREFIX = ".tmp-"
 
 def _storage_error(path: Path, exc: OSError) -> StorageError:
     reason = os.strerror(exc.errno) if exc.errno else str(exc)
-    return StorageError(f"cannot write {path}: {reason}; nothing was changed")
+    return StorageError(f"cannot write {path}: {reason}; nothing was changed",
+                        errno=exc.errno)
 
 
 def open_regular(path: Path, what: str | None = None) -> BinaryIO:
@@ -134,13 +135,20 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 @contextlib.contextmanager
 def output_writer(path: Path) -> Iterator[BinaryIO]:
-    """Stream a file the user asked for (an export, in plaintext) into place.
+    """Stream a file the user asked for (an export, in plaintext) to what `path` names.
 
-    A pipe, a terminal or a device (`-o /dev/stdout`, a FIFO) is written to as it is,
-    never replaced. A file is written 0600 to an unnamed temporary file (O_TMPFILE) and
-    linked into place only once complete and fsynced: a kill at any instant leaves no
-    partial plaintext under any name. Where O_TMPFILE is not supported, a named 0600
-    temp file beside it, removed on any error, is the fallback.
+    What the path is decides, never its spelling (`/dev/stdout` is a link, and so is
+    `/proc/self/fd/1`):
+    - the file this process's stdout or stderr already writes to (`/dev/stdout`,
+      `/dev/fd/1`, or that file by its own name) is written through that descriptor, so
+      that `> file` and `>> file` do what the shell says;
+    - anything else that is not a regular file (a pipe, a terminal, a device, a socket),
+      named directly or through links, is written into as it is, never replaced;
+    - a directory is refused;
+    - a new name, or a regular file, gets the output as a new 0600 file, written
+      unnamed (O_TMPFILE) and linked into place only once complete and fsynced: a kill
+      at any instant leaves no partial plaintext under any name. A symbolic link is
+      followed: the file it names is replaced, and the link stays a link.
     """
     try:
         st: os.stat_result | None = os.stat(path)
@@ -150,14 +158,39 @@ def output_writer(path: Path) -> Iterator[BinaryIO]:
         raise _storage_error(path, exc) from exc
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise StorageError(f"cannot write {path}: it is a directory; nothing was changed")
-    if st is not None and not stat.S_ISREG(st.st_mode):
+    own = next((fd for fd in (1, 2) if st is not None and _same_file(fd, st)), None)
+    if own is not None:
+        with os.fdopen(os.dup(own), "wb") as fh:
+            yield fh
+        return
+    target = Path(os.path.realpath(path))
+    if st is not None and not (stat.S_ISREG(st.st_mode) and _same_file(target, st)):
+        # Not a file, or a file that only a descriptor names (/proc/self/fd/N of a file
+        # since deleted): written into; there is no name to put a new file under.
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
+            fd = os.open(path, os.O_WRONLY | os.O_NOCTTY
+                         | (os.O_TRUNC if stat.S_ISREG(st.st_mode) else 0))
         except OSError as exc:
             raise _storage_error(path, exc) from exc
         with os.fdopen(fd, "wb") as fh:
             yield fh
         return
+    with _file_writer(target) as fh:
+        yield fh
+
+
+def _same_file(where: int | Path, st: os.stat_result) -> bool:
+    """Whether a descriptor or a path is the file `st` describes."""
+    try:
+        return os.path.samestat(os.fstat(where) if isinstance(where, int) else os.stat(where),
+                                st)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _file_writer(path: Path) -> Iterator[BinaryIO]:
+    """A new 0600 file at `path` (replacing a file there), in place once complete."""
     try:
         fd = os.open(path.parent, os.O_TMPFILE | os.O_WRONLY, FILE_MODE)
     except (AttributeError, OSError):  # not Linux, or a filesystem without it

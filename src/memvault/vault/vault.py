@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from memvault.config import Settings
 from memvault.crypto import envelope
 from memvault.crypto.keys import MasterKey, index_key
-from memvault.errors import DataError, NotFound, Refused
-from memvault.index.base import DerivedIndex, Entry, IndexUnavailable, file_entries
+from memvault.errors import DataError, NotFound, Refused, StorageError
+from memvault.index.base import STAMP_FILE, DerivedIndex, Entry, IndexUnavailable, file_entries
 from memvault.model.location import Location
 from memvault.model.records import DOC_FILES, Record, now_iso
 from memvault.storage import fsio
@@ -82,8 +83,15 @@ class Vault:
         self.reads = ReadLog(self.layout.reads_path, self.layout.reads_lock_path,
                              self.store.meta_key, settings.lock_timeout)
         self._search: tuple[int, SearchIndex] | None = None
+        self._scratch: Path | None = None  # an index outside a vault that takes no writes
         if migrations.pending(self.meta):
-            migrations.apply(self.root, self.master, settings.lock_timeout, self.actor)
+            try:
+                migrations.apply(self.root, self.master, settings.lock_timeout, self.actor)
+            except StorageError as exc:
+                if not exc.refused:
+                    raise
+                # A vault that takes no writes is read as it is: each user's state is
+                # counted in memory by the read that needs it (state()).
             self.meta = read_meta(self.root)
 
     @property
@@ -118,15 +126,23 @@ class Vault:
             state = self.store.load_state()
         except FileNotFoundError:
             return UserState()
-        if not state.counted:
-            with self.lock():
-                state = self.locked_state()
-                migrations.upgrade_user(self.store, state, self.audit)
-        if state.compacting is not None:
-            # A compaction step was killed half way: finish (or undo) it before anything
-            # is read, so no reader sees both the originals and their summary.
-            with self.transaction(allow_frozen=True) as tx:
-                state = tx.state
+        try:
+            if not state.counted:
+                with self.lock():
+                    state = self.locked_state()
+                    migrations.upgrade_user(self.store, state, self.audit)
+            if state.compacting is not None:
+                # A compaction step was killed half way: finish (or undo) it before
+                # anything is read, so no reader sees both the originals and their summary.
+                with self.transaction(allow_frozen=True) as tx:
+                    state = tx.state
+        except StorageError as exc:
+            if not exc.refused:
+                raise
+            # A vault that takes no writes is read as it is (verify reports what is
+            # left to finish), an older state counted in memory only.
+            if not state.counted:
+                migrations.recount(self.store, state)
         return state
 
     def locked_state(self) -> UserState:
@@ -190,14 +206,50 @@ class Vault:
 
     def ready_index(self, state: UserState | None = None) -> SearchIndex:
         """The search index, rebuilt first (under the lock) when missing, corrupt or stale."""
-        epoch = (state or self.state()).key_version
-        index = self.search_index(epoch)
-        if not index.is_current():
+        index = self.search_index((state or self.state()).key_version)
+        return index if index.is_current() else self.reindex_for_reading(stale=False)
+
+    def reindex_for_reading(self, stale: bool = True) -> SearchIndex:
+        """Rebuild the index for a reader that found it missing or corrupt (or, `stale`,
+        pointing at records that moved): under the lock, derived data only, no write to
+        the memory. A vault that takes no writes (a backup mounted read-only, files not
+        ours to write) is read through an index outside it instead (_scratch_index)."""
+        try:
             with self.lock():
                 state = self.locked_state()
                 index = self.search_index(state.key_version)
-                if not index.is_current():
+                if stale or not index.is_current():
                     self.rebuild_indexes(state)
+                return index
+        except StorageError as exc:
+            if not exc.refused:
+                raise
+        return self._scratch_index(self.state(), fresh=stale)
+
+    def _scratch_index(self, state: UserState, fresh: bool) -> SearchIndex:
+        """The index of a vault that takes no writes, in a private temporary directory
+        removed at exit: a copy of the vault's index when that one claims to be current
+        (Tantivy cannot open an index in a read-only place), else built from the vault.
+        It holds what the vault's index holds (keyed terms, sealed locations), never
+        plaintext. Every later read of this process uses it."""
+        import atexit
+        import shutil
+        import tempfile
+
+        from memvault.index.keyed import SearchIndex
+
+        epoch = state.key_version
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="mem-index-"))  # 0700
+            atexit.register(shutil.rmtree, self._scratch, True)
+        target = self._scratch / f"index-{epoch}"
+        index = SearchIndex(target, index_key(self.store.dek(epoch)))
+        source = self.layout.index_dir
+        if not fresh and not target.exists() and (source / STAMP_FILE).is_file():
+            _copy_files(source, target)
+        if fresh or not index.is_current():
+            index.rebuild(self.entries(state))
+        self._search = (epoch, index)
         return index
 
     # --- reading records by id --------------------------------------------------------
@@ -222,8 +274,7 @@ class Vault:
                 if not stale:
                     return found
             if attempt == 1 and stale:
-                with self.lock():
-                    self.rebuild_indexes(self.locked_state())
+                self.reindex_for_reading()
         return found
 
     def read_located(self, located: dict[str, Location], state: UserState
@@ -260,7 +311,7 @@ class Vault:
         does not grow the vault. `every`: a rare read audited each time (export, verify).
         Best effort: a read-only or full disk must not stop reading."""
         if self.exists():
-            from memvault.errors import Busy, StorageError
+            from memvault.errors import Busy
 
             def append() -> None:
                 self.audit.append(op, ids=ids, durable=False, **detail)
@@ -574,3 +625,23 @@ class Transaction:
             for index in indexes:
                 with contextlib.suppress(Exception):
                     index.mark_stale()
+
+
+def _copy_files(source: Path, target: Path) -> None:
+    """Copy the regular files of a directory (an index) into a new private one; anything
+    else in it (a link, a FIFO) is left out. A file that cannot be read ends the copy
+    early: the copy then does not open, and is built instead."""
+    import shutil
+
+    fsio.ensure_dir(target)
+    try:
+        for entry in sorted(source.iterdir()):
+            if entry.is_symlink() or not entry.is_file():
+                continue
+            with fsio.open_regular(entry) as src:
+                fd = os.open(target / entry.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                             fsio.FILE_MODE)
+                with os.fdopen(fd, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+    except (OSError, DataError):
+        return

@@ -9,8 +9,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-BENCHES = ["startup", "retrieval", "longmemeval", "search", "redact", "lifecycle", "ingest",
-           "scan", "scale", "compact", "agents"]
+BENCHES = ["startup", "retrieval", "longmemeval", "search", "redact", "sanitize", "lifecycle",
+           "ingest", "scan", "scale", "compact", "agents"]
 
 
 def main(argv: list[str]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -141,24 +140,18 @@ def test_json_for_terminal_escapes_c1_and_del_and_keeps_the_value() -> None:
     assert inert(safe) and json.loads(safe) == doc and "é" in safe
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("hostile", [
-    "\x1b[" + "1;" * 5_000_000,              # one endless CSI
-    "\x1b]" * 5_000_000,                     # string starts, never terminated
-    "\x1b]0;" + "a" * 10_000_000,            # one endless OSC
-    "\x1b" * 10_000_000,                     # lone escapes
-    ("\x1b[1" + "a" * 8) * 1_000_000,        # CSIs cut short, text between
-    "\x9b\x1b\x90\x07\r" * 2_000_000,        # every kind of start, back to back
+    "\x1b[" + "1;" * 500_000,                # one endless CSI
+    "\x1b]" * 500_000,                       # string starts, never terminated
+    "\x1b]0;" + "a" * 1_000_000,             # one endless OSC
+    "\x1b" * 1_000_000,                      # lone escapes
+    ("\x1b[1" + "a" * 8) * 100_000,          # CSIs cut short, text between
+    "\x9b\x1b\x90\x07\r" * 200_000,         # every kind of start, back to back
 ], ids=["csi", "osc-starts", "osc", "esc", "cut-csi", "mixed"])
-def test_clean_is_linear_on_10_mb_of_hostile_input(hostile: str) -> None:
-    """A backtracking or rescanning pattern would take hours here; a linear pass takes
-    a second or two (the bound leaves room for a loaded machine)."""
-    start = time.perf_counter()
-    once = clean(hostile)
-    shown = for_terminal(hostile)
-    elapsed = time.perf_counter() - start
-    assert inert(once) and inert(shown)
-    assert elapsed < 20, f"{elapsed:.1f} s for {len(hostile) / 1e6:.0f} MB"
+def test_clean_leaves_nothing_live_in_a_megabyte_of_hostile_input(hostile: str) -> None:
+    """Nothing survives as a control, whatever the shape. That the pass is linear in the
+    size is measured by bench/bench_sanitize.py (1 MB against 10 MB), not timed here."""
+    assert inert(clean(hostile)) and inert(for_terminal(hostile))
 
 
 # --- the admission policy: every way in -----------------------------------------------------

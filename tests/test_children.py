@@ -23,6 +23,7 @@ from memvault.model.records import NewMessage
 from memvault.ops import compact, ingest
 from memvault.vault.keysource import load_master_key
 from memvault.vault.vault import Vault
+from tests.test_hostile import dead
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "memvault"
 # What a summariser may see (docs/security.md), and LC_*.
@@ -63,15 +64,6 @@ def executable(path: Path, body: str) -> str:
     path.write_text("#!" + sys.executable + "\n" + textwrap.dedent(body))
     path.chmod(0o700)
     return str(path)
-
-
-def dead(pid: int) -> bool:
-    """Gone, or a zombie no one of ours will reap."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state in ("Z", "X")
 
 
 def pids_in(path: Path) -> list[int]:

@@ -6,6 +6,7 @@ the same thing working, so that it cannot pass by seeing nothing."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -199,6 +200,27 @@ def test_destroy_finishes_on_a_damaged_user(script_runner: ScriptRunner, vault: 
     assert entry["op"] == "user.destroy" and entry["audit_id"] == doc["audit_id"]
     assert entry["detail"]["user"] == "alice"
     assert files_of(user_dir(vault_dir, "bob")) == bob
+
+
+def test_destroy_finishes_when_a_file_appears_while_the_tree_is_removed(
+        vault: Vault, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An index merge still running, or a concurrent read's bookkeeping (which takes no
+    user lock), may add a file while the user's tree is removed: destroy removes it too."""
+    populate(vault)
+    user_dir = vault.layout.dir
+    real = shutil.rmtree
+    calls: list[Path] = []
+
+    def racing(path: Any, *args: Any, **kwargs: Any) -> None:
+        calls.append(Path(path))
+        if len(calls) == 1:  # what rmtree meets when a writer slips a file in meanwhile
+            (user_dir / "reads.json").write_text("{}")
+            raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), str(path))
+        real(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", racing)
+    admin.destroy(fresh(), "alice")
+    assert not user_dir.exists() and len(calls) == 2
 
 
 @pytest.mark.parametrize("state", ["counted", "format-1"])

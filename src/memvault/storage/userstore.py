@@ -8,6 +8,7 @@ knows nothing of indexes or audit: the vault's transaction calls it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -538,7 +539,15 @@ class UserStore:
         self._deks.clear()
         self._record_keys.clear()
         try:
-            shutil.rmtree(self.layout.dir)
+            # A file can appear while the tree is removed (an index merge still running, a
+            # concurrent read's bookkeeping, which takes no user lock): remove it too.
+            for attempt in range(5):
+                try:
+                    shutil.rmtree(self.layout.dir)
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.ENOTEMPTY or attempt == 4:
+                        raise
             fsio.fsync_dir(self.layout.dir.parent)
         except FileNotFoundError:
             pass

@@ -86,7 +86,7 @@ def check_date_answer(result: Any) -> None:
 
 @pytest.mark.parametrize(("command", "query", "flag"), FLAGS,
                          ids=[f"{c}{f}" for c, _, f in FLAGS])
-@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=DATES)
 @example(value="9999-12-31")
 @example(value="0001-01-01T00:00:00+14:00")

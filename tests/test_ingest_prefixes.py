@@ -113,7 +113,7 @@ def cuts(source: Path, name: str) -> list[int]:
     """Byte offsets to cut at: line ends, inside a line, and inside a character."""
     data = source.read_bytes()
     ends = [i + 1 for i, b in enumerate(data) if b == ord("\n")]
-    samples = SAMPLES if len(data) < 1 << 20 else SAMPLES // 2  # a large one costs more
+    samples = SAMPLES if len(data) < 1 << 20 else SAMPLES // 4  # a large one costs more
     picked = ends if len(ends) <= EVERY_LINE else ends[:: max(1, len(ends) // samples)]
     picked = sorted({*picked, *(ends[n - 1] for n in AT_LINES.get(name, []))})
     inside = [end - 20 for end in picked[1::2]]  # inside the line after a line end

@@ -105,6 +105,14 @@ def actor(agent: str, event: str) -> str:
     return f"hook:{agent}:{event}"
 
 
+def frame_room() -> int:
+    """How much of the hook's output limit the brief itself may take: the limit less the
+    frame's tags and preamble (the same length for every nonce)."""
+    from memvault.text import frame as framing
+
+    return MAX_CONTEXT_CHARS - len(framing.render("", "0" * framing.NONCE_HEX))
+
+
 def frame(brief: str) -> str:
     """The brief as the agent receives it: inside mem's frame (text/frame.py), whose
     tags carry a nonce drawn for this brief alone, marked as reference data, not
@@ -114,7 +122,7 @@ def frame(brief: str) -> str:
     from memvault.text import frame as framing
 
     nonce = secrets.token_hex(framing.NONCE_HEX // 2)
-    room = MAX_CONTEXT_CHARS - len(framing.render("", nonce))
+    room = frame_room()
     body = framing.neutralise(brief.rstrip("\n"))  # first: the cut measures what is shown
     if len(body) > room:
         cut = body[: room - len(CUT_NOTE)]
@@ -238,10 +246,7 @@ def _session_start(agent: Agent, settings: Settings, event: str,
     prefer = working_project(vault, cwd) if cwd else None
     # The hook's limit bounds the brief itself, so the brief chooses what gives way (a
     # summariser's entries before the user's own), not a cut of its last lines.
-    from memvault.text import frame as framing
-
-    overhead = len(framing.render("", "0" * framing.NONCE_HEX))  # the tags and preamble
-    room = MAX_CONTEXT_CHARS - overhead - len(CUT_NOTE)
+    room = frame_room() - len(CUT_NOTE)
     wanted, most = int(settings.values["brief_max_chars"]), settings.values["brief_max_entries"]
     brief = build(vault, most, min(wanted, room), skipped.append, prefer)
     for problem in skipped:  # file names, ids and reasons: never content

@@ -151,6 +151,15 @@ class TestKeyedTermIndex(DerivedIndexContract):
         assert [mine.doc(a).get_first("id") for _, a in mine.search(flagged, 10).hits] == \
             sorted(superseded)
 
+    def test_an_open_index_sees_what_another_writer_committed(self, tmp_path: Path) -> None:
+        """A long-lived reader (the MCP server) finds what a hook stored after it opened."""
+        reader = SearchIndex(tmp_path / "index", self.key)
+        reader.rebuild(session_entries(["first words"]))
+        assert reader.searcher().num_docs == 1
+        writer = SearchIndex(tmp_path / "index", self.key)
+        writer.apply(session_entries(["second words"], session="s2"), [])
+        assert reader.searcher().num_docs == 2
+
     def test_a_rebuild_leaves_no_term_of_what_it_dropped(self, tmp_path: Path) -> None:
         """Deleted Tantivy documents keep their terms until a merge: a rebuild must not."""
         index = SearchIndex(tmp_path / "index", os.urandom(32))

@@ -340,6 +340,9 @@ class SearchIndex:
             raise IndexUnavailable("index built by another format")
         try:
             self._index = tantivy.Index.open(str(self.path))
+            # Reload by hand (searcher()): the default policy keeps a thread watching the
+            # folder, which takes a lock file in it, even while a rebuild removes it.
+            self._index.config_reader("Manual")
             self._index.searcher()
         except BaseException as exc:
             self._index = None
@@ -558,7 +561,11 @@ class SearchIndex:
     # --- queries ------------------------------------------------------------------------
 
     def searcher(self) -> Any:
-        return self.open().searcher()
+        """A snapshot of the latest commit, this process's or another's (a long-lived
+        server sees what a hook stored since)."""
+        index = self.open()
+        index.reload()
+        return index.searcher()
 
     def doc_freqs(self, stems: Sequence[str]) -> tuple[dict[str, int], int]:
         """How many documents hold each stem (by its keyed term), and how many there are:

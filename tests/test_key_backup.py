@@ -8,7 +8,9 @@ import json
 import os
 import pty
 import select
+import shutil
 import stat
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -275,6 +277,42 @@ def test_keyring_source_end_to_end(tmp_path, monkeypatch, script_runner, file_ke
     found = script_runner.run([MEM, "search", "rooibos", "--json"])  # config selects it
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout)["results"][0]["content"] == "Prefers rooibos tea"
+
+
+SECRET_SERVICE_SCRIPT = """
+eval "$(printf test-login | gnome-keyring-daemon --unlock --components=secrets)"
+"$MEM" init --keyring >/dev/null 2>init.err; echo "init=$?"
+"$MEM" add "Prefers oolong tea" --type preference >/dev/null; echo "add=$?"
+"$MEM" search oolong --json >found.json; echo "search=$?"
+"$PY" -c "import secretstorage as s; s.get_default_collection(s.dbus_init()).lock()"
+"$MEM" search oolong 2>locked.err; echo "locked=$?"
+"""
+
+
+@pytest.mark.skipif(not (shutil.which("dbus-run-session") and
+                         shutil.which("gnome-keyring-daemon")),
+                    reason="needs dbus-run-session and gnome-keyring-daemon (.ci/run "
+                    "installs them)")
+def test_keyring_source_on_a_real_secret_service(tmp_path):
+    """GNOME Keyring on a private D-Bus session, as on a Linux desktop: the key goes in
+    and comes out in new processes, and a locked keyring is one line, exit 78."""
+    home = tmp_path / "home"
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    env = {"PATH": os.environ["PATH"], **home_environment(home), "XDG_RUNTIME_DIR": str(run),
+           "MEM_CONFIG_DIR": str(tmp_path / "config"), "MEM_VAULT": str(tmp_path / "vault"),
+           "MEM_USER": "alice", "NO_COLOR": "1", "MEM": MEM, "PY": sys.executable,
+           "PYTHON_KEYRING_BACKEND": "keyring.backends.SecretService.Keyring"}
+    (tmp_path / "steps.sh").write_text(SECRET_SERVICE_SCRIPT)
+    done = subprocess.run(["dbus-run-session", "--", "bash", "steps.sh"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    steps = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    assert steps == {"init": "0", "add": "0", "search": "0", "locked": str(EX_CONFIG)}, \
+        (done.stdout, done.stderr, (tmp_path / "init.err").read_text())
+    found = json.loads((tmp_path / "found.json").read_text())
+    assert found["results"][0]["content"] == "Prefers oolong tea"
+    assert not (tmp_path / "config" / "master.key").exists()
+    assert "keyring is locked" in one_error_line((tmp_path / "locked.err").read_text())
 
 
 def test_keyring_entries_of_two_vaults_do_not_collide(tmp_path, monkeypatch, file_keyring):

@@ -183,6 +183,27 @@ def test_backup_never_overwrites_a_file_without_force(
     assert json.loads(backup.read_text())["format"] == "mem-passphrase-key/1"
 
 
+def test_the_documented_reader_opens_a_backup(tmp_path, vault, passphrase_file):
+    """docs/vault-format.md's reader, run as it is written there: the format is enough to
+    get the key back without mem."""
+    import re
+
+    from memvault.crypto.envelope import key_check_value
+
+    doc = (Path(__file__).parent.parent / "docs" / "vault-format.md").read_text()
+    section = doc[doc.index("### Key backup"):doc.index("### OS keyring entry")]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert code is not None
+    namespace: dict[str, object] = {}
+    exec(code.group(1), namespace)  # noqa: S102 - the document's own example
+    backup = tmp_path / "backup"
+    ops_keys.backup_key(vault, backup, PASSPHRASE)
+    key = namespace["open_backup"](backup.read_text(), PASSPHRASE)  # type: ignore[operator]
+    assert key == vault.master.key
+    assert key_check_value(key) == json.loads((vault.root / "vault.json").read_text())[
+        "key_check"]
+
+
 def test_backup_status_tells_a_backup_of_another_key(vault, vault_dir):
     settings = resolve()
     meta = json.loads((vault_dir / "vault.json").read_text())

@@ -228,7 +228,7 @@ def _keyring_call(what: str, call: Callable[[Any], Any]) -> Any:
     except keyring.errors.KeyringLocked:
         raise ConfigError("the OS keyring is locked", hint="keyring-locked") from None
     except Exception as exc:  # noqa: BLE001 - a backend's own errors (D-Bus, Keychain)
-        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        detail = " ".join(str(exc).split())[:200].rstrip(".") or type(exc).__name__
         raise ConfigError(f"the OS keyring failed to {what}: {detail}",
                           hint="keyring-failed") from None
 

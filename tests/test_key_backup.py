@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from memvault.config import resolve
-from memvault.errors import EX_CONFIG, EX_NOINPUT, EX_NOPERM, EX_USAGE
+from memvault.errors import EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_NOPERM, EX_USAGE
 from memvault.ops import keys as ops_keys
 from memvault.vault import keysource
 from tests.conftest import home_environment, mem, one_error_line
@@ -128,6 +128,10 @@ def test_wrong_passphrase_exits_77_and_writes_nothing(
     result = mem(script_runner, "key", "restore", str(backup), "--passphrase-file", str(wrong))
     assert result.returncode == EX_NOPERM
     assert "wrong passphrase" in one_error_line(result.stderr)
+    torn = tmp_path / "torn"
+    torn.write_text(backup.read_text()[:100])  # a backup cut short is bad input: 65
+    result = mem(script_runner, "key", "restore", str(torn), "--passphrase-file", str(wrong))
+    assert result.returncode == EX_DATAERR, result.stderr
     assert not keysource.default_key_path().exists()
     assert files(home) == {}
 

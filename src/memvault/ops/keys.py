@@ -139,27 +139,38 @@ def restore_key(settings: Settings, backup: Path,
                 passphrase: str | None = None) -> KeyRestoreResult:
     """Put the master key in `backup` back where the vault's key is looked for (the key
     file --key-file, MEM_KEY_FILE or the config file names, else the default one; or the
-    OS keyring when it is the selected source). Nothing is written unless the key opens
-    this vault (Refused), and an existing different key is never replaced (Refused).
-    PassphraseNeeded when the backup is wrapped and no passphrase is given."""
-    from memvault.crypto import envelope
-    from memvault.crypto.keys import decode_key, is_passphrase_file, open_with_passphrase
-    from memvault.errors import (
-        ConfigError,
-        DataError,
-        NotFound,
-        PassphraseNeeded,
-        Refused,
-    )
-    from memvault.storage import fsio
-    from memvault.vault import keysource
+    OS keyring when it is the selected source). PassphraseNeeded when the backup is
+    wrapped and no passphrase is given."""
+    from memvault.crypto.envelope import key_check_value
+    from memvault.errors import NotFound, Refused
+    from memvault.vault.keysource import key_source
     from memvault.vault.vault import read_meta
 
     root = settings.vault
     try:
-        meta = read_meta(root)
+        meta = read_meta(root)  # the vault the key must open
     except NotFound as exc:  # a new vault would have a new key: never the backup's
         raise NotFound(exc.message, hint="vault-path") from None
+    key = read_backup(backup, passphrase)
+    # Checked before anything is written: a key that opens another vault goes nowhere.
+    if key_check_value(key) != meta["key_check"]:
+        raise Refused(f"backup {backup} holds the key of another vault, not of the vault "
+                      f"at {root}; nothing was written")
+    target = key_source(settings, writable=True)
+    if target.kind == "keyring":
+        return _into_keyring(settings, key)
+    assert target.path is not None  # a writable source is the keyring or a file
+    return _into_key_file(settings, target.path, key)
+
+
+def read_backup(backup: Path, passphrase: str | None) -> bytes:
+    """The master key in a backup (a passphrase-wrapped key file, or a copy of a plain
+    one): PassphraseNeeded, Refused for a wrong passphrase, DataError for a malformed
+    file, NotFound."""
+    from memvault.crypto.keys import decode_key, is_passphrase_file, open_with_passphrase
+    from memvault.errors import ConfigError, DataError, NotFound, PassphraseNeeded
+    from memvault.storage import fsio
+
     where = f"backup {backup}"
     try:
         text = fsio.read_regular(backup, where, BACKUP_LIMIT).decode()
@@ -167,43 +178,49 @@ def restore_key(settings: Settings, backup: Path,
         raise NotFound(f"no file at {backup}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read {where}: {exc}") from None
+    if not is_passphrase_file(text):
+        passphrase = None
+    elif passphrase is None:
+        raise PassphraseNeeded(f"{where} is passphrase-protected", hint="passphrase",
+                               path=str(backup))
     try:
-        if is_passphrase_file(text):
-            if passphrase is None:
-                raise PassphraseNeeded(f"{where} is passphrase-protected", hint="passphrase",
-                                       path=str(backup))
-            key = open_with_passphrase(where, text, passphrase)
-        else:  # a copy of a plain key file is a backup too
-            key = decode_key(text, where)
-    except PassphraseNeeded:
-        raise
+        if passphrase is None:
+            return decode_key(text, where)
+        return open_with_passphrase(where, text, passphrase)
     except ConfigError as exc:  # malformed: an input file, not the configuration
         raise DataError(exc.message) from None
-    if envelope.key_check_value(key) != meta["key_check"]:
-        raise Refused(f"{where} holds the key of another vault, not of the vault at {root}; "
-                      "nothing was written")
-    target = keysource.restore_target(settings)
-    config_file = None
-    if target.kind == "keyring":
-        held = keysource.keyring_key(meta["key_check"])
-        master = keysource.store_in_keyring(key)
-        config_file = select_keyring(settings)
-        return KeyRestoreResult(str(root), master.source, None, held is None, config_file)
-    path = target.path or keysource.default_key_path()
+
+
+def _into_keyring(settings: Settings, key: bytes) -> KeyRestoreResult:
+    from memvault.crypto.envelope import key_check_value
+    from memvault.vault.keysource import keyring_key, store_in_keyring
+
+    held = keyring_key(key_check_value(key))
+    master = store_in_keyring(key)  # Refused when the entry holds another key
+    return KeyRestoreResult(str(settings.vault), master.source, None, held is None,
+                            select_keyring(settings))
+
+
+def _into_key_file(settings: Settings, path: Path, key: bytes) -> KeyRestoreResult:
+    """A new key file, or none when `path` holds this key already; any other file there
+    is never replaced (Refused)."""
+    from memvault.errors import ConfigError, Refused
+    from memvault.vault.keysource import read_key_file, write_key_file
+
+    root = str(settings.vault)
     if os.path.lexists(path):
         try:
-            held_key = keysource.read_key_file(path)
+            held = read_key_file(path)
         except ConfigError as exc:
-            raise Refused(f"a key file is at {path} already and it is not this vault's key "
-                          f"({exc.message}); it is never replaced: move it away first; "
-                          "nothing was written") from None
-        if held_key != key:
-            what = "a passphrase-protected key" if held_key is None else "another key"
+            raise Refused(f"a file is at {path} already ({exc.message}); it is never "
+                          "replaced: move it away first; nothing was written") from None
+        if held != key:
+            what = "a passphrase-protected key" if held is None else "another key"
             raise Refused(f"{path} holds {what} already; it is never replaced: move it "
                           "away first (it may open another vault); nothing was written")
-        return KeyRestoreResult(str(root), f"key file {path}", str(path), False)
-    keysource.write_key_file(path, key)
-    return KeyRestoreResult(str(root), f"key file {path}", str(path), True)
+        return KeyRestoreResult(root, f"key file {path}", str(path), False)
+    write_key_file(path, key)
+    return KeyRestoreResult(root, f"key file {path}", str(path), True)
 
 
 def select_keyring(settings: Settings) -> str | None:

@@ -121,41 +121,27 @@ class KeySource:
     where: str = ""
 
 
-def key_source(settings: Settings) -> KeySource:
-    """The source load_master_key reads, in SPEC §4's order."""
+def key_source(settings: Settings, writable: bool = False) -> KeySource:
+    """The source load_master_key reads, in SPEC §4's order. With `writable`, the first
+    a key can be written to (where `mem key restore` puts one): a key command or
+    MEM_MASTER_KEY is then passed over, and the default key file named even when it
+    does not exist yet."""
     key_file = settings.key_file
     from_config = key_file is not None and settings.sources.get("key_file", "").startswith(
         "file")
     if key_file is not None and not from_config:
         return KeySource("file", key_file, where=settings.sources.get("key_file", "flag"))
     command = os.environ.get("MEM_KEY_COMMAND")
-    if command:
+    if command and not writable:
         return KeySource("command", command=command)
-    if os.environ.get("MEM_MASTER_KEY"):
+    if os.environ.get("MEM_MASTER_KEY") and not writable:
         return KeySource("env")
     if settings.key_source == "keyring":
         return KeySource("keyring", where=settings.sources.get("key_source", ""))
     if key_file is not None:
         return KeySource("file", key_file, where="config file")
     path = default_key_path()
-    return KeySource("file", path) if path.exists() else KeySource("none", path)
-
-
-def restore_target(settings: Settings) -> KeySource:
-    """Where `mem key restore` puts a key: the first of the sources that can be written,
-    in key_source's order (--key-file / MEM_KEY_FILE, the keyring when selected, the
-    config file's key_file, the default key file). A key command or MEM_MASTER_KEY is the
-    user's to set."""
-    key_file = settings.key_file
-    from_config = key_file is not None and settings.sources.get("key_file", "").startswith(
-        "file")
-    if key_file is not None and not from_config:
-        return KeySource("file", key_file, where=settings.sources.get("key_file", "flag"))
-    if settings.key_source == "keyring":
-        return KeySource("keyring", where=settings.sources.get("key_source", ""))
-    if key_file is not None:
-        return KeySource("file", key_file, where="config file")
-    return KeySource("file", default_key_path())
+    return KeySource("file", path) if path.exists() or writable else KeySource("none", path)
 
 
 def load_master_key(settings: Settings, passphrase: str | None = None,

@@ -44,6 +44,7 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 HOME_VARIABLES = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME",
                   "XDG_RUNTIME_DIR", "XDG_CONFIG_DIRS", "XDG_DATA_DIRS")
 AGENT_VARIABLES = ("CLAUDE_CONFIG_DIR", "CODEX_HOME")
+NO_KEYRING = "keyring.backends.fail.Keyring"  # keyring's backend that holds nothing
 
 
 def home_environment(home: Path) -> dict[str, str]:
@@ -71,6 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
     sentinel = Path(tempfile.mkdtemp(prefix="mem-test-home-"))
     os.environ[SENTINEL_VARIABLE] = str(sentinel)
     os.environ.update(home_environment(sentinel))
+    os.environ["PYTHON_KEYRING_BACKEND"] = NO_KEYRING
     for name in AGENT_VARIABLES:
         os.environ.pop(name, None)
 
@@ -110,6 +112,8 @@ def sealed_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     home.mkdir()
     for name, value in home_environment(home).items():
         monkeypatch.setenv(name, value)
+    # Never the OS keyring of whoever runs the suite: a test that wants one sets its own.
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING)
     monkeypatch.setenv("MEM_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("MEM_VAULT", str(tmp_path / "vault"))
     monkeypatch.setenv("MEM_USER", "alice")

@@ -16,6 +16,7 @@ from memvault.errors import ConfigError, UsageError
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 CONFIG_FILE = "config.yaml"
 DEFAULT_KEY_FILE = "master.key"
+KEY_SOURCES = ("default", "keyring")  # the values of the key_source setting
 
 
 # Names of the vault's own files beside org and user directories (<vault>/vault.json,
@@ -69,6 +70,7 @@ class Setting:
     help: str
     low: float = 0  # a number's bounds: whatever is outside (NaN, infinities) is refused
     high: float = 0
+    choices: tuple[str, ...] = ()  # text that must be one of these, when given
 
 
 CONFIG_MAX_BYTES = 1 << 20  # a config file is a few lines: more is not one
@@ -80,6 +82,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("org", "MEM_ORG", str, "default", "organisation name"),
     Setting("user", "MEM_USER", str, None, "user name (default: the login name)"),
     Setting("key_file", "MEM_KEY_FILE", Path, None, "master key file"),
+    Setting("key_source", "MEM_KEY_SOURCE", str, "default",
+            "where the master key is kept: 'keyring' for the OS keyring, or 'default' (a key "
+            "file, MEM_KEY_COMMAND or MEM_MASTER_KEY)", choices=KEY_SOURCES),
     Setting("lock_timeout", "MEM_LOCK_TIMEOUT", float, 10.0,
             "seconds to wait for the user's lock before exit 75", 0, 86400),
     Setting("key_command_timeout", "MEM_KEY_COMMAND_TIMEOUT", float, 30.0,
@@ -232,6 +237,11 @@ class Settings:
         return Path(value) if value else None
 
     @property
+    def key_source(self) -> str:
+        """"keyring" when the master key is kept in the OS keyring, else "default"."""
+        return str(self.values.get("key_source") or "default")
+
+    @property
     def lock_timeout(self) -> float:
         return float(self.values["lock_timeout"])
 
@@ -317,6 +327,33 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
+def file_with_setting(name: str, value: str) -> tuple[Path, bytes] | None:
+    """The config file's path and its new contents with `name: value` added at the end,
+    everything already there kept as it is (comments, order); None when the file sets
+    `name` to `value` already. ConfigError when it sets another value (the user's choice
+    stands) or when the line cannot be added to what the file holds. The caller writes
+    it (atomically, at the link's target when the file is a symbolic link)."""
+    path = config_dir() / CONFIG_FILE
+    setting = _BY_NAME[name]
+    _coerce(setting, value, "new value")
+    text = _read_text(path) if path.exists() else ""
+    data = _read_config_file(path)
+    if data.get(name) == value:
+        return None
+    if name in data:
+        raise ConfigError(f"config file {path} sets {name}: {data[name]}; set it to "
+                          f"{value} to use it")
+    new = text + ("" if not text or text.endswith("\n") else "\n") + f"{name}: {value}\n"
+    try:
+        ok = _load_yaml(new) == {**data, name: value}
+    except Exception:  # noqa: BLE001 - whatever the parser makes of it, it is not ok
+        ok = False
+    if not ok:  # a file in YAML's flow style ({a: b}) takes no appended line
+        raise ConfigError(f"cannot add `{name}: {value}` to config file {path}; add it "
+                          "yourself")
+    return Path(os.path.realpath(path)), new.encode()
+
+
 def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
     try:
         if setting.kind is Path:
@@ -327,6 +364,8 @@ def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
             if not isinstance(raw, dict):
                 raise ValueError("not a mapping")
             return raw
+        if setting.choices and str(raw) not in setting.choices:
+            raise ValueError("not one of the choices")
         return str(raw)
     except (TypeError, ValueError, OverflowError):
         shown = repr(raw) if len(repr(raw)) <= 40 else repr(raw)[:39] + "…"
@@ -350,6 +389,8 @@ def _number(setting: Setting, raw: Any) -> float | int:
 
 
 def _expected(setting: Setting) -> str:
+    if setting.choices:
+        return f"expected one of {', '.join(setting.choices)}"
     if setting.kind in (float, int):
         kind = "a whole number" if setting.kind is int else "a number"
         return f"expected {kind} from {setting.low:g} to {setting.high:g}"

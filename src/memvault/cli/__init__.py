@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from memvault.cli import agents, commands, compact, config_cmd, lifecycle, pref
+from memvault.cli import agents, commands, compact, config_cmd, key_cmd, lifecycle, pref
 from memvault.errors import EX_FAILURE, MemError
 
 app = typer.Typer(
@@ -47,6 +47,7 @@ lifecycle.register(app)
 compact.register(app)
 app.add_typer(pref.app, name="pref")
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(key_cmd.app, name="key")
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from memvault.cli.options import (
     CategoryOpt,
     JsonOpt,
     KeyFileOpt,
+    KeyringOpt,
     OrgOpt,
     ProjectOpt,
     SessionOpt,
@@ -35,12 +36,16 @@ def init(
     passphrase: Annotated[bool, typer.Option(
         "--passphrase", help="Protect the new key file with a passphrase (asked on the "
         "terminal; for interactive use, never for cron).")] = False,
+    keyring: KeyringOpt = False,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """Create the vault and its master key (the only command that ever creates a key)."""
     from memvault.ops import admin
 
+    if keyring and (passphrase or key_file is not None):
+        raise UsageError("--keyring keeps the key in the OS keyring: it takes no "
+                         f"{'--passphrase' if passphrase else '--key-file'}")
     secret = None
     if passphrase:
         if not sys.stdin.isatty():
@@ -50,12 +55,25 @@ def init(
         secret = getpass.getpass("New passphrase: ")
         if secret != getpass.getpass("Repeat passphrase: "):
             raise UsageError("the passphrases differ; nothing was created")
-    result = admin.init(context.settings(vault, org, user, key_file), passphrase=secret)
+    result = admin.init(context.settings(vault, org, user, key_file, keyring),
+                        passphrase=secret)
     out = Output(json)
     if not result.created:
         out.info(f"vault already initialised at {result.vault}")
     doc = result.to_dict()
     out.data(doc, lambda o: render.mapping(o, doc, "mem vault"))
+    if result.config_file:
+        out.info(f"key_source: keyring written to {result.config_file}, so that every mem "
+                 "command looks for the key there")
+    if result.created:
+        where = f"is in {result.key_file}" if result.key_file else \
+            f"comes from {result.key_source}"
+        out.info(f"the master key {where}: without it nothing in the vault can be read, "
+                 "and no one can recover it")
+        out.info("back it up now: `mem key backup --output FILE` wraps it under a "
+                 "passphrase; keep that file off this machine")
+    elif result.backup is not None and not result.backup.backed_up:
+        out.info("the master key has no backup on record: `mem key backup --output FILE`")
 
 
 def add(

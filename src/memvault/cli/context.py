@@ -16,16 +16,17 @@ if TYPE_CHECKING:
 
 
 def settings(vault: Path | None, org: str | None, user: str | None,
-             key_file: Path | None = None) -> Settings:
-    return resolve(vault=vault, org=org, user=user, key_file=key_file)
+             key_file: Path | None = None, keyring: bool = False) -> Settings:
+    return resolve(vault=vault, org=org, user=user, key_file=key_file,
+                   key_source="keyring" if keyring else None)
 
 
 def open_vault(vault: Path | None, org: str | None, user: str | None,
-               key_file: Path | None = None) -> Vault:
+               key_file: Path | None = None, keyring: bool = False) -> Vault:
     """Open the vault; a passphrase-protected key file is asked for on a terminal."""
     from memvault.vault.vault import Vault
 
-    resolved = settings(vault, org, user, key_file)
+    resolved = settings(vault, org, user, key_file, keyring)
     try:
         return Vault(resolved)
     except PassphraseNeeded as exc:
@@ -40,6 +41,48 @@ def ask_passphrase(exc: PassphraseNeeded) -> str:
     import getpass
 
     return getpass.getpass(f"Passphrase for {exc.details.get('path', 'the key file')}: ")
+
+
+def passphrase(source: Path | None, prompt: str, twice: bool = False) -> str:
+    """A passphrase from `source` (--passphrase-file: its first line; - is stdin), else
+    asked on the terminal (`twice` for a new one). Never from argv: any local user sees a
+    process's arguments."""
+    if source is not None:
+        return _first_line(source)
+    if not has_terminal():
+        raise UsageError("a passphrase is needed and there is no terminal to ask for it",
+                         field="passphrase_file")
+    import getpass
+
+    secret = getpass.getpass(prompt)
+    if twice and secret != getpass.getpass("Repeat it: "):
+        raise UsageError("the passphrases differ; nothing was written")
+    return secret
+
+
+def _first_line(source: Path) -> str:
+    """The first line of a passphrase file (a pipe such as <(pass show mem) too)."""
+    limit = 4096
+    try:
+        if str(source) == "-":
+            stream = getattr(sys.stdin, "buffer", None)
+            raw = stream.read(limit) if stream is not None else b""
+        else:
+            with open(source, "rb") as fh:
+                raw = fh.read(limit)
+    except FileNotFoundError:
+        raise UsageError(f"no passphrase file at {source}", field="passphrase_file") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read passphrase file {source}: {exc.strerror}",
+                         field="passphrase_file") from None
+    try:
+        line = raw.decode().splitlines()[0] if raw.strip() else ""
+    except UnicodeDecodeError:
+        raise UsageError(f"passphrase file {source} is not UTF-8 text",
+                         field="passphrase_file") from None
+    if not line:
+        raise UsageError(f"passphrase file {source} is empty", field="passphrase_file")
+    return line
 
 
 def filters(types: list[str] | None, categories: list[str] | None, tags: list[str] | None,

@@ -10,10 +10,28 @@ FLAGS = {
     "query": "--query", "confirm": "--confirm", "strict": "--strict",
     "passphrase": "--passphrase", "type": "--type", "category": "--category",
     "tag": "--tag", "format": "--format", "org": "--org", "user": "--user",
+    "force": "--force", "output": "--output", "passphrase_file": "--passphrase-file",
 }
+# Where a vault's master key can come from, for the hints of a missing key.
+KEY_SOURCES = ("--key-file / MEM_KEY_FILE, MEM_KEY_COMMAND, or the OS keyring "
+               "(MEM_KEY_SOURCE=keyring)")
 HINTS = {
     "init": "run `mem init` (or set --vault / MEM_VAULT)",
     "no-key": "run `mem init`, or set MEM_KEY_FILE, MEM_KEY_COMMAND or MEM_MASTER_KEY",
+    # A vault that holds memory: only its own key opens it; a new one never helps.
+    "restore-key": "restore it from its backup with `mem key restore FILE`, or point mem "
+                   f"at it: {KEY_SOURCES}",
+    "no-key-empty": "restore it with `mem key restore FILE` or point mem at it "
+                    f"({KEY_SOURCES}); as the vault holds no memory yet, you may instead "
+                    "remove its vault.json and run `mem init` for a new key",
+    "vault-path": "a key is restored for its vault: set --vault / MEM_VAULT to where it is",
+    "keyring-none": "install or start one (macOS Keychain, Windows Credential Locker, a "
+                    "Secret Service such as GNOME Keyring or KWallet), or keep the key in "
+                    "a file: unset MEM_KEY_SOURCE / key_source and use MEM_KEY_FILE",
+    "keyring-locked": "unlock it (log in to the desktop session) and try again; where it "
+                      "cannot be reached (cron, ssh), use MEM_KEY_FILE or MEM_KEY_COMMAND",
+    "keyring-failed": "check that it runs and is unlocked; where it cannot be reached "
+                      "(cron, ssh), use MEM_KEY_FILE or MEM_KEY_COMMAND",
     "unfreeze": "`mem unfreeze` allows them again",
     "ingest": "store long transcripts with `mem ingest`",
     "verify": "run `mem verify`",

@@ -66,3 +66,16 @@ ProjectOpt = Annotated[
     typer.Option("--project", help="Put a project's memories first: auto (the git work tree "
                  "of the current directory) or a directory.", show_default=False),
 ]
+
+# The master key's sources and passphrases (`init`, `key backup`, `key restore`).
+KeyringOpt = Annotated[
+    bool, typer.Option("--keyring", help=r"Keep the master key in the OS keyring (macOS "
+                       r"Keychain, Secret Service, Windows Credential Locker), and write "
+                       r"key_source: keyring into the config file \[env: MEM_KEY_SOURCE].")
+]
+PassphraseFileOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--passphrase-file", help="Read the passphrase from the first line of this "
+                 "file (- for stdin; <(pass show mem) works), for scripts; without it, it "
+                 "is asked on the terminal.", show_default=False),
+]

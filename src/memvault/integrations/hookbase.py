@@ -379,7 +379,7 @@ def save_json(path: Path, doc: dict[str, Any], before: bytes | None) -> str | No
 # What a hook entry of mem's is: exactly a command line mem writes, after parsing. Anything
 # else (a wrapper such as `check && mem hook codex`, a command that only mentions mem) is
 # another tool's, left as it is.
-PINNED_ENV = frozenset({"MEM_CONFIG_DIR", "MEM_LOG_DIR", "MEM_KEY_COMMAND"})
+PINNED_ENV = frozenset({"MEM_CONFIG_DIR", "MEM_LOG_DIR", "MEM_KEY_COMMAND", "MEM_KEY_SOURCE"})
 PINNED_FLAGS = ("--vault=", "--org=", "--user=", "--key-file=")
 
 

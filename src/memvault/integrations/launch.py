@@ -21,7 +21,7 @@ from memvault.integrations import hookbase
 # Every variable mem reads for who it runs as and where its key is: what a shared (project)
 # file may have an agent pass on by name, never by value.
 MEM_VARIABLES = ("MEM_VAULT", "MEM_ORG", "MEM_USER", "MEM_KEY_FILE", "MEM_KEY_COMMAND",
-                 "MEM_MASTER_KEY", "MEM_CONFIG_DIR", "MEM_LOG_DIR")
+                 "MEM_MASTER_KEY", "MEM_KEY_SOURCE", "MEM_CONFIG_DIR", "MEM_LOG_DIR")
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,8 @@ def resolve(scope: str) -> Launch:
         env.append(("MEM_KEY_COMMAND", source.command))
     elif source.kind == "env":
         forward = ("MEM_MASTER_KEY",)
+    elif source.kind == "keyring":  # the entry's name comes from the vault: no secret here
+        env.append(("MEM_KEY_SOURCE", "keyring"))
     return Launch(tuple(hookbase.mem_command()), tuple(flags), tuple(env), forward)
 
 

@@ -55,6 +55,13 @@ INSTRUCTIONS = (
 HINTS = {
     "init": "the vault is not set up yet: the user runs `mem init` once",
     "no-key": "no key was found for the vault: the user sets one up with `mem init`",
+    "restore-key": "the vault's master key is missing here: the user restores it from its "
+                   "backup (`mem key restore FILE`) or points mem at it",
+    "no-key-empty": "the vault's master key is missing here: the user restores it "
+                    "(`mem key restore FILE`) or points mem at it",
+    "keyring-none": "the user's OS keyring cannot be reached from here",
+    "keyring-locked": "the user's OS keyring is locked: the user unlocks it",
+    "keyring-failed": "the user's OS keyring cannot be reached from here",
     "unfreeze": "the user has frozen their memory; only they can unfreeze it",
     "ingest": "store a shorter note",
     "verify": "the user can check the vault with `mem verify`",

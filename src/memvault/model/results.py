@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from memvault.model.records import Record
 
@@ -33,13 +33,51 @@ class Result:
 
 
 @dataclass(frozen=True)
+class KeyBackupStatus(Result):
+    """Whether the vault's master key was backed up (`mem key backup`), from vault.json:
+    `state` is "backed-up" (at `backed_up_at`), "never", or "other-key" (the recorded
+    backup is of a key that is not the vault's: it would not restore this vault)."""
+
+    vault: str
+    state: Literal["backed-up", "never", "other-key"]
+    backed_up_at: str | None = None
+
+    @property
+    def backed_up(self) -> bool:
+        return self.state == "backed-up"
+
+
+@dataclass(frozen=True)
+class KeyBackupResult(Result):
+    _internal: ClassVar[frozenset[str]] = frozenset({"recorded"})
+    output: str
+    created_at: str
+    kdf: str  # the passphrase KDF, its parameters in the file's header
+    format: str
+    recorded: bool  # noted in vault.json (false when the vault takes no writes)
+
+
+@dataclass(frozen=True)
+class KeyRestoreResult(Result):
+    _internal: ClassVar[frozenset[str]] = frozenset({"config_file"})
+    vault: str
+    key_source: str  # where the key now is, in words
+    key_file: str | None  # the key file written (or found holding the key already)
+    written: bool  # false: the same key was there already
+    config_file: str | None = None  # the config file that now selects the keyring
+
+
+@dataclass(frozen=True)
 class InitResult(Result):
-    _internal: ClassVar[frozenset[str]] = frozenset({"created"})
+    _internal: ClassVar[frozenset[str]] = frozenset({"created", "backup", "config_file"})
     vault: str
     org: str
     user: str
     key_source: str
     created: bool
+    key_file: str | None = None  # the master key's file, when it is kept in one
+    backup: KeyBackupStatus | None = None
+    config_file: str | None = None  # the config file that now selects the keyring
 
 
 @dataclass(frozen=True)

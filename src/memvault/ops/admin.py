@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from memvault.config import Settings
+from memvault.crypto.keys import MasterKey
 from memvault.errors import DataError, NotFound, Refused, UsageError
 from memvault.model.records import DOC_FILES, TYPE_HOME, now_iso, uuid7
 from memvault.model.results import (
@@ -28,16 +29,32 @@ from memvault.vault.vault import Vault, create_meta
 
 def init(settings: Settings, passphrase: str | None = None) -> InitResult:
     """Create the vault and, when the key source is a key file that does not exist yet (the
-    default one or a named one), the master key in it."""
+    default one or a named one) or the OS keyring, the master key in it."""
+    from memvault.ops.keys import backup_status, select_keyring
+
     root = settings.vault
-    if (root / VAULT_FILE).exists():
-        vault = Vault(settings, passphrase=passphrase)
-        return InitResult(str(root), settings.org, settings.user, vault.master.source, False)
+    created = not (root / VAULT_FILE).exists()
+    if created:
+        master = _create(settings, passphrase)
+    else:
+        master = Vault(settings, passphrase=passphrase).master
     source = key_source(settings)
-    if source.kind == "none" or (source.kind == "file" and source.path is not None
-                                 and not os.path.lexists(source.path)):
+    return InitResult(
+        str(root), settings.org, settings.user, master.source, created,
+        key_file=str(source.path) if source.kind == "file" and source.path else None,
+        backup=backup_status(settings),
+        config_file=select_keyring(settings) if source.kind == "keyring" else None)
+
+
+def _create(settings: Settings, passphrase: str | None) -> MasterKey:
+    source = key_source(settings)
+    if passphrase is not None and source.kind == "keyring":
+        raise UsageError("a passphrase protects a key file; the OS keyring protects its "
+                         "own entries", field="passphrase")
+    if source.kind in ("none", "keyring") or (source.kind == "file" and source.path is not None
+                                             and not os.path.lexists(source.path)):
         # No key yet, or a key file named (--key-file, MEM_KEY_FILE, the config file) that
-        # does not exist yet: init makes it there.
+        # does not exist yet, or the keyring: init makes it there.
         master = create_key_file(source, passphrase)
     else:
         # A configured source that fails (a locked password manager, a malformed
@@ -47,8 +64,8 @@ def init(settings: Settings, passphrase: str | None = None) -> InitResult:
                              "exists already; unset it to use a passphrase",
                              field="passphrase")
         master = load_master_key(settings)
-    create_meta(root, master)
-    return InitResult(str(root), settings.org, settings.user, master.source, True)
+    create_meta(settings.vault, master)
+    return master
 
 
 def stats(vault: Vault) -> Stats:

@@ -151,3 +151,15 @@ def users(root: Path, org: str | None = None) -> Iterator[tuple[str, str]]:
         for user_dir in sorted(org_dir.iterdir()):
             if user_dir.is_dir() and (user_dir / STATE).exists():
                 yield org_dir.name, user_dir.name
+
+
+def holds_memory(root: Path) -> bool:
+    """Whether anything was ever stored in the vault (an org directory: a user's memory,
+    or the audit record of a destroyed one). Such a vault must never be begun again under
+    a new key; an unreadable one is taken to hold memory."""
+    try:
+        return any(p.is_dir() and not p.name.startswith(".") for p in root.iterdir())
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True

@@ -1,6 +1,7 @@
 """Where the master key comes from (SPEC §4), first set wins: --key-file / MEM_KEY_FILE,
-MEM_KEY_COMMAND, MEM_MASTER_KEY, a key_file set in the config file, the default key file
-that only `mem init` creates. Nothing but `init` ever creates a key.
+MEM_KEY_COMMAND, MEM_MASTER_KEY, the OS keyring when `key_source: keyring` selects it, a
+key_file set in the config file, the default key file that only `mem init` creates.
+Nothing but `init` ever creates a key; `mem key restore` puts a backed-up one back.
 
 Nothing here asks anyone anything: a passphrase-protected key file without a
 passphrase raises PassphraseNeeded, and a surface that can ask does.
@@ -11,8 +12,10 @@ from __future__ import annotations
 import os
 import shlex
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memvault.config import DEFAULT_KEY_FILE, Settings, config_dir
 from memvault.crypto import envelope
@@ -23,11 +26,13 @@ from memvault.crypto.keys import (
     open_with_passphrase,
     seal_with_passphrase,
 )
-from memvault.errors import ConfigError, DataError, PassphraseNeeded
+from memvault.errors import ConfigError, DataError, PassphraseNeeded, Refused
 from memvault.storage import fsio
+from memvault.storage.layout import VAULT_FILE, holds_memory
 
 KEY_COMMAND_TIMEOUT = 30.0  # the default of the key_command_timeout setting
 KEY_OUTPUT_LIMIT = 64 * 1024  # a key is 44 characters of base64; a key file a few hundred
+KEYRING_SERVICE = "memvault"  # the OS keyring's service name for every vault's master key
 
 
 def default_key_path() -> Path:
@@ -52,6 +57,16 @@ def check_private(path: Path) -> None:
 
 
 def _read_key_file(path: Path, passphrase: str | None = None) -> bytes:
+    text = _read_text(path)
+    if is_passphrase_file(text):
+        if passphrase is None:
+            raise PassphraseNeeded(f"key file {path} is passphrase-protected",
+                                   hint="passphrase", path=str(path))
+        return open_with_passphrase(f"key file {path}", text, passphrase)
+    return decode_key(text, f"key file {path}")
+
+
+def _read_text(path: Path) -> str:
     check_private(path)
     try:
         # Never a FIFO (it would block) nor a device (/dev/zero never ends).
@@ -63,12 +78,7 @@ def _read_key_file(path: Path, passphrase: str | None = None) -> bytes:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not text"
         raise ConfigError(f"cannot read key file {path}: {reason}") from None
-    if is_passphrase_file(text):
-        if passphrase is None:
-            raise PassphraseNeeded(f"key file {path} is passphrase-protected",
-                                   hint="passphrase", path=str(path))
-        return open_with_passphrase(f"key file {path}", text, passphrase)
-    return decode_key(text, f"key file {path}")
+    return text
 
 
 def _run_key_command(command: str, timeout: float = KEY_COMMAND_TIMEOUT) -> bytes:
@@ -102,7 +112,8 @@ def _run_key_command(command: str, timeout: float = KEY_COMMAND_TIMEOUT) -> byte
 @dataclass(frozen=True)
 class KeySource:
     """Which master-key source wins, named without reading it: `kind` is "file" (at
-    `path`), "command" (`command`), "env" (MEM_MASTER_KEY) or "none"."""
+    `path`), "command" (`command`), "env" (MEM_MASTER_KEY), "keyring" (the OS keyring's
+    entry for the vault) or "none" (`path` is then the default key file)."""
 
     kind: str
     path: Path | None = None
@@ -110,26 +121,33 @@ class KeySource:
     where: str = ""
 
 
-def key_source(settings: Settings) -> KeySource:
-    """The source load_master_key reads, in SPEC §4's order."""
+def key_source(settings: Settings, writable: bool = False) -> KeySource:
+    """The source load_master_key reads, in SPEC §4's order. With `writable`, the first
+    a key can be written to (where `mem key restore` puts one): a key command or
+    MEM_MASTER_KEY is then passed over, and the default key file named even when it
+    does not exist yet."""
     key_file = settings.key_file
     from_config = key_file is not None and settings.sources.get("key_file", "").startswith(
         "file")
     if key_file is not None and not from_config:
         return KeySource("file", key_file, where=settings.sources.get("key_file", "flag"))
     command = os.environ.get("MEM_KEY_COMMAND")
-    if command:
+    if command and not writable:
         return KeySource("command", command=command)
-    if os.environ.get("MEM_MASTER_KEY"):
+    if os.environ.get("MEM_MASTER_KEY") and not writable:
         return KeySource("env")
+    if settings.key_source == "keyring":
+        return KeySource("keyring", where=settings.sources.get("key_source", ""))
     if key_file is not None:
         return KeySource("file", key_file, where="config file")
     path = default_key_path()
-    return KeySource("file", path) if path.exists() else KeySource("none", path)
+    return KeySource("file", path) if path.exists() or writable else KeySource("none", path)
 
 
-def load_master_key(settings: Settings, passphrase: str | None = None) -> MasterKey:
-    """Find the master key; never create one (ConfigError, exit 78, when there is none)."""
+def load_master_key(settings: Settings, passphrase: str | None = None,
+                    key_check: str | None = None) -> MasterKey:
+    """Find the master key; never create one (ConfigError, exit 78, when there is none).
+    `key_check` is the vault's (vault.json): the OS keyring's entry is named by it."""
     source = key_source(settings)
     if source.kind == "file" and source.path is not None:
         where = f" ({source.where})" if source.where else ""
@@ -141,22 +159,123 @@ def load_master_key(settings: Settings, passphrase: str | None = None) -> Master
     if source.kind == "env":
         return MasterKey(decode_key(os.environ["MEM_MASTER_KEY"], "MEM_MASTER_KEY"),
                          "MEM_MASTER_KEY")
-    raise ConfigError("no master key found", hint="no-key")
+    if source.kind == "keyring":
+        if key_check is None:  # no vault yet: nothing can be named in the keyring
+            raise missing_key(settings, "no master key found")
+        key = keyring_key(key_check)
+        if key is None:
+            raise missing_key(settings, "the OS keyring holds no master key",
+                              f" (service {KEYRING_SERVICE}, account "
+                              f"{keyring_account(key_check)})")
+        return MasterKey(key, keyring_where(key_check))
+    raise missing_key(settings, "no master key found",
+                      f" (no key file at {source.path}, no key variable set)")
+
+
+def missing_key(settings: Settings, what: str, detail: str = "") -> ConfigError:
+    """No key for the vault. One that holds memory must get its own key back (a backup, a
+    key source): a new key would leave everything in it unreadable, so `init` is never
+    what its hint suggests."""
+    root = settings.vault
+    if not (root / VAULT_FILE).exists():
+        return ConfigError(f"{what}{detail}", hint="no-key")
+    if holds_memory(root):
+        return ConfigError(f"{what} for the vault at {root}, which holds memory{detail}",
+                           hint="restore-key", vault=str(root))
+    return ConfigError(f"{what} for the vault at {root}{detail}", hint="no-key-empty",
+                       vault=str(root))
+
+
+# --- the OS keyring -------------------------------------------------------------------
+
+def keyring_account(key_check: str) -> str:
+    """The keyring entry of a vault's master key, named by the vault's key check value
+    (vault.json): two vaults never share an entry, and a vault moved or mounted elsewhere
+    keeps its own. The check value reveals nothing usable about the key."""
+    return f"master-key-{key_check}"
+
+
+def keyring_where(key_check: str) -> str:
+    return f"the OS keyring (service {KEYRING_SERVICE}, account {keyring_account(key_check)})"
+
+
+def _keyring_call(what: str, call: Callable[[Any], Any]) -> Any:
+    """Call the keyring library (imported here only: it finds its backends at import)
+    and turn its failures into one-line configuration errors (exit 78)."""
+    try:
+        import keyring
+        import keyring.errors
+    except ImportError:
+        raise ConfigError("the OS keyring needs the Python package keyring") from None
+    try:
+        return call(keyring)
+    except keyring.errors.NoKeyringError:
+        raise ConfigError("no OS keyring is available here", hint="keyring-none") from None
+    except keyring.errors.KeyringLocked:
+        raise ConfigError("the OS keyring is locked", hint="keyring-locked") from None
+    except Exception as exc:  # noqa: BLE001 - a backend's own errors (D-Bus, Keychain)
+        detail = " ".join(str(exc).split())[:200].rstrip(".") or type(exc).__name__
+        raise ConfigError(f"the OS keyring failed to {what}: {detail}",
+                          hint="keyring-failed") from None
+
+
+def keyring_key(key_check: str) -> bytes | None:
+    """The master key the OS keyring holds for the vault, or None when it has no entry."""
+    value = _keyring_call("read the key", lambda kr: kr.get_password(
+        KEYRING_SERVICE, keyring_account(key_check)))
+    if value is None:
+        return None
+    return decode_key(str(value), keyring_where(key_check))
+
+
+def store_in_keyring(key: bytes) -> MasterKey:
+    """Put a master key in the OS keyring under its vault's entry. An entry that holds
+    another key is never replaced (Refused); the same key is left as it is."""
+    import base64
+
+    check = envelope.key_check_value(key)
+    held = keyring_key(check)
+    if held is not None and held != key:
+        raise Refused(f"{keyring_where(check)} holds another key already; it is never "
+                      "replaced; nothing was written")
+    if held is None:
+        value = base64.b64encode(key).decode()
+        _keyring_call("store the key", lambda kr: kr.set_password(
+            KEYRING_SERVICE, keyring_account(check), value))
+        # Read back: a backend that accepts a write and keeps nothing must not pass.
+        if keyring_key(check) != key:
+            raise ConfigError(f"{keyring_where(check)} did not keep the key")
+    return MasterKey(key, keyring_where(check))
 
 
 def create_key_file(source: KeySource, passphrase: str | None = None) -> MasterKey:
     """Write a new random master key where `source` names a key file that does not exist
-    yet (the default one, or one named by --key-file, MEM_KEY_FILE or the config file):
-    0600, in a 0700 directory when mem makes it. Only `init` calls this."""
+    yet (the default one, or one named by --key-file, MEM_KEY_FILE or the config file),
+    or, for the keyring source, into the OS keyring. Only `init` calls this."""
+    key = os.urandom(envelope.KEY_LEN)
+    if source.kind == "keyring":
+        return store_in_keyring(key)
+    path = source.path if source.path is not None else default_key_path()
+    write_key_file(path, key, passphrase)
+    where = f" ({source.where})" if source.where else ""
+    return MasterKey(key, f"key file {path}{where}")
+
+
+def write_key_file(path: Path, key: bytes, passphrase: str | None = None) -> None:
+    """A new key file (never one that exists: StorageError): 0600, written whole before it
+    appears, in a 0700 directory when mem makes it."""
     import base64
 
-    path = source.path if source.path is not None else default_key_path()
     fsio.ensure_dir(path.parent)
-    key = os.urandom(envelope.KEY_LEN)
     if passphrase is None:
         data = base64.b64encode(key).decode() + "\n"
     else:
         data = seal_with_passphrase(key, passphrase)
     fsio.create_new(path, data.encode())
-    where = f" ({source.where})" if source.where else ""
-    return MasterKey(key, f"key file {path}{where}")
+
+
+def read_key_file(path: Path) -> bytes | None:
+    """The key a plain key file holds, or None when it is passphrase-protected (what it
+    holds is then unknown without asking)."""
+    text = _read_text(path)
+    return None if is_passphrase_file(text) else decode_key(text, f"key file {path}")

@@ -63,6 +63,16 @@ def create_meta(root: Path, master: MasterKey) -> None:
     fsio.atomic_write(root / VAULT_FILE, (json.dumps(meta, indent=1) + "\n").encode())
 
 
+def record_key_backup(root: Path, key_check: str, at: str, lock_timeout: float) -> None:
+    """Note in vault.json that the master key with this check value was backed up at
+    `at` (when and which key only: no secret), under the vault-wide lock that migrations
+    take to rewrite the same file."""
+    with fsio.locked(root / migrations.MIGRATE_LOCK, lock_timeout, "the vault"):
+        meta = read_meta(root)
+        meta["key_backup"] = {"at": at, "key_check": key_check}
+        fsio.atomic_write(root / VAULT_FILE, (json.dumps(meta, indent=1) + "\n").encode())
+
+
 class Vault:
     """One user's view of an initialised vault, opened with a checked master key."""
 
@@ -71,7 +81,8 @@ class Vault:
         self.settings = settings
         self.root = settings.vault
         self.meta = read_meta(self.root)
-        self.master = master or load_master_key(settings, passphrase)
+        self.master = master or load_master_key(settings, passphrase,
+                                                self.meta["key_check"])
         if self.master.check_value() != self.meta["key_check"]:
             raise Refused(f"wrong key: the master key from {self.master.source} does not open "
                           f"the vault at {self.root}")

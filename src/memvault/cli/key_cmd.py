@@ -1,0 +1,92 @@
+"""`mem key`: the master key's backup, wrapped under a passphrase, and its restore."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from memvault.cli import context
+from memvault.cli.options import (
+    JsonOpt,
+    KeyFileOpt,
+    KeyringOpt,
+    OrgOpt,
+    PassphraseFileOpt,
+    UserOpt,
+    VaultOpt,
+)
+from memvault.cli.output import Output
+from memvault.errors import PassphraseNeeded, UsageError
+
+app = typer.Typer(help="Back up the master key under a passphrase, or restore it.",
+                  no_args_is_help=True)
+
+
+@app.command()
+def backup(
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="The backup file to write (created 0600, whole or not at all).",
+        show_default=False)],
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace a file that exists at --output.")] = False,
+    passphrase_file: PassphraseFileOpt = None,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Write the master key wrapped under a passphrase (Argon2id and AES-256-GCM, the
+    format of docs/vault-format.md): keep it off this machine, its passphrase apart."""
+    from memvault.ops import keys
+
+    v = context.open_vault(vault, org, user, key_file)
+    keys.check_backup_output(output, force)  # before the passphrase is typed, twice
+    secret = context.passphrase(passphrase_file, "Passphrase for the backup: ", twice=True)
+    result = keys.backup_key(v, output, secret, force)
+    out = Output(json)
+
+    def human(o: Output) -> None:
+        o.info(f"backed up the master key of the vault at {v.root} to {result.output}")
+        o.info("keep the file and its passphrase apart, and off this machine: together "
+               "they open the whole vault; restore with `mem key restore FILE`")
+
+    out.data(result, human)
+    if not result.recorded:
+        out.warn(f"the vault at {v.root} takes no writes: this backup is not recorded in "
+                 "its vault.json")
+
+
+@app.command()
+def restore(
+    file: Annotated[Path, typer.Argument(
+        help="A backup made by `mem key backup` (or a copy of a key file).",
+        show_default=False)],
+    keyring: KeyringOpt = False,
+    passphrase_file: PassphraseFileOpt = None,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Put a backed-up master key back where mem looks for it (the default key file,
+    --key-file, or the OS keyring), once it is checked against the vault; an existing
+    different key is never replaced."""
+    from memvault.ops import keys
+
+    if keyring and key_file is not None:
+        raise UsageError("--keyring and --key-file name two places; choose one")
+    settings = context.settings(vault, org, user, key_file, keyring)
+    secret = context.passphrase(passphrase_file, "") if passphrase_file else None
+    try:
+        result = keys.restore_key(settings, file, secret)
+    except PassphraseNeeded as exc:
+        prompt = f"Passphrase for {exc.details.get('path', file)}: "
+        result = keys.restore_key(settings, file, context.passphrase(None, prompt))
+
+    def human(o: Output) -> None:
+        if result.written:
+            o.info(f"restored the master key of the vault at {result.vault} into "
+                   f"{result.key_source}")
+        else:
+            o.info(f"{result.key_source} holds the vault's master key already; nothing "
+                   "was written")
+        if result.config_file:
+            o.info(f"key_source: keyring written to {result.config_file}")
+
+    Output(json).data(result, human)

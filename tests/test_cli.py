@@ -134,7 +134,10 @@ def test_env_selects_org_and_user(script_runner: ScriptRunner, initialised: None
                                   vault_dir: Path) -> None:
     assert mem(script_runner, "add", "hello", MEM_ORG="acme", MEM_USER="zoe").returncode == 0
     assert (vault_dir / "acme" / "zoe" / "CLAUDE.md").exists()
-    assert json.loads(mem(script_runner, "list", "--json").stdout)["count"] == 0
+    assert mem(script_runner, "list", "--json", MEM_ORG="acme", MEM_USER="zoe"
+               ).returncode == 0
+    elsewhere = mem(script_runner, "list", "--json")  # default/alice: no such org
+    assert elsewhere.returncode == 66 and "its only org is acme" in elsewhere.stderr
 
 
 def test_saying_a_replaced_memory_again_makes_it_current_again(

@@ -46,7 +46,7 @@ def ingest(
         raise UsageError(f"unknown format {format_!r}: choose one of {', '.join(FORMATS)}")
     if (source is None) == (scan is None):
         raise UsageError("give a transcript (or -) or --scan DIR, not both")
-    v = context.open_vault(vault, org, user, key_file)
+    v = context.open_vault(vault, org, user, key_file, needs=None)
     tag = context.project(v, project)
     tags = (tag,) if tag else ()
     out = Output(json)
@@ -253,7 +253,8 @@ def mcp(
                               "pip install 'memvault[mcp]' (or pipx inject memvault mcp)")
         # Opened before serving (and before the SDK's import): no key or a bad config is
         # one line on stderr and its exit code, not a server that fails every call.
-        opened = context.open_vault(vault, org, user, key_file)
+        # The server keeps its own answers for a user with no memory yet (empty ones).
+        opened = context.open_vault(vault, org, user, key_file, needs=None)
     except MemError as exc:
         # An agent shows a server that did not start as a bare "disconnected" (or not at
         # all): the hook log says why, and for whom.

@@ -80,7 +80,8 @@ def add(
 
     if text == "-":
         text = context.stdin_text("the text")
-    result = remember.add(context.open_vault(vault, org, user, key_file), text, type_,
+    result = remember.add(context.open_vault(vault, org, user, key_file, needs=None),
+                          text, type_,
                           tags=tag, importance=importance, session=session,
                           supersedes=supersedes)
 

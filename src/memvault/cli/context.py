@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from memvault.config import Settings, resolve
-from memvault.errors import DataError, PassphraseNeeded, UsageError
+from memvault.errors import DataError, NotFound, PassphraseNeeded, UsageError
 
 if TYPE_CHECKING:
     from memvault.model.records import Filters
@@ -21,15 +21,43 @@ def settings(vault: Path | None, org: str | None, user: str | None,
 
 
 def open_vault(vault: Path | None, org: str | None, user: str | None,
-               key_file: Path | None = None) -> Vault:
-    """Open the vault; a passphrase-protected key file is asked for on a terminal."""
+               key_file: Path | None = None, *,
+               needs: Literal["user", "org"] | None = "user") -> Vault:
+    """Open the vault; a passphrase-protected key file is asked for on a terminal.
+
+    A command that reads (or changes what is there) needs the user to have memory: on a
+    mistyped user or org it is told so (NotFound, with the names there are), never
+    answered as if the memory were empty. A walk over an org's users (`needs="org"`)
+    needs the org to have some. A command that may make the user's first write (`needs`
+    None) says on stderr when it created them."""
     from memvault.vault.vault import Vault
 
     resolved = settings(vault, org, user, key_file)
     try:
-        return Vault(resolved)
+        opened = Vault(resolved, on_create=_created)
     except PassphraseNeeded as exc:
-        return Vault(resolved, passphrase=ask_passphrase(exc))
+        opened = Vault(resolved, passphrase=ask_passphrase(exc), on_create=_created)
+    require(opened, needs)
+    return opened
+
+
+def require(vault: Vault, needs: Literal["user", "org"] | None) -> None:
+    """NotFound unless the user has memory (or the org has users); see open_vault."""
+    try:
+        if needs == "user":
+            vault.require_user()
+        elif needs == "org":
+            vault.require_org()
+    except NotFound as exc:
+        # Said with the error: a name from MEM_USER or the config file was not typed here.
+        exc.details.setdefault("source", vault.settings.sources.get(exc.field or "", ""))
+        raise
+
+
+def _created(vault: Vault) -> None:
+    from memvault.cli.output import Output
+
+    Output().info(f"created user {vault.user} in org {vault.org}")
 
 
 def ask_passphrase(exc: PassphraseNeeded) -> str:

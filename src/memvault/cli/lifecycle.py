@@ -103,7 +103,8 @@ def import_(
         raise NotFound(f"no file at {file}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read {file}: {exc}") from None
-    result = core.import_text(context.open_vault(vault, org, user, key_file), raw)
+    result = core.import_text(
+        context.open_vault(vault, org, user, key_file, needs=None), raw)
     Output(json).data(result, lambda o: o.info(
         f"imported {result.imported} records, skipped {result.skipped} already present"))
 

@@ -151,3 +151,12 @@ def users(root: Path, org: str | None = None) -> Iterator[tuple[str, str]]:
         for user_dir in sorted(org_dir.iterdir()):
             if user_dir.is_dir() and (user_dir / STATE).exists():
                 yield org_dir.name, user_dir.name
+
+
+def orgs(root: Path) -> list[str]:
+    """The orgs that hold at least one user (a directory left with only locks, or only
+    the audit of destroyed users, holds none)."""
+    if not root.is_dir():
+        return []
+    return [p.name for p in sorted(root.iterdir())
+            if p.is_dir() and any(True for _ in users(root, p.name))]

@@ -1182,7 +1182,7 @@ def test_search_as_of_ranks_what_a_relative_date_names_and_hides_later_records(
     assert set(found("hiking", "--as-of", "2026-03-20")) == {"sea", "hills", "lake"}
     assert set(found("hiking", "--as-of", "2026-03-19")) == {"hills", "lake"}
     bad = mem(script_runner, "search", "hiking", "--as-of", "soon")
-    assert bad.returncode == 2 and "invalid date or time" in bad.stderr
+    assert bad.returncode == 2 and "--as-of 'soon' is not a date or time" in bad.stderr
 
 
 def test_a_question_naming_a_chat_member_ranks_what_they_said_first(vault: Vault) -> None:

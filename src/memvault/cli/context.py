@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -72,15 +73,28 @@ def ask_passphrase(exc: PassphraseNeeded) -> str:
 
 def filters(types: list[str] | None, categories: list[str] | None, tags: list[str] | None,
             session: str | None, after: str | None, before: str | None,
-            include_archive: bool, include_superseded: bool, limit: int) -> Filters:
-    from memvault.model.records import Filters, parse_time
+            include_archive: bool, include_superseded: bool, limit: int,
+            now: datetime | None = None) -> Filters:
+    """The filters of `list` and `search`; a time phrase in `--after` or `--before` counts
+    from `now` (default: the present)."""
+    from memvault.model.records import Filters
 
     return Filters(
         types=types or [], categories=categories or [], tags=tags or [], session=session,
-        after=parse_time(after) if after else None,
-        before=parse_time(before) if before else None,
+        after=date_flag(after, "after", now), before=date_flag(before, "before", now),
         include_archive=include_archive, include_superseded=include_superseded, limit=limit,
     )
+
+
+def date_flag(value: str | None, field: str, now: datetime | None = None,
+              end: bool = False) -> datetime | None:
+    """A date flag's moment (index/when.py reads ISO-8601 and time phrases): the start of
+    the time a phrase or a bare date names, or with `end` its last instant."""
+    from memvault.index.when import instant
+
+    if value is None:
+        return None
+    return instant(value, now or datetime.now().astimezone(), end=end, field=field)
 
 
 def project(vault: Vault, value: str | None) -> str | None:

@@ -10,6 +10,7 @@ FLAGS = {
     "query": "--query", "confirm": "--confirm", "strict": "--strict",
     "passphrase": "--passphrase", "type": "--type", "category": "--category",
     "tag": "--tag", "format": "--format", "org": "--org", "user": "--user",
+    "after": "--after", "before": "--before", "as_of": "--as-of",
 }
 HINTS = {
     "init": "run `mem init` (or set --vault / MEM_VAULT)",

@@ -102,7 +102,7 @@ def _scanned(summary: "ScanResult", folder: Path) -> str:
     if not summary.files_scanned:
         return f"no transcripts under {folder}"
     if not summary.files_ingested and unchanged == summary.files_scanned:
-        return (f"nothing new: {unchanged} transcript{'s' if unchanged != 1 else ''} "
+        return (f"nothing new: {unchanged} file{'s' if unchanged != 1 else ''} "
                 "unchanged since the last scan")
     seen = f" ({unchanged} unchanged since the last scan)" if unchanged else ""
     return (f"{summary.files_ingested} of {summary.files_scanned} transcripts ingested"

@@ -269,6 +269,7 @@ def mcp(
         # one line on stderr and its exit code, not a server that fails every call.
         # The server keeps its own answers for a user with no memory yet (empty ones).
         opened = context.open_vault(vault, org, user, key_file, needs=None)
+        opened.on_create = None  # the server's stderr is a log: it says nothing of this
     except MemError as exc:
         # An agent shows a server that did not start as a bare "disconnected" (or not at
         # all): the hook log says why, and for whom.

@@ -55,10 +55,21 @@ def require(vault: Vault, needs: Literal["user", "org"] | None) -> None:
         raise
 
 
+# Users the command's writes created, said when it ends well (announce_created): an
+# error stays the one line it is, even after a first batch created the user.
+CREATED: list[str] = []
+
+
 def _created(vault: Vault) -> None:
+    CREATED.append(f"created user {vault.user} in org {vault.org}")
+
+
+def announce_created() -> None:
     from memvault.cli.output import Output
 
-    Output().info(f"created user {vault.user} in org {vault.org}")
+    for line in dict.fromkeys(CREATED):
+        Output().info(line)
+    CREATED.clear()
 
 
 def ask_passphrase(exc: PassphraseNeeded) -> str:

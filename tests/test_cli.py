@@ -256,6 +256,9 @@ def test_the_first_write_to_a_user_says_it_created_them(
     assert again.returncode == 0 and again.stderr == ""
     pref = mem(script_runner, "pref", "set", "editor", "vim", "--org", "acme")
     assert pref.returncode == 0 and "created user alice in org acme" in pref.stderr
+    quiet = mem(script_runner, "ingest", "-", "--format", "jsonl", "--session", "s",
+                "--quiet", "--user", "dora", stdin='{"role": "user", "content": "hi"}\n')
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")  # as promised
     # A dry run writes nothing, and creates no one.
     dry = mem(script_runner, "ingest", "-", "--format", "jsonl", "--session", "s",
               "--dry-run", "--user", "carol", stdin='{"role": "user", "content": "hi"}\n')

@@ -50,6 +50,8 @@ def ingest(
     if (source is None) == (scan is None):
         raise UsageError("give a transcript (or -) or --scan DIR, not both")
     v = context.open_vault(vault, org, user, key_file, needs=None)
+    if quiet:
+        v.on_create = None  # cron mails what a quiet job prints
     tag = context.project(v, project)
     tags = (tag,) if tag else ()
     out = Output(json)

@@ -134,7 +134,10 @@ def test_env_selects_org_and_user(script_runner: ScriptRunner, initialised: None
                                   vault_dir: Path) -> None:
     assert mem(script_runner, "add", "hello", MEM_ORG="acme", MEM_USER="zoe").returncode == 0
     assert (vault_dir / "acme" / "zoe" / "CLAUDE.md").exists()
-    assert json.loads(mem(script_runner, "list", "--json").stdout)["count"] == 0
+    assert mem(script_runner, "list", "--json", MEM_ORG="acme", MEM_USER="zoe"
+               ).returncode == 0
+    elsewhere = mem(script_runner, "list", "--json")  # default/alice: no such org
+    assert elsewhere.returncode == 66 and "its only org is acme" in elsewhere.stderr
 
 
 def test_saying_a_replaced_memory_again_makes_it_current_again(
@@ -191,3 +194,73 @@ def test_a_forgotten_memory_said_again_is_a_new_memory(
     again = json.loads(mem(script_runner, "add", "Prefers tea", "--json").stdout)
     assert again["memory_id"] != tea["memory_id"] and again["restated"] is None
     assert mem(script_runner, "show", tea["memory_id"]).returncode == 66
+
+
+# --- a mistyped user or org -----------------------------------------------------------------
+
+READS = [["search", "tea"], ["list"], ["show", "0190aaaa-0000-7000-8000-000000000000"],
+         ["export"], ["stats"], ["audit"], ["verify"], ["brief"], ["pref", "list"],
+         ["pref", "get", "editor"], ["pref", "unset", "editor"], ["forget", "--tag", "x"],
+         ["freeze"], ["rotate-key"], ["reindex"], ["destroy", "--confirm", "alcie"],
+         ["compact"]]
+
+
+def test_a_mistyped_user_or_org_is_not_found_and_the_names_there_are_are_listed(
+        script_runner: ScriptRunner, initialised: None, vault_dir: Path) -> None:
+    for user in ("alice", "bob"):
+        assert mem(script_runner, "add", "Prefers tea", "--user", user).returncode == 0
+    before = sorted(p.relative_to(vault_dir) for p in vault_dir.rglob("*"))
+    for args in READS:
+        result = mem(script_runner, *args, "--user", "alcie")
+        assert result.returncode == 66, (args, result.stderr)
+        assert result.stdout == ""
+        assert result.stderr == "mem: error: no user alcie in org default; its users: " \
+                                "alice, bob (--user)\n", args
+    typo = mem(script_runner, "list", "--org", "acem")
+    assert typo.returncode == 66 and "no org acem in the vault" in typo.stderr
+    assert "its only org is default" in typo.stderr
+    assert mem(script_runner, "compact", "--all-users", "--org", "acem").returncode == 66
+    # From the environment the name was not typed here: the error says where it came from.
+    env = mem(script_runner, "search", "tea", MEM_USER="alcie")
+    assert env.returncode == 66 and env.stderr.endswith("(user from MEM_USER)\n")
+    # Nothing was created to find out: no user directory, no lock file.
+    assert sorted(p.relative_to(vault_dir) for p in vault_dir.rglob("*")) == before
+
+
+def test_many_users_are_counted_not_listed(script_runner: ScriptRunner, initialised: None,
+                                           vault_dir: Path) -> None:
+    assert mem(script_runner, "add", "Prefers tea").returncode == 0
+    for n in range(11):  # what makes a directory a user, as the vault lists them
+        (vault_dir / "default" / f"user{n}").mkdir()
+        (vault_dir / "default" / f"user{n}" / "state.json").write_text("{}")
+    result = mem(script_runner, "list", "--user", "alcie")
+    assert result.returncode == 66 and "it has 12 users" in result.stderr
+    assert "user3" not in result.stderr
+
+
+def test_an_empty_vault_says_the_first_write_creates_the_user(
+        script_runner: ScriptRunner, initialised: None) -> None:
+    result = mem(script_runner, "search", "tea")
+    assert result.returncode == 66
+    assert "user alice has no memory yet" in result.stderr
+    assert "`mem add`" in result.stderr
+
+
+def test_the_first_write_to_a_user_says_it_created_them(
+        script_runner: ScriptRunner, initialised: None) -> None:
+    first = mem(script_runner, "add", "Prefers tea", "--user", "newbie", "--json")
+    assert first.returncode == 0
+    json.loads(first.stdout)  # the note is on stderr, never in the JSON document
+    assert first.stderr == "created user newbie in org default\n"
+    again = mem(script_runner, "add", "Prefers coffee", "--user", "newbie")
+    assert again.returncode == 0 and again.stderr == ""
+    pref = mem(script_runner, "pref", "set", "editor", "vim", "--org", "acme")
+    assert pref.returncode == 0 and "created user alice in org acme" in pref.stderr
+    quiet = mem(script_runner, "ingest", "-", "--format", "jsonl", "--session", "s",
+                "--quiet", "--user", "dora", stdin='{"role": "user", "content": "hi"}\n')
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")  # as promised
+    # A dry run writes nothing, and creates no one.
+    dry = mem(script_runner, "ingest", "-", "--format", "jsonl", "--session", "s",
+              "--dry-run", "--user", "carol", stdin='{"role": "user", "content": "hi"}\n')
+    assert dry.returncode == 0 and "created" not in dry.stderr
+    assert mem(script_runner, "list", "--user", "carol").returncode == 66

@@ -13,7 +13,9 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, timedelta, timezone
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +26,12 @@ from pytest_console_scripts import ScriptRunner
 
 from memvault.config import resolve
 from memvault.errors import UsageError
+from memvault.index.when import instant, window
 from memvault.integrations import claude_code
-from memvault.model.records import Filters, parse_time
-from memvault.ops import remember
+from memvault.model.records import Filters, NewMessage, parse_time
+from memvault.ops import recall, remember
+from memvault.ops.admin import init
+from memvault.ops.ingest import add_messages
 from memvault.ops.projects import working_project
 from memvault.ops.recall import search
 from memvault.vault.vault import Vault
@@ -129,6 +134,111 @@ def test_a_parsed_date_is_a_utc_time_or_a_usage_error(value: str) -> None:
         return
     assert parsed.astimezone(UTC).tzinfo is UTC
     int(parsed.timestamp() * 1e6)  # what the index's range query takes
+
+
+# What a phrase means for each flag: --after from the start of the time it names,
+# --before before that start, --as-of to its end (docs/cli.md, the flags' help).
+PHRASES = ["yesterday", "today", "the day before yesterday", "this morning", "last week",
+           "last weekend", "last month", "last year", "last Tuesday", "this week",
+           "this month", "this year", "3 days ago", "two months ago", "a year ago",
+           "a few weeks ago", "Last  WEEK"]
+WINDOW_FLAGS = [("list", "--after"), ("list", "--before"), ("search", "--as-of"),
+                ("forget", "--before")]
+
+
+def test_a_phrase_names_its_calendar_time_exactly() -> None:
+    now = datetime(2026, 3, 12, 15, 0, tzinfo=timezone(timedelta(hours=2)))  # a Thursday
+
+    def days(phrase: str) -> tuple[str, str]:
+        named = window(phrase, now)
+        assert named is not None, phrase
+        return named.start.isoformat()[:16], named.end.isoformat()[:16]
+
+    assert days("yesterday") == ("2026-03-11T00:00", "2026-03-12T00:00")
+    assert days("this afternoon") == ("2026-03-12T12:00", "2026-03-12T18:00")
+    assert days("last week") == ("2026-03-02T00:00", "2026-03-09T00:00")  # Monday to Monday
+    assert days("last month") == ("2026-02-01T00:00", "2026-03-01T00:00")
+    assert days("this year") == ("2026-01-01T00:00", "2027-01-01T00:00")
+    assert days("3 days ago") == ("2026-03-09T00:00", "2026-03-10T00:00")
+    assert days("two months ago") == ("2026-01-11T00:00", "2026-01-12T00:00")  # 60 days
+    assert window("what I did yesterday", now) is None  # a query, not a phrase
+    assert window("2026-03-01", now) is None
+    with pytest.raises(UsageError, match="outside the calendar"):
+        instant("yesterday", datetime(1, 1, 1, tzinfo=UTC), end=False, field="after")
+    assert instant("2026-03-01", now, end=True, field="as_of") == \
+        datetime(2026, 3, 1, 23, 59, 59, 999999, tzinfo=UTC)  # a bare date: the whole day
+
+
+@dataclass(frozen=True)
+class Dated:
+    env: dict[str, str]  # where the vault is, for `mem`
+    created: dict[str, str]  # memory id: creation time
+
+
+@pytest.fixture(scope="module")
+def dated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dated]:
+    """One message at noon (local time) on days across the last two years and tomorrow:
+    no window edge (midnight, Monday, the 1st) falls near a record."""
+    home = tmp_path_factory.mktemp("dated")
+    env = {"MEM_VAULT": str(home / "vault"), "MEM_CONFIG_DIR": str(home / "config"),
+           "MEM_USER": "alice"}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        init(resolve())
+        noon = datetime.now().astimezone().replace(hour=12, minute=0, second=0,
+                                                   microsecond=0)
+        days = [*range(-1, 16), *range(16, 120, 5), *range(120, 800, 29)]
+        add_messages(Vault(resolve()), "days", [
+            NewMessage(f"kayak day {d}", "user", f"d{d}",
+                       (noon - timedelta(days=d)).isoformat()) for d in days])
+        listed = recall.list_records(Vault(resolve()), Filters(limit=1000)).to_dict()
+    yield Dated(env, {r["memory_id"]: r["created_at"] for r in listed["records"]})
+
+
+@pytest.mark.parametrize(("command", "flag"), WINDOW_FLAGS,
+                         ids=[f"{c}{f}" for c, f in WINDOW_FLAGS])
+@settings(max_examples=6, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(phrase=st.one_of(st.sampled_from(PHRASES),
+                        st.integers(1, 900).map(lambda n: f"{n} days ago")))
+@example(phrase="last week")
+@example(phrase="yesterday")
+def test_a_time_phrase_selects_what_its_window_means_for_each_flag(
+        script_runner: ScriptRunner, dated: Dated, command: str, flag: str,
+        phrase: str) -> None:
+    args = {"list": ["list", "--limit", "1000"], "search": ["search", "", "--limit", "1000"],
+            "forget": ["forget", "--dry-run"]}[command]
+    asked = datetime.now().astimezone()
+    result = mem(script_runner, *args, flag, phrase, "--json", **dated.env)
+    answered = datetime.now().astimezone()
+    assert result.returncode in (0, 66), result.stderr  # forget: 66 when nothing matches
+    doc = json.loads(result.stdout) if result.returncode == 0 else {"memory_ids": []}
+    got = set(doc["memory_ids"]) if command == "forget" else \
+        {r["memory_id"] for r in doc["records" if command == "list" else "results"]}
+
+    def expected(now: datetime) -> set[str]:
+        named = window(phrase, now)
+        assert named is not None
+        if flag == "--after":
+            return {i for i, at in dated.created.items() if parse_time(at) >= named.start}
+        if flag == "--before":
+            return {i for i, at in dated.created.items() if parse_time(at) < named.start}
+        return {i for i, at in dated.created.items() if parse_time(at) < named.end}
+
+    # The command read the clock between these two moments (a midnight may pass).
+    assert got in (expected(asked), expected(answered)), (phrase, flag)
+
+
+def test_a_date_flag_that_is_not_understood_names_the_flag_and_gives_examples(
+        script_runner: ScriptRunner, vault: Vault) -> None:
+    for flag, args in (("--after", ["list", "--after", "lst week"]),
+                       ("--as-of", ["search", "x", "--as-of", "soon"]),
+                       ("--before", ["forget", "--before", "a while ago", "--dry-run"])):
+        result = mem(script_runner, *args)
+        assert result.returncode == 2, args
+        line = one_error_line(result.stderr)
+        assert line.startswith(f"mem: error: {flag} '")
+        assert "yesterday, last week, 3 days ago" in line and "2026-05-01" in line
 
 
 def test_mcp_date_arguments_answer_or_are_refused_in_plain_words(vault: Vault) -> None:

@@ -565,13 +565,17 @@ def test_scan_ingests_a_tree_once_then_only_what_grew(
 
     second = mem_json(script_runner, "ingest", "--scan", str(root))
     assert (second["files_ingested"], second["messages_added"], second["errors"]) == (0, 0, [])
+    assert second["files_unchanged"] == 7
+    said = mem(script_runner, "ingest", "--scan", str(root))
+    assert said.stderr == "nothing new: 7 files unchanged since the last scan\n"
 
     grown = root / "mine" / "notes.jsonl"
     with grown.open("a") as fh:
         fh.write(json.dumps({"id": "m77", "role": "user", "content": "quokkazephyr again"})
                  + "\n")
-    third = mem_json(script_runner, "ingest", "--scan", str(root))
-    assert (third["files_ingested"], third["messages_added"]) == (1, 1)
+    third = mem(script_runner, "ingest", "--scan", str(root))
+    assert third.stderr.startswith("1 of 7 transcripts ingested (6 unchanged since the "
+                                   "last scan), 1 messages added")
     hits = search_hits(script_runner, "quokkazephyr")
     # Named after its path under the scanned folder ("mine/notes" made a valid name).
     assert [h["session_id"] for h in hits if "quokkazephyr" in h["content"]] == \

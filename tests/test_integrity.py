@@ -138,7 +138,8 @@ def test_a_user_with_only_what_an_interrupted_first_write_leaves_is_new(
         fsio.ensure_dir(user_dir(vault_dir) / folder)
     store.new_epoch(1)
     assert not fresh().exists()
-    assert mem_json(script_runner, "list")["count"] == 0
+    new = mem(script_runner, "list")  # no memory yet, nothing damaged
+    assert new.returncode == 66 and "user alice has no memory yet" in new.stderr
     assert mem(script_runner, "add", "The first fact").returncode == 0
     assert mem_json(script_runner, "stats")["records"] == 1
     assert mem_json(script_runner, "verify")["ok"] is True

@@ -132,7 +132,7 @@ def test_default_key_file_made_world_readable_exits_78_with_chmod_hint(vault, sc
     line = one_error_line(result.stderr)
     assert "chmod" in line and str(path) in line
     path.chmod(0o600)
-    assert script_runner.run([MEM, "list"]).returncode == 0
+    assert script_runner.run([MEM, "add", "Prefers tea"]).returncode == 0
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,

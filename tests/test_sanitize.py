@@ -318,6 +318,7 @@ def test_a_control_in_a_tag_is_refused(script_runner: ScriptRunner,
 
 
 def test_error_line_is_inert(script_runner: ScriptRunner, initialised: None) -> None:
+    assert mem(script_runner, "add", "Prefers tea").returncode == 0
     result = mem(script_runner, "show", "\x1b]0;PWNED\x07\x1b[2J")
     assert result.returncode == NotFound.exit_code
     assert inert(result.stderr) and "\\x1b]0;PWNED" in result.stderr
@@ -422,4 +423,4 @@ def test_stored_rich_markup_is_printed_as_text(script_runner: ScriptRunner,
         flat = " ".join(result.stdout.split())
         assert "[bold]not bold[/] [/] :thumbs_up:" in flat, (args, result.stdout)
         assert "👍" not in result.stdout, args
-    assert "[[red]]" in mem(script_runner, "list").stdout
+    assert "  [red]  " in mem(script_runner, "list").stdout  # the tags column, as text

@@ -187,7 +187,7 @@ def test_stats_counts(vault: Vault) -> None:
     remember.add(vault, "c", "message", session="s1")
     prefs.set_(vault, "k", "v")
     stats = admin.stats(vault).to_dict()
-    assert stats["records"] == 3 and stats["sessions"] == 1 and stats["preferences"] == 1
+    assert stats["records"] == 3 and stats["sessions"] == 1 and stats["pref_keys"] == 1
     assert stats["by_category"] == {"conversation": 1, "learned_context": 1, "preference": 1}
     assert stats["key_version"] == 1 and stats["audit_entries"] >= 5
 

@@ -12,7 +12,16 @@ import sys
 
 import typer
 
-from memvault.cli import agents, commands, compact, config_cmd, key_cmd, lifecycle, pref
+from memvault.cli import (
+    agents,
+    commands,
+    compact,
+    config_cmd,
+    context,
+    key_cmd,
+    lifecycle,
+    pref,
+)
 from memvault.errors import EX_FAILURE, MemError
 
 app = typer.Typer(
@@ -59,9 +68,15 @@ def main() -> None:
     # index documents): collecting every 700 allocations cost an ingest 8% for nothing.
     gc.set_threshold(50_000, 20, 100)
     os.umask(0o077)  # whatever mem or a library creates is private to the user
+    context.CREATED.clear()
     try:
         _check_argv(sys.argv[1:])
-        app(prog_name="mem")
+        try:
+            app(prog_name="mem")
+        except SystemExit as done:
+            if not done.code:
+                context.announce_created()
+            raise
     except MemError as exc:
         if debug:
             raise

@@ -2,7 +2,7 @@
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -10,6 +10,9 @@ from memvault.cli import context
 from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, ProjectOpt, UserOpt, VaultOpt
 from memvault.cli.output import Output
 from memvault.errors import ConfigError, NotFound, UsageError
+
+if TYPE_CHECKING:
+    from memvault.model.results import ScanResult
 
 FORMATS = ("auto", "claude-code", "codex", "gemini", "jsonl")
 
@@ -46,7 +49,9 @@ def ingest(
         raise UsageError(f"unknown format {format_!r}: choose one of {', '.join(FORMATS)}")
     if (source is None) == (scan is None):
         raise UsageError("give a transcript (or -) or --scan DIR, not both")
-    v = context.open_vault(vault, org, user, key_file)
+    v = context.open_vault(vault, org, user, key_file, needs=None)
+    if quiet:
+        v.on_create = None  # cron mails what a quiet job prints
     tag = context.project(v, project)
     tags = (tag,) if tag else ()
     out = Output(json)
@@ -55,9 +60,7 @@ def ingest(
             raise UsageError("--scan takes neither --dry-run, --session nor --project")
         summary = core.scan_dir(v, scan, format_, strict)
         if not quiet or json:
-            out.data(summary, lambda o: o.info(
-                f"{summary.files_ingested} of {summary.files_scanned} transcripts ingested, "
-                f"{summary.messages_added} messages added, {summary.withheld} withheld"))
+            out.data(summary, lambda o: o.info(_scanned(summary, scan)))
         for skipped in summary.passed:
             out.warn(f"{skipped.file}: skipped: {skipped.error}")
         for error in summary.errors:
@@ -93,6 +96,19 @@ def ingest(
             o.info(f"  {result.lines_ignored} lines ignored: {reasons}")
 
     out.data(result, human)
+
+
+def _scanned(summary: "ScanResult", folder: Path) -> str:
+    """What a scan did, in one line; a scan that found nothing new says so."""
+    unchanged = summary.files_unchanged
+    if not summary.files_scanned:
+        return f"no transcripts under {folder}"
+    if not summary.files_ingested and unchanged == summary.files_scanned:
+        return (f"nothing new: {unchanged} file{'s' if unchanged != 1 else ''} "
+                "unchanged since the last scan")
+    seen = f" ({unchanged} unchanged since the last scan)" if unchanged else ""
+    return (f"{summary.files_ingested} of {summary.files_scanned} transcripts ingested"
+            f"{seen}, {summary.messages_added} messages added, {summary.withheld} withheld")
 
 
 def brief(
@@ -253,7 +269,9 @@ def mcp(
                               "pip install 'memvault[mcp]' (or pipx inject memvault mcp)")
         # Opened before serving (and before the SDK's import): no key or a bad config is
         # one line on stderr and its exit code, not a server that fails every call.
-        opened = context.open_vault(vault, org, user, key_file)
+        # The server keeps its own answers for a user with no memory yet (empty ones).
+        opened = context.open_vault(vault, org, user, key_file, needs=None)
+        opened.on_create = None  # the server's stderr is a log: it says nothing of this
     except MemError as exc:
         # An agent shows a server that did not start as a bare "disconnected" (or not at
         # all): the hook log says why, and for whom.

@@ -98,7 +98,8 @@ def add(
 
     if text == "-":
         text = context.stdin_text("the text")
-    result = remember.add(context.open_vault(vault, org, user, key_file), text, type_,
+    result = remember.add(context.open_vault(vault, org, user, key_file, needs=None),
+                          text, type_,
                           tags=tag, importance=importance, session=session,
                           supersedes=supersedes)
 
@@ -154,9 +155,10 @@ def search(
     limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many.")] = 10,
     project: ProjectOpt = None,
     as_of: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--as-of", help="Search as of this ISO-8601 date or time: later records are left "
-        "out, and \"yesterday\", \"last week\" or \"two months ago\" count from it "
-        "(default: now).", show_default=False)] = None,
+        "--as-of", help="Search as of this date or time (ISO-8601 or a phrase such as "
+        "\"yesterday\" or \"last week\": the end of the day or week it names): later "
+        "records are left out, and phrases in the query and in --after/--before count "
+        "from it (default: now).", show_default=False)] = None,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
@@ -165,9 +167,10 @@ def search(
 
     if query == "-":
         query = context.stdin_text("the query")
+    now = context.date_flag(as_of, "as_of", end=True)
     filters = context.filters(type_, category, tag, session, after, before,
-                              include_archive, include_superseded, limit)
-    now = _moment(as_of, filters)
+                              include_archive, include_superseded, limit, now)
+    now = _moment(now, filters)
     v = context.open_vault(vault, org, user, key_file)
     prefer = context.project(v, project)
     result = recall.search_preferring(v, query or "", filters, prefer, now) if prefer \
@@ -179,27 +182,21 @@ def search(
     out.data(doc, lambda o: render.search_results(o, doc["results"]))
 
 
-def _moment(as_of: str | None, filters: "Filters") -> "datetime":
-    """The moment a search is asked at: now, or `--as-of` (a bare date means the end of
-    that day), after which records are left out."""
-    import re
+def _moment(as_of: "datetime | None", filters: "Filters") -> "datetime":
+    """The moment a search is asked at: now, or `--as-of`, after which records are left
+    out."""
     from datetime import UTC, datetime, timedelta
-
-    from memvault.model.records import parse_time
 
     if as_of is None:
         return datetime.now().astimezone()
-    moment = parse_time(as_of)
-    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", as_of.strip()):
-        moment += timedelta(days=1, microseconds=-1)
     try:
-        cut = moment + timedelta(microseconds=1)
+        cut = as_of + timedelta(microseconds=1)
         cut.astimezone(UTC)
     except OverflowError:  # the last instant there is: nothing is later
-        return moment
+        return as_of
     if filters.before is None or cut < filters.before:
         filters.before = cut
-    return moment
+    return as_of
 
 
 def reindex(

@@ -55,7 +55,10 @@ def compact(
     if session and all_users:
         raise UsageError("--session names one user's sessions: not with --all-users")
     core.check_sessions(session or [])
-    v = context.open_vault(vault, org, user, key_file)
+    v = context.open_vault(vault, org, user, key_file, needs=None if all_users else "user")
+    whole = v.settings.sources.get("org") == "default"
+    if all_users and not whole:
+        context.require(v, "org")  # a mistyped org is said to be one, not 0 users
     cfg = v.settings.compaction
     if summarizer is not None:
         if not summarizer.strip():
@@ -67,7 +70,6 @@ def compact(
                    show_text=not all_users)
     out = Output(json)
     if all_users:
-        whole = v.settings.sources.get("org") == "default"
         who = core.users(job, None if whole else v.org, parts)
         outcomes = _with_progress(job, who, jobs or os.cpu_count() or 1, out)
     else:

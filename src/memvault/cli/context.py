@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from memvault.config import Settings, resolve
-from memvault.errors import DataError, PassphraseNeeded, UsageError
+from memvault.errors import DataError, NotFound, PassphraseNeeded, UsageError
 
 if TYPE_CHECKING:
     from memvault.model.records import Filters
@@ -22,15 +23,54 @@ def settings(vault: Path | None, org: str | None, user: str | None,
 
 
 def open_vault(vault: Path | None, org: str | None, user: str | None,
-               key_file: Path | None = None, keyring: bool = False) -> Vault:
-    """Open the vault; a passphrase-protected key file is asked for on a terminal."""
+               key_file: Path | None = None, keyring: bool = False, *,
+               needs: Literal["user", "org"] | None = "user") -> Vault:
+    """Open the vault; a passphrase-protected key file is asked for on a terminal.
+
+    A command that reads (or changes what is there) needs the user to have memory: on a
+    mistyped user or org it is told so (NotFound, with the names there are), never
+    answered as if the memory were empty. A walk over an org's users (`needs="org"`)
+    needs the org to have some. A command that may make the user's first write (`needs`
+    None) says on stderr when it created them."""
     from memvault.vault.vault import Vault
 
     resolved = settings(vault, org, user, key_file, keyring)
     try:
-        return Vault(resolved)
+        opened = Vault(resolved, on_create=_created)
     except PassphraseNeeded as exc:
-        return Vault(resolved, passphrase=ask_passphrase(exc))
+        opened = Vault(resolved, passphrase=ask_passphrase(exc), on_create=_created)
+    require(opened, needs)
+    return opened
+
+
+def require(vault: Vault, needs: Literal["user", "org"] | None) -> None:
+    """NotFound unless the user has memory (or the org has users); see open_vault."""
+    try:
+        if needs == "user":
+            vault.require_user()
+        elif needs == "org":
+            vault.require_org()
+    except NotFound as exc:
+        # Said with the error: a name from MEM_USER or the config file was not typed here.
+        exc.details.setdefault("source", vault.settings.sources.get(exc.field or "", ""))
+        raise
+
+
+# Users the command's writes created, said when it ends well (announce_created): an
+# error stays the one line it is, even after a first batch created the user.
+CREATED: list[str] = []
+
+
+def _created(vault: Vault) -> None:
+    CREATED.append(f"created user {vault.user} in org {vault.org}")
+
+
+def announce_created() -> None:
+    from memvault.cli.output import Output
+
+    for line in dict.fromkeys(CREATED):
+        Output().info(line)
+    CREATED.clear()
 
 
 def ask_passphrase(exc: PassphraseNeeded) -> str:
@@ -87,15 +127,28 @@ def _first_line(source: Path) -> str:
 
 def filters(types: list[str] | None, categories: list[str] | None, tags: list[str] | None,
             session: str | None, after: str | None, before: str | None,
-            include_archive: bool, include_superseded: bool, limit: int) -> Filters:
-    from memvault.model.records import Filters, parse_time
+            include_archive: bool, include_superseded: bool, limit: int,
+            now: datetime | None = None) -> Filters:
+    """The filters of `list` and `search`; a time phrase in `--after` or `--before` counts
+    from `now` (default: the present)."""
+    from memvault.model.records import Filters
 
     return Filters(
         types=types or [], categories=categories or [], tags=tags or [], session=session,
-        after=parse_time(after) if after else None,
-        before=parse_time(before) if before else None,
+        after=date_flag(after, "after", now), before=date_flag(before, "before", now),
         include_archive=include_archive, include_superseded=include_superseded, limit=limit,
     )
+
+
+def date_flag(value: str | None, field: str, now: datetime | None = None,
+              end: bool = False) -> datetime | None:
+    """A date flag's moment (index/when.py reads ISO-8601 and time phrases): the start of
+    the time a phrase or a bare date names, or with `end` its last instant."""
+    from memvault.index.when import instant
+
+    if value is None:
+        return None
+    return instant(value, now or datetime.now().astimezone(), end=end, field=field)
 
 
 def project(vault: Vault, value: str | None) -> str | None:

@@ -11,6 +11,7 @@ FLAGS = {
     "passphrase": "--passphrase", "type": "--type", "category": "--category",
     "tag": "--tag", "format": "--format", "org": "--org", "user": "--user",
     "force": "--force", "output": "--output", "passphrase_file": "--passphrase-file",
+    "after": "--after", "before": "--before", "as_of": "--as-of",
 }
 # Where a vault's master key can come from, for the hints of a missing key.
 KEY_SOURCES = ("--key-file / MEM_KEY_FILE, MEM_KEY_COMMAND, or the OS keyring "
@@ -41,6 +42,8 @@ HINTS = {
                   "MEM_KEY_COMMAND for unattended runs",
     "repair": "`mem verify --repair` sets it right",
     "rebuild-state": "run `mem verify --repair` to rebuild the state from the files",
+    "first-write": "a first `mem add`, `mem ingest`, `mem pref set` or `mem import` "
+                   "creates it",
 }
 
 
@@ -48,7 +51,11 @@ def word(exc: MemError) -> str:
     """The one line the CLI prints for a known error."""
     message = exc.message
     flag = FLAGS.get(exc.field or "")
-    if flag:
+    source = str(exc.details.get("source") or "")
+    if flag and source and not source.startswith("flag"):
+        # A name the user did not type here (MEM_USER, the config file): say where from.
+        message = f"{message} ({_source(exc.field or '', source)})"
+    elif flag:
         field = exc.field or ""
         if message.startswith(field + " "):
             message = flag + message[len(field):]
@@ -57,3 +64,13 @@ def word(exc: MemError) -> str:
     if exc.hint in HINTS:
         message = f"{message}; {HINTS[exc.hint]}"
     return message
+
+
+def _source(name: str, source: str) -> str:
+    """Where a setting came from, as config.resolve records it, in the CLI's words."""
+    kind, _, rest = source.partition(" ")
+    if kind == "env":
+        return f"{name} from {rest}"
+    if kind == "file":
+        return f"{name} from the config file {rest}"
+    return f"{name}: the login name" if "login" in rest else f"{name}: the default"

@@ -37,7 +37,7 @@ def backup(
     format of docs/vault-format.md): keep it off this machine, its passphrase apart."""
     from memvault.ops import keys
 
-    v = context.open_vault(vault, org, user, key_file)
+    v = context.open_vault(vault, org, user, key_file, needs=None)
     keys.check_backup_output(output, force)  # before the passphrase is typed, twice
     secret = context.passphrase(passphrase_file, "Passphrase for the backup: ", twice=True)
     result = keys.backup_key(v, output, secret, force)

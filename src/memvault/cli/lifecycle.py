@@ -18,7 +18,9 @@ def forget(
     session: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Everything from this session.", show_default=False)] = None,
     before: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="Everything created before this ISO-8601 date.", show_default=False)] = None,
+        help="Everything created before this date or time: ISO-8601 or a phrase "
+        "(\"last month\", \"90 days ago\": before the start of the time it names).",
+        show_default=False)] = None,
     tag: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Everything with this tag.", show_default=False)] = None,
     query: Annotated[Optional[str], typer.Option(  # noqa: UP045
@@ -35,14 +37,13 @@ def forget(
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """Erase records from every file and from the index; print a receipt."""
-    from memvault.model.records import parse_time
     from memvault.ops import forget as core
 
     if query == "-":
         query = context.stdin_text("the query")
+    cutoff = context.date_flag(before, "before")
     v = context.open_vault(vault, org, user, key_file)
-    plan = core.select(v, ids or [], session, parse_time(before) if before else None,
-                       tag, query)
+    plan = core.select(v, ids or [], session, cutoff, tag, query)
     out = Output(json)
     if not plan.targets:
         raise NotFound("nothing matches: no record was forgotten")
@@ -103,7 +104,8 @@ def import_(
         raise NotFound(f"no file at {file}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read {file}: {exc}") from None
-    result = core.import_text(context.open_vault(vault, org, user, key_file), raw)
+    result = core.import_text(
+        context.open_vault(vault, org, user, key_file, needs=None), raw)
     Output(json).data(result, lambda o: o.info(
         f"imported {result.imported} records, skipped {result.skipped} already present"))
 

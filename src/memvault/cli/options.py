@@ -47,12 +47,14 @@ SessionOpt = Annotated[
 ]
 AfterOpt = Annotated[
     Optional[str],  # noqa: UP045
-    typer.Option("--after", help="Created at or after this ISO-8601 date or time.",
-                 show_default=False),
+    typer.Option("--after", help="Created at or after this date or time: ISO-8601 "
+                 "(2026-05-01, 2026-05-01T14:30) or a phrase (\"yesterday\", \"last week\", "
+                 "\"3 days ago\": from the start of the time it names).", show_default=False),
 ]
 BeforeOpt = Annotated[
     Optional[str],  # noqa: UP045
-    typer.Option("--before", help="Created before this ISO-8601 date or time.",
+    typer.Option("--before", help="Created before this date or time: ISO-8601 or a phrase "
+                 "(\"yesterday\", \"last month\": before the start of the time it names).",
                  show_default=False),
 ]
 ArchiveOpt = Annotated[

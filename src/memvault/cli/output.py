@@ -34,8 +34,15 @@ class Output:
         if self._out is None:
             from rich.console import Console
 
-            self._out = Console(highlight=False, soft_wrap=False)
+            # To a pipe or a file nothing is wrapped: a line is as long as its text.
+            self._out = Console(highlight=False, soft_wrap=not self.terminal)
         return self._out
+
+    @property
+    def terminal(self) -> bool:
+        """Whether stdout is a terminal: there tables and cards are fitted to its width;
+        to a pipe or a file, plain lines (one row a line, no box drawing, no wrapping)."""
+        return sys.stdout.isatty()
 
     @property
     def err(self) -> Console:
@@ -77,7 +84,15 @@ class Output:
         self.err.print(Text(f"warning: {for_terminal(text)}", style="yellow"))
 
     def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-              title: str | None = None) -> None:
+              title: str | None = None, header: bool = True) -> None:
+        """Rows for people: a table on a terminal; to a pipe, one plain line a row with
+        its columns aligned by spaces (a header line first when every column is named
+        and `header`; no title)."""
+        if not self.terminal:
+            for text in plain_rows([*([columns] if header and all(columns) else []),
+                                    *rows]):
+                sys.stdout.write(text + "\n")
+            return
         from rich.table import Table
         from rich.text import Text
 
@@ -90,6 +105,26 @@ class Output:
             # Cells are Text: a stored "[bold]" is shown, never taken for markup.
             table.add_row(*(Text("" if v is None else for_terminal(str(v))) for v in row))
         self.out.print(table)
+
+
+# A cell wider than this is not padded to: it pushes the rest of its own line only.
+PLAIN_PAD = 48
+
+
+def plain_rows(rows: Sequence[Sequence[Any]]) -> list[str]:
+    """Rows as lines, columns aligned by spaces (in terminal cells), the last one not
+    padded; each cell on one line (its whitespace runs become one space)."""
+    from rich.cells import cell_len
+
+    cells = [[" ".join(for_terminal("" if v is None else str(v)).split()) for v in row]
+             for row in rows]
+    if not cells:
+        return []
+    widths = [max((n for n in (cell_len(row[col]) for row in cells) if n <= PLAIN_PAD),
+                  default=0) for col in range(len(cells[0]) - 1)]
+    return ["  ".join([*(c + " " * (w - cell_len(c)) for c, w in zip(row, widths,
+                                                                    strict=False)),
+                       row[-1]]).rstrip() for row in cells]
 
 
 def error_line(message: str) -> None:

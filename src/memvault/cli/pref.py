@@ -25,7 +25,8 @@ def set_(
         value = context.stdin_text("the value")
     from memvault.ops import prefs as core
 
-    result = core.set_(context.open_vault(vault, org, user, key_file), key, value)
+    result = core.set_(context.open_vault(vault, org, user, key_file, needs=None),
+                       key, value)
     Output(json).data(result, lambda o: o.info(f"{key} set"))
 
 

@@ -37,10 +37,19 @@ def records_table(out: Output, records: list[dict[str, Any]]) -> None:
     if not records:
         out.info("no records match")
         return
+    if not out.terminal:  # one record a line, its whole text: for grep, cut, less
+        out.table(["id", "type", "created", "tags", "content"],
+                  [[r["memory_id"], r["type"], _created(r), ",".join(r["tags"]) or "-",
+                    r["content"]] for r in records], header=False)
+        return
     for r in records:
         tags = f"[{', '.join(r['tags'])}]" if r["tags"] else ""
-        _card(out, [r["memory_id"], r["type"], r["created_at"][:16].replace("T", " "), tags],
+        _card(out, [r["memory_id"], r["type"], _created(r), tags],
               _one_line(r["content"], 400))
+
+
+def _created(record: dict[str, Any]) -> str:
+    return str(record["created_at"])[:16].replace("T", " ")
 
 
 def record_detail(out: Output, record: dict[str, Any]) -> None:
@@ -64,6 +73,12 @@ def mapping(out: Output, doc: dict[str, Any], title: str | None = None) -> None:
 def search_results(out: Output, results: list[dict[str, Any]]) -> None:
     if not results:
         out.info("no matches")
+        return
+    if not out.terminal:  # one hit a line
+        out.table(["id", "type", "created", "score", "snippet"],
+                  [[r["memory_id"], r["type"], r["created_at"][:10],
+                    f"{r['score']:.2f}" if r["score"] else "-", r["snippet"]]
+                   for r in results], header=False)
         return
     for r in results:
         score = f"score {r['score']:.2f}" if r["score"] else ""

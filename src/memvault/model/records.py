@@ -66,7 +66,7 @@ def parse_time(value: str) -> datetime:
         dt.astimezone(UTC)
     except OverflowError:
         raise UsageError(f"date or time {value!r} is out of range: in UTC it falls before "
-                         "year 1 or after 9999") from None
+                         "year 1 or after 9999", out_of_range=True) from None
     return dt
 
 

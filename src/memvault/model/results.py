@@ -213,6 +213,7 @@ class ScanResult(Result):
     withheld: int
     errors: tuple[ScanError, ...]  # transcripts not stored: corrupt, or refused whole
     passed: tuple[ScanError, ...] = ()  # files that are not transcripts, or unreadable
+    files_unchanged: int = 0  # as an earlier scan left them: not read again
 
     @property
     def exit_code(self) -> int:
@@ -360,8 +361,8 @@ class Stats(Result):
     superseded: int
     by_type: dict[str, int]
     by_category: dict[str, int]
-    sessions: int
-    preferences: int
+    sessions: int  # live or compacted
+    pref_keys: int  # `mem pref` keys set (records of type preference are in by_type)
     key_version: int | None
     frozen: bool
     bytes_on_disk: int

@@ -91,11 +91,19 @@ def stats(vault: Vault) -> Stats:
         active=max(0, live - superseded_live), archived=archived,
         superseded=len(state.superseded), by_type=dict(sorted(by_type.items())),
         by_category=dict(sorted(by_category.items())),
-        sessions=len(vault.layout.line_files()) if exists else 0,
-        preferences=len(prefs.read(vault)),
+        sessions=_sessions(vault) if exists else 0,
+        pref_keys=len(prefs.read(vault)),
         key_version=state.key_version if exists else None, frozen=state.frozen,
         bytes_on_disk=size, audit_entries=vault.audit.last_seq() if exists else 0,
     )
+
+
+def _sessions(vault: Vault) -> int:
+    """Sessions live or compacted: a compacted session's file is in archive/ (and may
+    keep its last messages in sessions/, under the same name)."""
+    layout = vault.layout
+    return len({f.rpartition("/")[2] for f in [*layout.line_files(),
+                                                *layout.line_files(archived=True)]})
 
 
 def reindex(vault: Vault) -> ReindexResult:

@@ -603,6 +603,7 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
     seen = vault.state().scan_marks
     scan = _Scan(AdmissionPolicy(vault.settings))
     small: list[_Parsed] = []
+    unchanged = 0
     for path in files:
         try:
             st = path.stat()
@@ -613,6 +614,7 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
         mark = [st.st_size, st.st_mtime_ns]
         key = vault.path_mark(os.fsencode(path.resolve()))
         if seen.get(key) == mark:
+            unchanged += 1
             continue
         # Two notes.jsonl in different folders are different sessions.
         relative = path.relative_to(directory)
@@ -638,7 +640,7 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
             batch, messages, size = [], 0, 0
     scan.store(vault, batch, strict)
     return ScanResult(len(files), scan.ingested, scan.added, scan.withheld,
-                      tuple(scan.errors), tuple(scan.passed))
+                      tuple(scan.errors), tuple(scan.passed), unchanged)
 
 
 # A scan stores small transcripts together, up to this many messages or bytes of

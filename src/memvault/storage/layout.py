@@ -163,3 +163,12 @@ def holds_memory(root: Path) -> bool:
         return False
     except OSError:
         return True
+
+
+def orgs(root: Path) -> list[str]:
+    """The orgs that hold at least one user (a directory left with only locks, or only
+    the audit of destroyed users, holds none)."""
+    if not root.is_dir():
+        return []
+    return [p.name for p in sorted(root.iterdir())
+            if p.is_dir() and any(True for _ in users(root, p.name))]

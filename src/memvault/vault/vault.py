@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,7 @@ from memvault.model.location import Location
 from memvault.model.records import DOC_FILES, Record, now_iso
 from memvault.storage import fsio
 from memvault.storage.audit import AuditLog
-from memvault.storage.layout import VAULT_FILE, UserLayout
+from memvault.storage.layout import VAULT_FILE, UserLayout, orgs, users
 from memvault.storage.reads import ReadLog
 from memvault.storage.state import UserState
 from memvault.storage.userstore import UserStore
@@ -73,12 +73,43 @@ def record_key_backup(root: Path, key_check: str, at: str, lock_timeout: float) 
         fsio.atomic_write(root / VAULT_FILE, (json.dumps(meta, indent=1) + "\n").encode())
 
 
+# A mistyped name is answered with the names there are, up to this many (else a count).
+SHOWN_NAMES = 10
+
+
+def missing_user(root: Path, org: str, user: str | None) -> NotFound:
+    """The error for a user with no memory (or, `user` None, an org with no users): the
+    org's users when it has some, else the vault's orgs, else a vault with no users yet
+    (a first write creates one)."""
+    def names(kind: str, found: list[str]) -> str:
+        if len(found) > SHOWN_NAMES:
+            return f"it has {len(found)} {kind}s"
+        if len(found) == 1:
+            return f"its only {kind} is {found[0]}"
+        return f"its {kind}s: {', '.join(found)}"
+
+    members = [name for _, name in users(root, org)]
+    if members:
+        return NotFound(f"no user {user} in org {org}; {names('user', members)}",
+                        field="user")
+    known = orgs(root)
+    if known:
+        return NotFound(f"no org {org} in the vault at {root}; {names('org', known)}",
+                        field="org")
+    who = f"user {user}" if user is not None else f"org {org}"
+    return NotFound(f"{who} has no memory yet: the vault at {root} has no users",
+                    hint="first-write")
+
+
 class Vault:
     """One user's view of an initialised vault, opened with a checked master key."""
 
     def __init__(self, settings: Settings, *, master: MasterKey | None = None,
-                 passphrase: str | None = None, actor: str | None = None) -> None:
+                 passphrase: str | None = None, actor: str | None = None,
+                 on_create: Callable[[Vault], None] | None = None) -> None:
         self.settings = settings
+        # Told when a write has created the user (their first write): a surface says so.
+        self.on_create = on_create
         self.root = settings.vault
         self.meta = read_meta(self.root)
         self.master = master or load_master_key(settings, passphrase,
@@ -121,8 +152,16 @@ class Vault:
         return self.store.exists()
 
     def require_user(self) -> None:
+        """NotFound unless the user has memory. A mistyped user or org is said to be one,
+        with the names there are, rather than read as an empty memory; and nothing is
+        created to find out (no directory, no lock file)."""
         if not self.exists():
-            raise NotFound(f"user {self.who} has no memory yet")
+            raise missing_user(self.root, self.org, self.user)
+
+    def require_org(self) -> None:
+        """NotFound unless the org has a user (for a walk over an org's users)."""
+        if not any(True for _ in users(self.root, self.org)):
+            raise missing_user(self.root, self.org, None)
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
@@ -393,6 +432,8 @@ class Vault:
                 ok = True
             finally:
                 tx.close(ok)
+        if created and self.on_create is not None:
+            self.on_create(self)
 
 
 class Transaction:

@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from memvault.cli import agents, commands, compact, config_cmd, lifecycle, pref
+from memvault.cli import agents, commands, compact, config_cmd, lifecycle, machine, pref
 from memvault.errors import EX_FAILURE, MemError
 
 app = typer.Typer(
@@ -45,6 +45,7 @@ commands.register(app)
 agents.register(app)
 lifecycle.register(app)
 compact.register(app)
+machine.register(app)
 app.add_typer(pref.app, name="pref")
 app.add_typer(config_cmd.app, name="config")
 

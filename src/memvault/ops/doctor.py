@@ -242,7 +242,9 @@ def last_compaction(probe: Probe) -> Iterator[Finding]:
     done = (f"{_count(int(last.get('summaries_added') or 0), 'summary', 'summaries')} "
             f"added, {_count(int(last.get('archived') or 0), 'message')} archived")
     problems = int(last.get("problems") or 0)
-    when = f"last compaction: {age(str(last['at']), probe.now)} ago ({last['at'][:10]})"
+    ago = age(str(last["at"]), probe.now)
+    ago = "just now" if ago == "now" else f"{ago} ago"
+    when = f"last compaction: {ago} ({str(last['at'])[:10]})"
     if problems:
         yield Finding("last-compaction", WARNING, f"{when}, {done}, {problems} left for the "
                       "next run (busy, or the summariser failed)", "compact")

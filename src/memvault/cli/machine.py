@@ -32,6 +32,10 @@ def setup(
     start, the transcript kept at the end) and its MCP server, in your user settings, in
     the form the agent's release runs (its --version is asked). Shows the changes and asks
     once; each changed file keeps a backup beside it. An agent not found is skipped.
+
+    Without a terminal to ask on it changes nothing and exits 2, unless given -y. An agent
+    whose settings mem cannot edit safely (a file that is not valid JSON or TOML) is left
+    as it was, the others are set up, and the exit code is that error's (2, or 78).
     """
     from memvault.integrations import agents_found, wiring
 
@@ -104,7 +108,7 @@ def doctor(
     Checks the key (where it comes from; a passphrase-protected key file is not opened),
     the vault and the user, the index, the messages waiting for compaction and the last
     compaction, disk use, each agent (release, mem's hooks and MCP server) and the hooks'
-    recent failures. It writes nothing, and shows no memory.
+    recent failures. It changes no memory and shows none.
 
     Exit codes: 0 healthy, or warnings only; 1 a warning with --strict; on an error, the
     error's code: 78 configuration (no key, a key file others can read, a bad config

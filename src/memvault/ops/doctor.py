@@ -27,6 +27,7 @@ from memvault.vault.vault import Vault
 
 if TYPE_CHECKING:
     from memvault.crypto.keys import MasterKey
+    from memvault.vault.keysource import KeySource
 
 # A line of a session file beside its sealed record: its clear header (id, time, key
 # version, nonce) and newline, measured on real vaults. Compaction's own estimate counts
@@ -42,6 +43,7 @@ class Probe:
     says why)."""
 
     settings: Settings | None = None
+    key_source: KeySource | None = None  # where the key comes from (not read)
     vault: Vault | None = None
     state: UserState | None = None
     now: datetime = field(default_factory=lambda: parse_time(now_iso()))
@@ -81,32 +83,42 @@ def _failed(check: str, exc: MemError, fix: str | None = None) -> Finding:
 
 
 def _open(make_settings: Callable[[], Settings]) -> tuple[list[Finding], Probe]:
-    probe = Probe()
+    """The configuration, the key, the vault, the user's state: each step needs the one
+    before, and says in a finding why it stopped."""
+    probe, findings = Probe(), list[Finding]()
     try:
         probe.settings = make_settings()
     except MemError as exc:  # a bad config file or name: nothing else can be looked at
         return [_failed("config", exc)], probe
-    findings: list[Finding] = []
-    master = _key(probe.settings, findings)
-    if master is None:
-        return findings, probe
+    master = _key(probe, probe.settings, findings)
+    if master is not None and _vault(probe, probe.settings, master, findings):
+        _user(probe, findings)
+    return findings, probe
+
+
+def _vault(probe: Probe, settings: Settings, master: MasterKey,
+           findings: list[Finding]) -> bool:
     try:
-        probe.vault = Vault(probe.settings, master=master)
+        probe.vault = Vault(settings, master=master)
     except MemError as exc:  # none there, damaged, or another key's
         findings.append(_failed("vault", exc, "init" if isinstance(exc, NotFound) else None))
-        return findings, probe
+        return False
+    findings.append(Finding("vault", OK, f"vault: {probe.vault.root}, org {probe.vault.org}"))
+    return True
+
+
+def _user(probe: Probe, findings: list[Finding]) -> None:
     vault = probe.vault
-    findings.append(Finding("vault", OK, f"vault: {vault.root}, org {vault.org}"))
+    assert vault is not None
     if not vault.exists():
         findings.append(Finding("user", OK, f"user {vault.user}: no memory yet (made by the "
                                 "first write)"))
-        return findings, probe
+        return
     try:
-        probe.state = vault.state()
+        state = probe.state = vault.state()
     except MemError as exc:  # damaged (verify --repair rebuilds it), or the lock is held
         findings.append(_failed("user", exc, "repair" if isinstance(exc, DataError) else None))
-        return findings, probe
-    state = probe.state
+        return
     records = sum(state.live.values()) + sum(state.archived.values())
     if state.frozen:
         findings.append(Finding("user", WARNING, f"user {vault.user} is frozen: reads work, "
@@ -115,15 +127,14 @@ def _open(make_settings: Callable[[], Settings]) -> tuple[list[Finding], Probe]:
     else:
         findings.append(Finding("user", OK, f"user {vault.user}: {_count(records, 'record')}"
                                 f", key epoch {state.key_version}"))
-    return findings, probe
 
 
-def _key(settings: Settings, findings: list[Finding]) -> MasterKey | None:
+def _key(probe: Probe, settings: Settings, findings: list[Finding]) -> MasterKey | None:
     """The master key, from the source that wins (SPEC §4); None when there is none to
     use here. A key command is run, as every command and hook runs it."""
     from memvault.vault.keysource import key_source, load_master_key
 
-    source = key_source(settings)
+    source = probe.key_source = key_source(settings)
     if source.kind == "none":
         findings.append(Finding("key", ERROR, f"key: none (no key source is set, and "
                                 f"there is no key file at {source.path})", "init",
@@ -137,9 +148,9 @@ def _key(settings: Settings, findings: list[Finding]) -> MasterKey | None:
     try:
         master = load_master_key(settings)
     except PassphraseNeeded:
-        findings.append(Finding("key", WARNING, f"{where} is passphrase-protected: not opened "
-                                "here (it would ask), and hooks, the MCP server and cron "
-                                "cannot open it", "key-source"))
+        findings.append(Finding("key", WARNING, f"key: {where} is passphrase-protected: not "
+                                "opened here (it would ask), and hooks, the MCP server and "
+                                "cron cannot open it", "key-source"))
         return None
     except MemError as exc:
         loose = source.path is not None and source.kind == "file" and _loose(source.path)
@@ -148,8 +159,6 @@ def _key(settings: Settings, findings: list[Finding]) -> MasterKey | None:
                                 str(source.path) if loose else None, exc.exit_code))
         return None
     findings.append(Finding("key", OK, f"key: {where}"))
-    # Another finding about the key (is it backed up?) goes in CHECKS, as a function of
-    # the probe, like the others.
     return master
 
 
@@ -269,7 +278,9 @@ def disk(probe: Probe) -> Iterator[Finding]:
         yield Finding("disk", OK, what)
 
 
-# The order they are shown in. A new finding is one function of the probe, added here.
+# The order they are shown in. A new finding is one function of the probe, added here
+# (whether the key is backed up, say: `probe.key_source` names the key, `probe.settings`
+# the rest).
 CHECKS: tuple[Check, ...] = (index, compaction, last_compaction, disk)
 
 

@@ -9,6 +9,7 @@ agent prints it; their settings files have each agent's real layout (docs/agents
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -114,6 +115,24 @@ def test_setup_asks_first_and_without_a_terminal_refuses_unless_told_yes(
                       "entries": ["SessionStart", "SessionEnd", "PreCompact"], "backup": None}
     assert server["entries"] == ["mcp"] and server["file"].endswith("config.toml")
     assert not hooks.exists() and not (home(tmp_path) / ".codex" / "config.toml").exists()
+
+    # On a terminal it shows the changes and asks once.
+    declined = script_runner.run(["mem", "setup"], stdin=Terminal("n\n"))
+    assert declined.returncode == 77 and not hooks.exists()
+    assert str(hooks) in declined.stderr and "Make these changes?" in declined.stderr
+    accepted = script_runner.run(["mem", "setup"], stdin=Terminal("y\n"))
+    assert accepted.returncode == 0 and accepted.stderr.count("Make these changes?") == 1
+    assert len(handlers(hooks, "SessionStart")) == 1
+
+
+class Terminal(io.TextIOWrapper):
+    """A stdin that says it is a terminal, with the user's answers in it."""
+
+    def __init__(self, answers: str) -> None:
+        super().__init__(io.BytesIO(answers.encode()), encoding="utf-8")
+
+    def isatty(self) -> bool:
+        return True
 
 
 def test_an_older_claude_code_gets_hooks_its_shell_runs_and_exec_form_after_an_upgrade(

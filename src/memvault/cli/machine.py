@@ -40,7 +40,7 @@ def setup(
     from memvault.integrations import agents_found, wiring
 
     out = Output(json)
-    found = agents_found.detect()
+    found = agents_found.detect(versions=not undo)  # taking out needs no release
     plan = wiring.setup(found, undo=undo, dry_run=True)
     if dry_run or not plan.changed:
         out.data(plan, lambda o: _show_setup(o, plan))
@@ -64,9 +64,15 @@ def _show_setup(o: Output, result: "SetupResult") -> None:
         _show_agent(o, agent, result)
     for note in result.notes:
         o.info(f"note: {note}")
-    if not result.changed:
-        o.info("nothing to take out: mem is in no agent's settings" if result.undo
-               else "nothing to change: mem is set up in every agent found")
+    if result.changed:
+        return
+    if result.undo:
+        o.info("nothing to take out: mem is in no agent's settings")
+    elif not any(agent.found for agent in result.agents):
+        o.info("no agent found here: install Claude Code, Codex CLI or Gemini CLI, then run "
+               "mem setup again")
+    elif not any(agent.error for agent in result.agents):
+        o.info("nothing to change: mem is set up in every agent found")
 
 
 def _show_agent(o: Output, agent: "AgentSetup", result: "SetupResult") -> None:

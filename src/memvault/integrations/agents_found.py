@@ -160,18 +160,19 @@ def version_of(spec: Spec, command: str, timeout: float = VERSION_TIMEOUT) -> st
     return shown(version) if version else None
 
 
-def detect(specs: tuple[Spec, ...] = AGENTS, timeout: float = VERSION_TIMEOUT
-           ) -> tuple[Found, ...]:
-    """Each agent, in `specs` order; their versions asked for all at once (each may take
-    seconds)."""
+def detect(specs: tuple[Spec, ...] = AGENTS, timeout: float = VERSION_TIMEOUT,
+           versions: bool = True) -> tuple[Found, ...]:
+    """Each agent, in `specs` order; their releases asked for all at once (each may take
+    seconds), unless `versions` is False."""
     from concurrent.futures import ThreadPoolExecutor
 
     located = [(spec, *locate(spec)) for spec in specs]
     with ThreadPoolExecutor(max_workers=len(located) or 1) as pool:
-        versions = list(pool.map(
-            lambda item: version_of(item[0], item[1], timeout) if item[1] else None, located))
+        released = list(pool.map(
+            lambda item: version_of(item[0], item[1], timeout) if item[1] and versions
+            else None, located))
     return tuple(Found(spec, command, folder, folder.is_dir(), version)
-                 for (spec, command, folder), version in zip(located, versions, strict=True))
+                 for (spec, command, folder), version in zip(located, released, strict=True))
 
 
 @dataclass(frozen=True)

@@ -297,11 +297,12 @@ FLAG_MARK = "# added by mem setup: Codex runs hooks without it from 0.124.0"
 FLAG_ENTRY = "features.codex_hooks"
 
 
-def hooks_feature(doc: dict[str, Any]) -> bool | None:
-    """What a parsed config.toml says of Codex's hooks: on, off, or nothing (None)."""
+def hooks_feature(doc: dict[str, Any], keys: tuple[str, ...] = FEATURE_KEYS) -> bool | None:
+    """What a parsed config.toml says of Codex's hooks (under any of `keys`): on, off, or
+    nothing (None)."""
     features = doc.get("features")
     if isinstance(features, dict):
-        for key in FEATURE_KEYS:
+        for key in keys:
             if isinstance(features.get(key), bool):
                 return bool(features[key])
     return None
@@ -337,12 +338,13 @@ def flag_is_ours(path: Path) -> bool:
 
 
 def set_hooks_flag(path: Path, dry_run: bool = False) -> HookInstallResult:
-    """Turn Codex's hooks on with `[features] codex_hooks = true`, unless config.toml says
-    anything of them already (the user's choice stands, on or off)."""
+    """Turn Codex's hooks on with `[features] codex_hooks = true`, unless config.toml sets
+    that key already (the user's choice stands, on or off; the releases that need it do
+    not know the newer name `hooks`)."""
     import tomlkit
 
     text, doc = _read_toml(path)
-    if hooks_feature(doc) is not None:
+    if hooks_feature(doc, (FLAG,)) is not None:
         return HookInstallResult(str(path), False, (), None)
     edited = tomlkit.parse(text)
     features = _features(edited, path)

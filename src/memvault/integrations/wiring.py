@@ -269,7 +269,7 @@ def _problems(f: Found, have: Wired) -> Iterator[tuple[str, str | None]]:
                f"{agents_found.shown(agents_found.CLAUDE_EXEC_FORM)} only"), "setup"
     if spec is CODEX:
         config = module.config_path("user")
-        feature = module.hooks_feature(module.read_config(config))
+        feature = module.hooks_feature(module.read_config(config), (module.FLAG,))
         if need.codex_flag and feature is None:
             yield f"its hooks are off: {config} lacks [features] codex_hooks = true", "setup"
         if not need.codex_flag and f.version is not None and module.flag_is_ours(config):

@@ -253,12 +253,13 @@ def test_an_agent_whose_settings_cannot_be_edited_is_left_alone_and_the_others_s
         script_runner: ScriptRunner, tmp_path: Path, bin_dir: Path) -> None:
     agent(bin_dir, "claude", "2.1.200")
     agent(bin_dir, "gemini", "0.61.0")
-    broken = home(tmp_path) / ".claude" / "settings.json"
-    broken.parent.mkdir()
-    broken.write_text('{"model": "opus",')  # half-written by hand
+    broken = home(tmp_path) / ".claude.json"  # where the MCP server goes, half-written
+    broken.write_text('{"numStartups": 3,')
     code, doc, _ = setup(script_runner, "-y")
     assert code == 2
     agents = by_name(doc)
     assert "not valid JSON" in agents["claude-code"]["error"]
-    assert broken.read_text() == '{"model": "opus",'
+    assert broken.read_text() == '{"numStartups": 3,'
+    # Nothing of the agent's was written, not even the file that was fine (its hooks).
+    assert not (home(tmp_path) / ".claude" / "settings.json").exists()
     assert agents["gemini"]["changes"] and agents["gemini"]["error"] is None

@@ -44,11 +44,17 @@ def setup(found: Sequence[Found], undo: bool = False, dry_run: bool = False) -> 
     """Set up (or with `undo` take out) mem in each agent; `dry_run` changes nothing and
     says what would change. An undo goes through every agent's files, found or not:
     taking out only mem's entries is safe anywhere."""
-    agents = tuple(_undo(f, dry_run) if undo else _install(f, dry_run) for f in found)
+    step = _undo if undo else _install
+    agents = []
+    for f in found:
+        # Every file of an agent is checked before the first is written: an agent is
+        # changed whole, or not at all.
+        planned = step(f, True)
+        agents.append(planned if dry_run or planned.error else step(f, False))
     notes: tuple[str, ...] = ()
     if not undo and any(f.found for f in found):
         notes = _key_note()
-    return SetupResult(agents, dry_run, undo, notes)
+    return SetupResult(tuple(agents), dry_run, undo, notes)
 
 
 def _base(f: Found) -> dict[str, Any]:

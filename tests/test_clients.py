@@ -421,3 +421,47 @@ def test_codex_parses_config_toml_after_reinstall_and_uninstall(
         listed["mem"]["transport"]["env"].items()
     assert mem(script_runner, "hooks", "uninstall", "codex", "--mcp").returncode == 0
     assert set(servers()) == {"docs"}
+
+
+def test_setup_wires_every_real_client_as_its_own_checks_see_it(
+        script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    claude, gemini, codex = client("claude"), client("gemini"), client("codex")
+    home = tmp_path / "home"
+    monkeypatch.setenv("PATH", os.pathsep.join([str(CLIENTS), os.environ["PATH"]]))
+    result = mem(script_runner, "setup", "-y", "--json")
+    assert result.returncode == 0, result.stderr
+    found = {a["name"]: a for a in json.loads(result.stdout)["agents"]}
+    pinned = json.loads((ROOT / "tests" / "agents" / "package.json").read_text())
+    for name, package in (("claude-code", "@anthropic-ai/claude-code"),
+                          ("codex", "@openai/codex"), ("gemini", "@google/gemini-cli")):
+        assert found[name]["version"] == pinned["dependencies"][package]
+        assert found[name]["changes"] and found[name]["error"] is None
+
+    (home / ".gemini" / "trustedFolders.json").write_text(
+        json.dumps({str(elsewhere): "TRUST_FOLDER"}))  # the user's decision (above)
+    env = {**client_env(home), "CODEX_HOME": str(home / ".codex")}
+    done = subprocess.run([str(claude), "mcp", "list"], env=env, cwd=elsewhere,
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("mem:")]
+    assert "Connected" in line, done.stdout
+    done = subprocess.run([str(gemini), "mcp", "list"], env=env, cwd=elsewhere,
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    out = done.stdout + done.stderr
+    (line,) = [x for x in out.splitlines() if " mem:" in x or x.startswith("mem:")]
+    assert "Connected" in line and "Disconnected" not in line, out
+    listed = subprocess.run([str(codex), "mcp", "list", "--json"], env=env, cwd=elsewhere,
+                            capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    assert listed.returncode == 0, listed.stderr
+    (server,) = [s for s in json.loads(listed.stdout) if s["name"] == "mem"]
+    assert server["enabled"] and "--user=bob" in server["transport"]["args"]
+
+    # mem doctor sees each wired, in a form its release runs.
+    checked = json.loads(mem(script_runner, "doctor", "--json").stdout)["findings"]
+    agents = {f["check"]: f for f in checked if f["check"].startswith("agent:")}
+    assert {f["severity"] for f in agents.values()} == {"ok"}, agents
+
+    assert mem(script_runner, "setup", "--undo", "-y").returncode == 0
+    listed = subprocess.run([str(codex), "mcp", "list", "--json"], env=env, cwd=elsewhere,
+                            capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    assert listed.returncode == 0 and "mem" not in {s["name"] for s in json.loads(listed.stdout)}

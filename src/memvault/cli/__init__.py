@@ -20,6 +20,7 @@ from memvault.cli import (
     context,
     key_cmd,
     lifecycle,
+    machine,
     pref,
 )
 from memvault.errors import EX_FAILURE, MemError
@@ -54,6 +55,7 @@ commands.register(app)
 agents.register(app)
 lifecycle.register(app)
 compact.register(app)
+machine.register(app)
 app.add_typer(pref.app, name="pref")
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(key_cmd.app, name="key")

@@ -79,30 +79,41 @@ def hook_entry(launch: Launch | None = None) -> dict[str, Any]:
     return {"type": "command", "command": program, "args": rest, "timeout": HOOK_TIMEOUT_S}
 
 
+def shell_entry(launch: Launch) -> dict[str, Any]:
+    """One handler as a shell line, each part quoted: for a Claude Code older than the
+    exec form (agents_found.py), which runs `command` alone and ignores `args`."""
+    return {"type": "command", "command": launch.shell_line(*ARGS), "timeout": HOOK_TIMEOUT_S}
+
+
 def server_entry(launch: Launch) -> dict[str, Any]:
     program, *rest = launch.argv("mcp")
     return {"type": "stdio", "command": program, "args": rest, "env": launch.env_map}
 
 
-def install(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallResult:
+def install(path: Path, scope: str = "user", mcp: bool = False, dry_run: bool = False,
+            exec_form: bool = True) -> HookInstallResult:
     """Merge mem's three hooks into the settings file; running it twice changes nothing.
     The user scope writes who mem runs as into the hooks and the server alike; the
     project scope's hooks (in the local file) run this machine's mem, and its committed
-    .mcp.json `mem` from PATH, both finding the rest as each user's mem does."""
+    .mcp.json `mem` from PATH, both finding the rest as each user's mem does.
+    `exec_form=False` writes shell lines, for a Claude Code older than the exec form."""
     launch = resolve_launch(scope)
     hooks = launch if scope == "user" else Launch(tuple(hookbase.mem_command()))
-    result = hookbase.install_json(path, "Claude Code", dict.fromkeys(EVENTS, hook_entry(hooks)),
-                                   ours)
+    entry = hook_entry(hooks) if exec_form else shell_entry(hooks)
+    result = hookbase.install_json(path, "Claude Code", dict.fromkeys(EVENTS, entry), ours,
+                                   dry_run=dry_run)
     if not mcp:
         return result
     server = hookbase.install_json(mcp_path(scope), "Claude Code", {}, ours,
-                                   ("mcpServers", server_entry(launch)))
+                                   ("mcpServers", server_entry(launch)), dry_run)
     return replace(result, mcp=server)
 
 
-def uninstall(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallResult:
-    result = hookbase.uninstall_json(path, "Claude Code", ours)
+def uninstall(path: Path, scope: str = "user", mcp: bool = False,
+              dry_run: bool = False) -> HookInstallResult:
+    result = hookbase.uninstall_json(path, "Claude Code", ours, dry_run=dry_run)
     if not mcp:
         return result
-    server = hookbase.uninstall_json(mcp_path(scope), "Claude Code", ours, "mcpServers")
+    server = hookbase.uninstall_json(mcp_path(scope), "Claude Code", ours, "mcpServers",
+                                     dry_run)
     return replace(result, mcp=server)

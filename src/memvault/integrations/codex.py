@@ -70,25 +70,28 @@ def hook_entry(launch: Launch, event: str) -> dict[str, Any]:
     return {"type": "command", "command": launch.shell_line("hook", NAME), "timeout": timeout}
 
 
-def install(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallResult:
+def install(path: Path, scope: str = "user", mcp: bool = False,
+            dry_run: bool = False) -> HookInstallResult:
     launch = resolve_launch(scope)  # the hooks and the server from one resolution
     if scope != "user":
         # A shared file names no value: the server gets mem's variables by name from
         # Codex's environment, as the hooks do, instead of Codex's short allow-list.
         launch = replace(launch, forward=MEM_VARIABLES)
     result = hookbase.install_json(path, "Codex hooks",
-                                   {e: hook_entry(launch, e) for e in EVENTS}, ours)
+                                   {e: hook_entry(launch, e) for e in EVENTS}, ours,
+                                   dry_run=dry_run)
     if not mcp:
         return result
-    server = install_server(config_path(scope), launch)
+    server = install_server(config_path(scope), launch, dry_run)
     return replace(result, mcp=server)
 
 
-def uninstall(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallResult:
-    result = hookbase.uninstall_json(path, "Codex hooks", ours)
+def uninstall(path: Path, scope: str = "user", mcp: bool = False,
+              dry_run: bool = False) -> HookInstallResult:
+    result = hookbase.uninstall_json(path, "Codex hooks", ours, dry_run=dry_run)
     if not mcp:
         return result
-    server = uninstall_server(config_path(scope))
+    server = uninstall_server(config_path(scope), dry_run)
     return replace(result, mcp=server)
 
 
@@ -158,7 +161,7 @@ def _check_identity(path: Path, current: dict[str, Any], launch: Launch) -> None
                 f"{name} set to it (or take it out of the table); nothing was changed")
 
 
-def install_server(path: Path, launch: Launch) -> HookInstallResult:
+def install_server(path: Path, launch: Launch, dry_run: bool = False) -> HookInstallResult:
     import tomlkit
 
     text, doc = _read_toml(path)
@@ -196,6 +199,8 @@ def install_server(path: Path, launch: Launch) -> HookInstallResult:
             _set_keys(env, fields["env"])
         new = tomlkit.dumps(edited)
     _check(path, new, doc, wanted)
+    if dry_run:
+        return HookInstallResult(str(path), True, ("mcp",), None)
     backup = hookbase.save_bytes(path, new.encode(), text.encode() if path.exists() else None)
     return HookInstallResult(str(path), True, ("mcp",), backup)
 
@@ -243,13 +248,15 @@ def _without_table(text: str) -> str:
     return "".join(out)
 
 
-def uninstall_server(path: Path) -> HookInstallResult:
+def uninstall_server(path: Path, dry_run: bool = False) -> HookInstallResult:
     text, doc = _read_toml(path)
     servers = doc.get("mcp_servers")
     if not isinstance(servers, dict) or "mem" not in servers:
         return HookInstallResult(str(path), False, (), None)
     new = _without_table(text)
     _check(path, new, doc, None)
+    if dry_run:
+        return HookInstallResult(str(path), True, ("mcp",), None)
     backup = hookbase.save_bytes(path, new.encode(), text.encode())
     return HookInstallResult(str(path), True, ("mcp",), backup)
 
@@ -276,3 +283,124 @@ def _check(path: Path, text: str, before: dict[str, Any],
     if got != expected:
         raise UsageError(f"{path}: mem's [mcp_servers.mem] table could not be edited safely; "
                          "edit it by hand, nothing was changed")
+
+
+# --- config.toml: [features] codex_hooks ------------------------------------------------------
+# Codex from 0.114.0 to 0.123.x runs hooks only with `[features] codex_hooks = true`; later
+# releases run them by default (and call the key `hooks`, `codex_hooks` staying an alias).
+# `mem setup` adds the key for such a release, with mem's mark as its comment, and takes
+# out only a key that carries the mark: a flag the user wrote is theirs, whatever it says.
+
+FEATURE_KEYS = ("hooks", "codex_hooks")  # the current name first
+FLAG = "codex_hooks"  # the name the releases that need it know
+FLAG_MARK = "# added by mem setup: Codex runs hooks without it from 0.124.0"
+FLAG_ENTRY = "features.codex_hooks"
+
+
+def hooks_feature(doc: dict[str, Any], keys: tuple[str, ...] = FEATURE_KEYS) -> bool | None:
+    """What a parsed config.toml says of Codex's hooks (under any of `keys`): on, off, or
+    nothing (None)."""
+    features = doc.get("features")
+    if isinstance(features, dict):
+        for key in keys:
+            if isinstance(features.get(key), bool):
+                return bool(features[key])
+    return None
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """config.toml parsed ({} when absent); UsageError when it is not valid TOML."""
+    return _read_toml(path)[1]
+
+
+def _features(edited: Any, path: Path) -> Any:
+    """The [features] table of a parsed config.toml, or None; UsageError when it is written
+    in another form (inline, dotted keys) that mem does not edit."""
+    from tomlkit.items import Table
+
+    features = edited.get("features")
+    if features is not None and (not isinstance(features, Table) or features.is_super_table()):
+        raise UsageError(f"{path}: [features] is not a plain table; add `codex_hooks = true` "
+                         "under it by hand, nothing was changed")
+    return features
+
+
+def flag_is_ours(path: Path) -> bool:
+    """Whether config.toml holds the flag that `mem setup` added (its mark beside it)."""
+    import tomlkit
+
+    text, doc = _read_toml(path)
+    features = doc.get("features")
+    if not isinstance(features, dict) or FLAG not in features:
+        return False
+    item = tomlkit.parse(text)["features"].item(FLAG)
+    return bool(item.trivia.comment.strip() == FLAG_MARK)
+
+
+def set_hooks_flag(path: Path, dry_run: bool = False) -> HookInstallResult:
+    """Turn Codex's hooks on with `[features] codex_hooks = true`, unless config.toml sets
+    that key already (the user's choice stands, on or off; the releases that need it do
+    not know the newer name `hooks`)."""
+    import tomlkit
+
+    text, doc = _read_toml(path)
+    if hooks_feature(doc, (FLAG,)) is not None:
+        return HookInstallResult(str(path), False, (), None)
+    edited = tomlkit.parse(text)
+    features = _features(edited, path)
+    value = tomlkit.item(True)
+    value.comment(FLAG_MARK)
+    if features is None:
+        features = tomlkit.table()
+        features.comment(FLAG_MARK)  # the table is mem's too: it goes with the key
+        features[FLAG] = value
+        edited["features"] = features
+    else:
+        _set_keys(features, {FLAG: value})
+    new = tomlkit.dumps(edited)
+    expected = dict(doc)
+    expected["features"] = {**(doc.get("features") or {}), FLAG: True}
+    _check_flag(path, new, expected)
+    if dry_run:
+        return HookInstallResult(str(path), True, (FLAG_ENTRY,), None)
+    backup = hookbase.save_bytes(path, new.encode(), text.encode() if path.exists() else None)
+    return HookInstallResult(str(path), True, (FLAG_ENTRY,), backup)
+
+
+def unset_hooks_flag(path: Path, dry_run: bool = False) -> HookInstallResult:
+    """Take out the flag `mem setup` added (and its [features] table, when mem made it
+    and nothing else is in it); a flag without mem's mark stays."""
+    import tomlkit
+
+    if not path.exists() or not flag_is_ours(path):
+        return HookInstallResult(str(path), False, (), None)
+    text, doc = _read_toml(path)
+    edited = tomlkit.parse(text)
+    features = edited["features"]
+    del features[FLAG]
+    expected = dict(doc)
+    expected["features"] = {k: v for k, v in doc["features"].items() if k != FLAG}
+    if not len(features) and features.trivia.comment.strip() == FLAG_MARK:
+        del edited["features"]
+        del expected["features"]
+    new = tomlkit.dumps(edited)
+    if text.endswith("\n"):  # the blank line that went before mem's table goes with it
+        new = new.rstrip("\n") + "\n" if new.strip() else ""
+    _check_flag(path, new, expected)
+    if dry_run:
+        return HookInstallResult(str(path), True, (FLAG_ENTRY,), None)
+    backup = hookbase.save_bytes(path, new.encode(), text.encode())
+    return HookInstallResult(str(path), True, (FLAG_ENTRY,), backup)
+
+
+def _check_flag(path: Path, text: str, expected: dict[str, Any]) -> None:
+    """The edited file must parse to exactly what was meant."""
+    import tomllib
+
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        doc = {"invalid": True}
+    if doc != expected:
+        raise UsageError(f"{path}: [features] could not be edited safely; edit it by hand, "
+                         "nothing was changed")

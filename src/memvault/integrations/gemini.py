@@ -74,15 +74,19 @@ def server_entry(launch: Launch) -> dict[str, Any]:
     return entry
 
 
-def install(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallResult:
+def install(path: Path, scope: str = "user", mcp: bool = False,
+            dry_run: bool = False) -> HookInstallResult:
     launch = resolve_launch(scope)  # the hooks and the server from one resolution
     server = None
     if mcp:
         refuse_forwarding(launch, "Gemini CLI")
         server = ("mcpServers", server_entry(launch))
     return hookbase.install_json(path, "Gemini CLI",
-                                 dict.fromkeys(EVENTS, hook_entry(launch)), ours, server)
+                                 dict.fromkeys(EVENTS, hook_entry(launch)), ours, server,
+                                 dry_run)
 
 
-def uninstall(path: Path, scope: str = "user", mcp: bool = False) -> HookInstallResult:
-    return hookbase.uninstall_json(path, "Gemini CLI", ours, "mcpServers" if mcp else None)
+def uninstall(path: Path, scope: str = "user", mcp: bool = False,
+              dry_run: bool = False) -> HookInstallResult:
+    return hookbase.uninstall_json(path, "Gemini CLI", ours, "mcpServers" if mcp else None,
+                                   dry_run)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 import subprocess  # noqa: S404 - runs mem itself, never a shell
@@ -20,6 +21,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
@@ -84,6 +86,68 @@ def log(settings: Settings | None, agent: str, event: str, outcome: str,
         fsio.append_line(directory / LOG_FILE, line.encode(), sync=False)
     except Exception:  # noqa: S110 - logging must never break the agent either
         pass
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One run as the log has it (log() writes them; a detached ingest's own error line,
+    "mem: error: ...", has no time and belongs to the run before it)."""
+
+    at: datetime | None
+    agent: str
+    event: str
+    outcome: str
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome.startswith(FAILED)
+
+
+FAILED = ("failed", "server not started", "mem: error:")
+LOG_TAIL = 256 << 10  # the log's end read by `mem doctor`: thousands of runs
+_LOG_RE = re.compile(r"(\S+) (\S+) (\S+?)(?: \[.*?\])?: (.*)")
+
+
+def read_log(directory: Path, tail: int = LOG_TAIL) -> list[LogLine]:
+    """The runs at the end of the log (its last `tail` bytes), oldest first; [] when there
+    is no log."""
+    try:
+        with open(directory / LOG_FILE, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - tail))
+            data = fh.read(tail)
+    except OSError:
+        return []
+    lines = data.decode(errors="replace").splitlines()[1 if size > tail else 0:]
+    out: list[LogLine] = []
+    for line in lines:
+        if line.startswith("mem: error:"):
+            out.append(LogLine(out[-1].at if out else None, "ingest", "background",
+                               shown(line, 300)))
+            continue
+        match = _LOG_RE.fullmatch(line)
+        if match is None:
+            continue
+        when, agent, event, outcome = match.groups()
+        try:
+            at: datetime | None = datetime.strptime(when, "%Y-%m-%dT%H:%M:%S%z")
+        except ValueError:
+            continue
+        out.append(LogLine(at, agent, event, shown(outcome, 300)))
+    return out
+
+
+def open_failures(runs: list[LogLine], since: datetime) -> list[LogLine]:
+    """Each agent's last failure since `since`, unless a later run of it went well: what
+    is still failing, newest first."""
+    last: dict[str, LogLine] = {}
+    for run in runs:
+        if run.failed:
+            last[run.agent] = run
+        elif not run.outcome.startswith("ignored"):
+            last.pop(run.agent, None)
+    return sorted((r for r in last.values() if r.at is None or r.at >= since),
+                  key=lambda r: r.at or since, reverse=True)
 
 
 def mem_command() -> list[str]:
@@ -410,6 +474,18 @@ def is_mem_hook_argv(argv: list[str], agent: str) -> bool:
     return rest[:2] == ["hook", agent] and all(a.startswith(PINNED_FLAGS) for a in rest[2:])
 
 
+def hook_argv(hook: dict[str, Any]) -> list[str]:
+    """The command line of one of mem's handlers (exec form, or a shell line without
+    the variables before it)."""
+    command, args = str(hook.get("command", "")), hook.get("args")
+    if isinstance(args, list):
+        return [command, *map(str, args)]
+    try:
+        return _split_env(shlex.split(command))[1]
+    except ValueError:
+        return []
+
+
 def hook_owner(agent: str) -> Callable[[Any], bool]:
     """The test for mem's own hook handlers of `agent`: exec form (`command` and `args`)
     or a shell line that is exactly what shell_line() writes (a line that quotes or
@@ -512,9 +588,10 @@ def set_server(doc: dict[str, Any], key: str, entry: dict[str, Any]) -> bool:
 
 def install_json(path: Path, what: str, entries: dict[str, dict[str, Any]],
                  ours: Callable[[Any], bool],
-                 server: tuple[str, dict[str, Any]] | None = None) -> HookInstallResult:
+                 server: tuple[str, dict[str, Any]] | None = None,
+                 dry_run: bool = False) -> HookInstallResult:
     """Merge the hooks (and the MCP server) into a JSON settings file, idempotently,
-    keeping a backup of what it held."""
+    keeping a backup of what it held; `dry_run`: say what would change, write nothing."""
     doc = load_json(path, what)
     before = path.read_bytes() if path.exists() else None
     changed = merge_hooks(path, doc, entries, ours)
@@ -522,11 +599,13 @@ def install_json(path: Path, what: str, entries: dict[str, dict[str, Any]],
         changed.append("mcp")
     if not changed:
         return HookInstallResult(str(path), False, (), None)
-    return HookInstallResult(str(path), True, tuple(changed), save_json(path, doc, before))
+    backup = None if dry_run else save_json(path, doc, before)
+    return HookInstallResult(str(path), True, tuple(changed), backup)
 
 
 def uninstall_json(path: Path, what: str, ours: Callable[[Any], bool],
-                   server_key: str | None = None) -> HookInstallResult:
+                   server_key: str | None = None, dry_run: bool = False
+                   ) -> HookInstallResult:
     doc = load_json(path, what)
     if not path.exists():
         return HookInstallResult(str(path), False, (), None)
@@ -539,4 +618,5 @@ def uninstall_json(path: Path, what: str, ours: Callable[[Any], bool],
         removed.append("mcp")
     if not removed:
         return HookInstallResult(str(path), False, (), None)
-    return HookInstallResult(str(path), True, tuple(removed), save_json(path, doc, before))
+    backup = None if dry_run else save_json(path, doc, before)
+    return HookInstallResult(str(path), True, tuple(removed), backup)

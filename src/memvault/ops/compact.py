@@ -309,7 +309,20 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
         with vault.transaction() as tx:
             keys.reencrypt(tx)
         out.rekeyed = 1
+    _note_run(vault, out)
     return out
+
+
+def _note_run(vault: Vault, out: Outcome) -> None:
+    """Note in the user's state that compaction ran (`mem doctor` reports when): the
+    state alone changes, under the lock; no content, no audit entry."""
+    with vault.lock():
+        state = vault.locked_state()
+        if state.frozen:  # frozen meanwhile: nothing is written, not even this
+            return
+        state.last_compaction = {"at": now_iso(), "summaries_added": out.summaries_added,
+                                 "archived": out.archived, "problems": len(out.problems)}
+        vault.store.save_state(state)
 
 
 def _now() -> datetime:

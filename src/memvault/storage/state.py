@@ -42,6 +42,9 @@ class UserState:
     # finished by the next write instead of leaving the old key (and every old copy of a
     # forgotten record) readable.
     retire_through: int | None = None
+    # The last compaction run for this user (time, summaries added, messages archived,
+    # problems): what `mem doctor` reports. No content.
+    last_compaction: dict[str, Any] | None = None
     format: int = STATE_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)  # keys a newer minor mem added
 
@@ -65,7 +68,7 @@ class UserState:
         """Raises (KeyError, TypeError, ValueError) on a malformed body."""
         known = {"format", "key_version", "frozen", "audit_head", "audit_broken",
                  "forgotten", "scan_marks", "superseded", "counts", "compacting",
-                 "rekey_pending", "retire_through"}
+                 "rekey_pending", "retire_through", "last_compaction"}
         counts = body.get("counts") or {}
         superseded = body.get("superseded") or {}
         state = cls(
@@ -87,6 +90,8 @@ class UserState:
             rekey_pending=bool(body.get("rekey_pending", False)),
             retire_through=int(body["retire_through"])
             if body.get("retire_through") is not None else None,
+            last_compaction=body.get("last_compaction")
+            if isinstance(body.get("last_compaction"), dict) else None,
             extra={k: v for k, v in body.items() if k not in known},
         )
         return state
@@ -108,6 +113,8 @@ class UserState:
             doc["rekey_pending"] = True
         if self.retire_through is not None:
             doc["retire_through"] = self.retire_through
+        if self.last_compaction is not None:
+            doc["last_compaction"] = self.last_compaction
         if self.counted:
             doc["superseded"] = {k: {"by": v.by, **({"archived": True} if v.archived else {})}
                                  for k, v in sorted(self.superseded.items())}

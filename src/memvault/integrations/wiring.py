@@ -1,0 +1,330 @@
+"""mem in the agents of this machine: what `mem setup` changes (and `--undo` takes out),
+and what `mem doctor` finds wired.
+
+Setup writes the user scope of each agent found, hooks and MCP server, through that
+agent's own installer (claude_code.py, codex.py, gemini.py), in the form its release
+takes (agents_found.py): shell lines for a Claude Code older than the exec form, the
+hooks flag in config.toml for a Codex that needs it. Each installer keeps a backup of
+what it changes and touches only mem's own entries, so an undo takes out exactly what
+setup (or `mem hooks install`) added. An agent whose settings cannot be edited safely
+is reported and left as it was; the others are still set up.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from memvault.errors import MemError
+from memvault.integrations import agents_found, hookbase
+from memvault.integrations.agents_found import CLAUDE, CODEX, GEMINI, Found, Needs
+from memvault.model.results import (
+    OK,
+    WARNING,
+    AgentSetup,
+    Finding,
+    HookInstallResult,
+    SetupChange,
+    SetupResult,
+)
+from memvault.ops.doctor import Check, Probe
+
+LOG_WINDOW = timedelta(days=7)  # a hook failure older than this is history, not news
+LOG_SHOWN = 3  # the newest failures shown
+
+
+# --- mem setup -------------------------------------------------------------------------------
+
+
+def setup(found: Sequence[Found], undo: bool = False, dry_run: bool = False) -> SetupResult:
+    """Set up (or with `undo` take out) mem in each agent; `dry_run` changes nothing and
+    says what would change. An undo goes through every agent's files, found or not:
+    taking out only mem's entries is safe anywhere."""
+    step = _undo if undo else _install
+    agents = []
+    for f in found:
+        # Every file of an agent is checked before the first is written: an agent is
+        # changed whole, or not at all.
+        planned = step(f, True)
+        agents.append(planned if dry_run or planned.error else step(f, False))
+    notes: tuple[str, ...] = ()
+    if not undo and any(f.found for f in found):
+        notes = _key_note()
+    return SetupResult(tuple(agents), dry_run, undo, notes)
+
+
+def _base(f: Found) -> dict[str, Any]:
+    return {"name": f.spec.name, "label": f.spec.label, "found": f.found,
+            "version": f.version_text, "binary": f.command, "config_dir": str(f.config_dir)}
+
+
+def _install(f: Found, dry_run: bool) -> AgentSetup:
+    spec = f.spec
+    if not f.found:
+        return AgentSetup(**_base(f), notes=(f"not found: no `{spec.command}` on PATH, no "
+                                             f"{f.config_dir}; skipped",))
+    module = spec.integration()
+    try:
+        need = _needs(f)
+        path = module.settings_path("user")
+        if spec is CLAUDE:
+            result = module.install(path, "user", mcp=True, dry_run=dry_run,
+                                    exec_form=need.exec_form)
+        else:
+            result = module.install(path, "user", mcp=True, dry_run=dry_run)
+        changes = _changes(result, "add")
+        if spec is CODEX:  # the flag when the release needs it; mem's own out when not
+            config = module.config_path("user")
+            if need.codex_flag:
+                changes += _changes(module.set_hooks_flag(config, dry_run), "add")
+            elif f.version is not None:
+                changes += _changes(module.unset_hooks_flag(config, dry_run), "remove")
+        off = _turned_off(f)
+    except MemError as exc:  # a settings file mem cannot edit safely: left as it was
+        return AgentSetup(**_base(f), error=exc.message, exit_code=exc.exit_code)
+    notes = [n for n in (need.note, off) if n]
+    trust = getattr(module, "TRUST_NOTE", None)
+    if trust and changes:
+        notes.append(trust)
+    return AgentSetup(**_base(f), changes=tuple(changes), notes=tuple(notes))
+
+
+def _undo(f: Found, dry_run: bool) -> AgentSetup:
+    spec = f.spec
+    module = spec.integration()
+    try:
+        result = module.uninstall(module.settings_path("user"), "user", mcp=True,
+                                  dry_run=dry_run)
+        changes = _changes(result, "remove")
+        if spec is CODEX:
+            changes += _changes(module.unset_hooks_flag(module.config_path("user"), dry_run),
+                                "remove")
+    except MemError as exc:
+        return AgentSetup(**_base(f), error=exc.message, exit_code=exc.exit_code)
+    return AgentSetup(**_base(f), changes=tuple(changes))
+
+
+def _changes(result: HookInstallResult, action: str) -> list[SetupChange]:
+    out = []
+    for each in (result, result.mcp):
+        if each is not None and each.changed:
+            out.append(SetupChange(each.settings, action, each.events, each.backup))
+    return out
+
+
+def _needs(f: Found) -> Needs:
+    """What the release asks, knowing that a Gemini CLI older than hooks-on-by-default
+    runs them where its user turned them on."""
+    need = agents_found.needs(f)
+    if f.spec is GEMINI and not need.runs_hooks and _gemini_switch(f) is True:
+        return Needs()
+    return need
+
+
+def _key_note() -> tuple[str, ...]:
+    from memvault.config import resolve
+    from memvault.vault.keysource import key_source
+
+    try:
+        source = key_source(resolve())
+    except MemError:
+        return ()
+    if source.kind == "none":
+        return ("mem has no key yet: run `mem init`, and the hooks find it where it makes it",)
+    return ()
+
+
+# --- what is wired -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wired:
+    """mem's entries in one agent's user settings."""
+
+    settings: Path
+    hooks: tuple[str, ...]  # the events that have a hook of mem's
+    argv: tuple[str, ...]  # the first one's command line
+    exec_form: bool  # it is written as `command` with `args`
+    mcp: Path | None  # the file that holds mem's MCP server
+
+
+def wired(f: Found) -> Wired:
+    """Read mem's entries out of an agent's settings (UsageError when a file is not
+    valid JSON or TOML)."""
+    spec = f.spec
+    module = spec.integration()
+    path = Path(module.settings_path("user"))
+    doc = hookbase.load_json(path, spec.label)
+    events: list[str] = []
+    first: dict[str, Any] | None = None
+    for event, groups in (doc.get("hooks") or {}).items():
+        for group in groups if isinstance(groups, list) else []:
+            handlers = group.get("hooks") if isinstance(group, dict) else None
+            for handler in handlers if isinstance(handlers, list) else []:
+                if module.ours(handler):
+                    events.append(event)
+                    first = first or handler
+    mcp: Path | None = None
+    if spec is CLAUDE:
+        server_file = Path(module.mcp_path("user"))
+        servers = hookbase.load_json(server_file, spec.label).get("mcpServers") or {}
+    elif spec is CODEX:
+        server_file = Path(module.config_path("user"))
+        servers = module.read_config(server_file).get("mcp_servers") or {}
+    else:
+        server_file, servers = path, doc.get("mcpServers") or {}
+    if isinstance(servers, dict) and "mem" in servers:
+        mcp = server_file
+    argv = tuple(hookbase.hook_argv(first)) if first else ()
+    return Wired(path, tuple(dict.fromkeys(events)), argv,
+                 bool(first and isinstance(first.get("args"), list)), mcp)
+
+
+def _gemini_switch(f: Found) -> bool | None:
+    """Gemini CLI's own hooks switch in its user settings (hooksConfig.enabled, or
+    tools.enableHooks before it), and mem's hook disabled by name: False."""
+    try:
+        doc = hookbase.load_json(Path(f.spec.integration().settings_path("user")), "Gemini CLI")
+    except MemError:
+        return None
+    config, tools = doc.get("hooksConfig"), doc.get("tools")
+    config = config if isinstance(config, dict) else {}
+    tools = tools if isinstance(tools, dict) else {}
+    disabled = config.get("disabled")
+    if isinstance(disabled, list) and "mem" in disabled:
+        return False
+    for value in (config.get("enabled"), tools.get("enableHooks")):
+        if isinstance(value, bool):
+            return value
+    return None
+
+
+def _turned_off(f: Found) -> str | None:
+    """Where the user turned hooks off in the agent's own settings (mem leaves that
+    choice alone), or None."""
+    spec = f.spec
+    module = spec.integration()
+    if spec is CLAUDE:
+        doc = hookbase.load_json(Path(module.settings_path("user")), spec.label)
+        if doc.get("disableAllHooks") is True:
+            return f"hooks are turned off in {module.settings_path('user')} " \
+                "(disableAllHooks): mem's run once they are on again"
+    elif spec is CODEX:
+        config = module.config_path("user")
+        if module.hooks_feature(module.read_config(config)) is False:
+            return f"hooks are turned off in {config} ([features]): mem's run once they are " \
+                "on again"
+    elif _gemini_switch(f) is False:
+        return f"hooks (or mem's hook) are turned off in {module.settings_path('user')} " \
+            "(hooksConfig): mem's run once they are on again"
+    return None
+
+
+# --- mem doctor: the agents and the hook log ---------------------------------------------------
+
+
+def agents(probe: Probe) -> Iterator[Finding]:
+    """Each agent: found, its release, mem's hooks and server there and in a form the
+    release runs."""
+    for f in agents_found.detect():
+        yield from agent_findings(f)
+
+
+def agent_findings(f: Found) -> Iterator[Finding]:
+    spec, check = f.spec, f"agent:{f.spec.name}"
+    if not f.found:
+        yield Finding(check, OK, f"{spec.label}: not found (no `{spec.command}` on PATH, no "
+                      f"{f.config_dir})")
+        return
+    try:
+        have = wired(f)
+        off = _turned_off(f)
+    except MemError as exc:
+        yield Finding(check, WARNING, f"{f.label}: {exc.message}")
+        return
+    if not have.hooks and have.mcp is None:
+        yield Finding(check, WARNING, f"{f.label}: mem is not set up here (no hooks, no MCP "
+                      "server)", "setup")
+        return
+    problems = list(_problems(f, have))
+    if off:
+        problems.append((off, None))
+    for text, fix in problems:
+        yield Finding(check, WARNING, f"{f.label}: {text}", fix, spec.name)
+    if not problems:
+        form = "exec form" if have.exec_form else "shell lines"
+        yield Finding(check, OK, f"{f.label}: hooks {', '.join(have.hooks)} ({form}) in "
+                      f"{have.settings}; MCP server in {have.mcp}")
+
+
+def _problems(f: Found, have: Wired) -> Iterator[tuple[str, str | None]]:
+    spec = f.spec
+    module = spec.integration()
+    missing = [e for e in module.EVENTS if e not in have.hooks]
+    if missing:
+        yield f"no hook of mem's for {', '.join(missing)} in {have.settings}", "setup"
+    if have.mcp is None:
+        yield "no MCP server of mem's", "setup"
+    need = _needs(f)
+    if have.hooks and spec is CLAUDE and have.exec_form and not need.exec_form:
+        yield (f"mem's hooks are in exec form, which runs from "
+               f"{agents_found.shown(agents_found.CLAUDE_EXEC_FORM)} only"), "setup"
+    if spec is CODEX:
+        config = module.config_path("user")
+        feature = module.hooks_feature(module.read_config(config), (module.FLAG,))
+        if need.codex_flag and feature is None:
+            yield f"its hooks are off: {config} lacks [features] codex_hooks = true", "setup"
+        if not need.codex_flag and f.version is not None and module.flag_is_ours(config):
+            yield f"[features] codex_hooks in {config} is no longer needed", "setup"
+    if not need.runs_hooks and need.note:
+        yield need.note, "upgrade" if need.upgrade else None
+    program = have.argv[0] if have.argv else None
+    if program and os.path.isabs(program) and not os.path.exists(program):
+        yield f"mem's hooks run {program}, which is not there any more", "setup"
+    other = _other_identity(have.argv)
+    if other:
+        yield f"mem's hooks serve {other}, not what mem resolves here", "setup"
+
+
+def _other_identity(argv: tuple[str, ...]) -> str | None:
+    """The vault, org or user the hooks name where this mem resolves another (the hooks
+    would brief and keep someone else's memory)."""
+    from memvault.integrations.launch import resolve
+
+    try:
+        wanted = resolve("user").flags
+    except MemError:
+        return None
+    for prefix in ("--vault=", "--org=", "--user="):
+        have = next((a for a in argv if a.startswith(prefix)), None)
+        want = next((a for a in wanted if a.startswith(prefix)), None)
+        if have and want and have != want:
+            return f"{prefix[2:-1]} {have[len(prefix):]}"
+    return None
+
+
+def hook_log(probe: Probe) -> Iterator[Finding]:
+    """The hooks' (and the MCP server's) failures that are still failing: each agent's
+    last failure in the past week, unless a later run went well."""
+    if probe.settings is None:
+        return
+    path = probe.settings.log_dir / hookbase.LOG_FILE
+    runs = hookbase.read_log(probe.settings.log_dir)
+    if not runs:
+        yield Finding("hook-log", OK, f"hook log: no hook has run yet ({path})")
+        return
+    failing = hookbase.open_failures(runs, probe.now - LOG_WINDOW)
+    if not failing:
+        yield Finding("hook-log", OK, f"hook log: nothing failing ({path})")
+        return
+    for run in failing[:LOG_SHOWN]:
+        when = run.at.strftime("%Y-%m-%d %H:%M") if run.at else "?"
+        yield Finding("hook-log", WARNING, f"hook log, {when}: {run.agent} {run.event}: "
+                      f"{run.outcome}", None, str(path))
+
+
+CHECKS: tuple[Check, ...] = (agents, hook_log)

@@ -53,7 +53,7 @@ SECTIONS = (
 FACT_TYPES = frozenset({"fact", "context", "pattern"})
 MAX_ENTRY_CHARS = 600
 # How an entry longer than MAX_ENTRY_CHARS ends: cut at a space when there is one near
-# the limit, never silently inside a word.
+# the limit, and marked, never cut silently.
 CUT_MARK = " […]"
 # An entry cut where no space is this near its limit (a text without spaces: CJK, a
 # long path) is cut at a character.

@@ -760,6 +760,7 @@ def test_the_hooks_limit_drops_no_entry_the_user_stated_for_a_summarisers(
     for n in range(20):  # more than a hook may print: each a full brief line
         remember.add(vault, f"Fact {n}: " + "the harbour lighthouse keeper " * 25, "fact")
     monkeypatch.setenv("MEM_BRIEF_MAX_CHARS", "1000000")  # the hook's limit is the bound
+    monkeypatch.setenv("MEM_BRIEF_MAX_TOKENS", "1000000")
     out = claude_code.handle(resolve, json.dumps({"hook_event_name": "SessionStart"}))
     context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
     assert "Fact 19: " in context and "the rest of the brief was cut" in context

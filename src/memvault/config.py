@@ -93,6 +93,8 @@ SETTINGS: tuple[Setting, ...] = (
             "most entries in a memory brief", 1, 10_000),
     Setting("brief_max_chars", "MEM_BRIEF_MAX_CHARS", int, 8000,
             "longest memory brief, in characters", 100, 1_000_000),
+    Setting("brief", "", dict, None,
+            "the memory brief's cost: max_tokens (see BRIEF)"),
     Setting("redaction", "", dict, None,
             "redaction rules: disable (rule ids), rules (extra rules), phone_region, "
             "private_tags (tags whose text is never stored, besides <private>)"),
@@ -171,6 +173,16 @@ MCP: tuple[Setting, ...] = (
     Setting("max_deletes", "", int, 5, "memories it may delete per session", 0, 10_000),
     Setting("max_result_chars", "", int, 8000,
             "the largest tool result, in characters of JSON", 1000, 20_000),
+)
+
+
+# The `brief:` mapping (SPEC §8): what a brief may cost an agent, in estimated tokens
+# (text/tokens.py). Its entry and character limits are the older top-level settings.
+BRIEF_MIN_TOKENS = 300  # the frame alone costs about 210 (integrations/hookbase.py)
+BRIEF: tuple[Setting, ...] = (
+    Setting("max_tokens", "MEM_BRIEF_MAX_TOKENS", int, 1500,
+            "most estimated tokens of the brief an agent receives (its frame included)",
+            BRIEF_MIN_TOKENS, 1_000_000),
 )
 
 
@@ -267,6 +279,11 @@ class Settings:
     def mcp(self) -> dict[str, int]:
         """The resolved `mcp:` limits (every key of MCP present: see resolve())."""
         return dict(self.values["mcp"])
+
+    @property
+    def brief_max_tokens(self) -> int:
+        """The resolved `brief.max_tokens` (present: see resolve())."""
+        return int(self.values["brief"]["max_tokens"])
 
     @property
     def redaction(self) -> dict[str, Any]:
@@ -417,6 +434,14 @@ def resolve(**flags: Any) -> Settings:
                                                 settings.sources["compaction"])
     settings.values["mcp"] = _section("mcp", MCP, settings.values["mcp"],
                                       settings.sources["mcp"])
+    settings.values["brief"] = _section("brief", BRIEF, settings.values["brief"],
+                                        settings.sources["brief"])
+    for name, table in (("compaction", COMPACTION), ("mcp", MCP), ("brief", BRIEF)):
+        # A mapping's key set by its own variable: say so where the mapping's source is.
+        given = [f"env {s.env}" for s in table if s.env and os.environ.get(s.env)]
+        if given:
+            shown = [] if settings.sources[name] == "default" else [settings.sources[name]]
+            settings.sources[name] = ", ".join(given + shown)
     if settings.values["vault"] is None:
         settings.values["vault"] = default_vault()
     if settings.values["user"] is None:

@@ -116,21 +116,30 @@ def brief(
         help="At most this many entries \\[default: 50].", show_default=False)] = None,
     max_chars: Annotated[Optional[int], typer.Option(  # noqa: UP045
         help="At most this many characters \\[default: 8000].", show_default=False)] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="At most this many estimated tokens reach the agent, mem's frame included "
+             "\\[default: 1500].", show_default=False)] = None,
     project: ProjectOpt = None,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
     """Print the memory brief an agent receives at session start."""
+    from memvault.config import BRIEF_MIN_TOKENS
+    from memvault.integrations.hookbase import frame_tokens
     from memvault.ops.brief import build
 
     v = context.open_vault(vault, org, user, key_file)
     entries = max_entries if max_entries is not None else v.settings.values["brief_max_entries"]
     chars = max_chars if max_chars is not None else v.settings.values["brief_max_chars"]
-    if entries < 1 or chars < 100:
-        raise UsageError("--max-entries must be at least 1 and --max-chars at least 100")
+    tokens = max_tokens if max_tokens is not None else v.settings.brief_max_tokens
+    if entries < 1 or chars < 100 or tokens < BRIEF_MIN_TOKENS:
+        raise UsageError(f"--max-entries must be at least 1, --max-chars at least 100 and "
+                         f"--max-tokens at least {BRIEF_MIN_TOKENS}")
     out = Output(json)
-    # A damaged document fails it (the hook skips it).
-    result = build(v, entries, chars, prefer_tag=context.project(v, project))
+    # A damaged document fails it (the hook skips it). The frame's tokens are left out
+    # of the budget as the hook leaves them: the same entries as at session start.
+    result = build(v, entries, chars, prefer_tag=context.project(v, project),
+                   max_tokens=tokens - frame_tokens())
 
     def human(o: Output) -> None:
         if result.brief:

@@ -177,6 +177,16 @@ def frame_room() -> int:
     return MAX_CONTEXT_CHARS - len(framing.render("", "0" * framing.NONCE_HEX))
 
 
+def frame_tokens() -> int:
+    """The estimated tokens the frame adds to a brief (text/tokens.py), for the nonce
+    that costs most (a letter and a digit in turn): a brief of `n` tokens reaches the
+    agent as at most `n + frame_tokens()`."""
+    from memvault.text import frame as framing
+    from memvault.text.tokens import estimate
+
+    return estimate(framing.render("", "a0" * (framing.NONCE_HEX // 2)))
+
+
 def frame(brief: str) -> str:
     """The brief as the agent receives it: inside mem's frame (text/frame.py), whose
     tags carry a nonce drawn for this brief alone, marked as reference data, not
@@ -301,6 +311,7 @@ def _session_start(agent: Agent, settings: Settings, event: str,
                    session: str | None, cwd: str | None) -> str | None:
     from memvault.ops.brief import build
     from memvault.ops.projects import working_project
+    from memvault.text.tokens import estimate
     from memvault.vault.vault import Vault
 
     skipped: list[str] = []
@@ -310,18 +321,27 @@ def _session_start(agent: Agent, settings: Settings, event: str,
     prefer = working_project(vault, cwd) if cwd else None
     # The hook's limit bounds the brief itself, so the brief chooses what gives way (a
     # summariser's entries before the user's own), not a cut of its last lines.
+    # `brief.max_tokens` bounds what the agent receives: the frame (and the note of a
+    # cut, when the hook's room may make one) take their share of it.
     room = frame_room() - len(CUT_NOTE)
     wanted, most = int(settings.values["brief_max_chars"]), settings.values["brief_max_entries"]
-    brief = build(vault, most, min(wanted, room), skipped.append, prefer)
+    tokens = settings.brief_max_tokens - frame_tokens() \
+        - (estimate(CUT_NOTE) if wanted > room else 0)
+    brief = build(vault, most, min(wanted, room), skipped.append, prefer,
+                  max_tokens=max(0, tokens))
     for problem in skipped:  # file names, ids and reasons: never content
         log(settings, agent.name, event, f"brief skipped {problem}", session)
-    log(settings, agent.name, event, f"brief with {brief.brief_count} entries", session)
-    if not brief.brief:
-        return None
     text = brief.brief
-    if wanted > room and brief.brief_count < min(brief.entry_count, most):
+    if text and wanted > room and brief.limited_by == "chars":
         text = text.rstrip("\n") + CUT_NOTE  # the hook's limit left entries out: say so
-    return json.dumps(agent.answer(event, frame(text)))
+    context = frame(text) if text else ""
+    limit = {"entries": "entry", "tokens": "token", "chars": "character"}.get(
+        brief.limited_by or "")
+    cut = f", {brief.entry_count - brief.brief_count} left out by the {limit} limit" \
+        if limit else ""
+    log(settings, agent.name, event, f"brief with {brief.brief_count} entries, "
+        f"~{estimate(context)} tokens{cut}", session)
+    return json.dumps(agent.answer(event, context)) if context else None
 
 
 def _spawn_ingest(agent: Agent, settings: Settings, payload: dict[str, Any], event: str,

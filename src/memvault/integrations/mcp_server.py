@@ -342,14 +342,17 @@ def build(vault: Vault, limits: budgets.Limits | None = None) -> Server:
     ) -> Annotated[CallToolResult, BriefOut]:
         """The brief an agent gets at session start: the user's current preferences and
         instructions (as suggestions), then known facts and context."""
-        from memvault.integrations.hookbase import frame
+        from memvault.integrations.hookbase import frame, frame_tokens
         from memvault.ops.brief import build as build_brief
 
         def body() -> CallToolResult:
-            # Room for the framing and the JSON around it within the size cap.
+            # Room for the framing and the JSON around it within the size cap; the
+            # frame's tokens within `brief.max_tokens`, as at session start.
             chars = min(int(vault.settings.values["brief_max_chars"]),
                         limits.result_chars - 1000)
-            brief = build_brief(vault, max_entries, chars, prefer_tag=project)
+            tokens = max(0, vault.settings.brief_max_tokens - frame_tokens())
+            brief = build_brief(vault, max_entries, chars, prefer_tag=project,
+                                max_tokens=tokens)
             return _result(BriefOut(brief=frame(brief.brief) if brief.brief else "",
                                     entry_count=brief.entry_count,
                                     brief_count=brief.brief_count,

@@ -241,6 +241,9 @@ class Brief(Result):
     brief_count: int
     generated_at: str
     brief: str
+    tokens: int = 0  # the brief's estimated tokens (text/tokens.py)
+    # Which bound left entries out ("entries", "tokens", "chars"), or None: all fitted.
+    limited_by: str | None = None
 
 
 @dataclass(frozen=True)

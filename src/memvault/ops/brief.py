@@ -2,11 +2,17 @@
 
 Behavioral entries come first, under a warning: they were written by earlier sessions,
 which an attacker may have steered, so they are suggestions, never orders. Then facts
-and context, then recent session summaries. In each section what the user stated (`mem
-add`, `mem pref`, an agent's MCP store) comes before what a compaction summariser
-inferred from a session (marked so), and a bound never drops the one for the other. One
-line per entry, bounded in entries and characters (Claude Code cuts hook output near
-10,000 characters).
+and context, then recent session summaries. One line per entry.
+
+The brief is bounded in entries, characters (Claude Code cuts hook output near 10,000)
+and estimated tokens (text/tokens.py: what it costs the agent's context, every
+session). All bounds apply; whichever is reached first ends it. Entries are ranked by
+use: what the user stated (`mem add`, `mem pref`, an agent's MCP store) in the
+behavioral section, then in facts and context; then what a compaction summariser
+inferred from a session (marked so), behavioral then facts; then the summaries, most
+recent first. The brief holds a prefix of that ranking, whole entries only: nothing is
+in it while something ranked above it is left out, so a bound drops summaries before
+inferred entries, and those before anything the user stated.
 
 It reads CLAUDE.md, preferences.json and the user's state, never a session line: a
 session-start hook costs the same with 1,000 stored messages as with 1,000,000.
@@ -31,6 +37,7 @@ from memvault.model.results import Brief, BriefEntry
 from memvault.ops import prefs
 from memvault.text.frame import neutralise
 from memvault.text.sanitize import clean
+from memvault.text.tokens import estimate
 from memvault.vault.vault import Vault
 
 WARNING = (
@@ -45,6 +52,15 @@ SECTIONS = (
 )
 FACT_TYPES = frozenset({"fact", "context", "pattern"})
 MAX_ENTRY_CHARS = 600
+# How an entry longer than MAX_ENTRY_CHARS ends: cut at a space when there is one near
+# the limit, and marked, never cut silently.
+CUT_MARK = " […]"
+# An entry cut where no space is this near its limit (a text without spaces: CJK, a
+# long path) is cut at a character.
+WORD_SLACK = 80
+# The brief's order of use (see the module's notes): (section, inferred) tiers.
+TIERS = (("behavioral", False), ("facts", False), ("behavioral", True), ("facts", True),
+         ("summaries", False))
 
 
 def age(created_at: str, now: datetime) -> str:
@@ -57,7 +73,13 @@ def age(created_at: str, now: datetime) -> str:
 
 
 def _cut(text: str) -> str:
-    return text if len(text) <= MAX_ENTRY_CHARS else text[: MAX_ENTRY_CHARS - 1] + "…"
+    """`text` in at most MAX_ENTRY_CHARS, a longer one cut at a word and marked."""
+    if len(text) <= MAX_ENTRY_CHARS:
+        return text
+    head = text[: MAX_ENTRY_CHARS - len(CUT_MARK) + 1]  # + 1: a space just after counts
+    space = head.rfind(" ")
+    head = head[:space] if space >= len(head) - WORD_SLACK else head[:-1]
+    return head.rstrip() + CUT_MARK
 
 
 def _one_line(text: str) -> str:
@@ -94,15 +116,17 @@ def _section(record: Record) -> str | None:
 
 
 def build(vault: Vault, max_entries: int, max_chars: int,
-          on_skip: Callable[[str], None] | None = None, prefer_tag: str | None = None
-          ) -> Brief:
+          on_skip: Callable[[str], None] | None = None, prefer_tag: str | None = None,
+          *, max_tokens: int | None = None) -> Brief:
     """The brief. One malformed entry is left out and named to `on_skip` (file, id and
     the kind of problem, never content). A document that cannot be read at all (fails
     authentication, is not a file) is an error, as for every other reader, unless there
     is an `on_skip` (the SessionStart hook): then it is left out and named too, and the
     agent still gets everything else. An unreadable state always fails it (its
     supersede links decide what is current). `prefer_tag` (the current project's keyed
-    id, ops/projects.py) puts the entries that carry it first in each section."""
+    id, ops/projects.py) puts the entries that carry it first in each section.
+    `max_tokens` bounds the brief's estimated tokens besides its entries and characters
+    (None: no token bound; the surfaces pass the `brief.max_tokens` setting)."""
     now = datetime.now(UTC)
     candidates: dict[str, list[BriefEntry]] = {name: [] for name, _ in SECTIONS}
 
@@ -175,34 +199,40 @@ def build(vault: Vault, max_entries: int, max_chars: int,
     headers = {name: [f"## {title}", ""] + ([f"> {WARNING}", ""] if name == "behavioral"
                                              else []) for name, title in SECTIONS}
     taken: dict[str, list[tuple[BriefEntry, str]]] = {name: [] for name, _ in SECTIONS}
-    used = len("\n".join(title_lines))
-    count = 0
 
-    def take(name: str, entries: list[BriefEntry]) -> bool:
-        """Add entries to a section until one does not fit; whether all did."""
-        nonlocal used, count
-        for entry in entries:
-            if count >= max_entries:
-                return False
+    def cost(parts: list[str]) -> tuple[int, int]:
+        """Characters and estimated tokens of `parts` as lines of the brief (each with
+        its line break: the estimate is additive at line breaks)."""
+        return (sum(len(p) + 1 for p in parts), sum(estimate(p) + 1 for p in parts))
+
+    # A section's cost counts the blank line that closes it; the last one's is trimmed.
+    opening = {name: cost(headers[name] + [""]) for name, _ in SECTIONS}
+    chars, tokens = cost(title_lines)
+    bound = max_tokens if max_tokens is not None else math.inf
+    count = 0
+    limited_by: str | None = None
+    for name, inferred in TIERS:
+        for entry in (e for e in candidates[name] if e.inferred == inferred):
             mark = ", inferred from a session" if entry.inferred else ""
             line = f"- [{entry.type}, {entry.age}{mark}] {entry.content}"
-            cost = len(line) + 1 + (0 if taken[name] else len("\n".join(headers[name])) + 2)
-            if used + cost > max_chars:
-                return False
+            more_chars, more_tokens = cost([line])
+            if not taken[name]:
+                more_chars += opening[name][0]
+                more_tokens += opening[name][1]
+            # In this order: the hook notes a cut by its own room in characters only
+            # when no other bound cut there too.
+            if count >= max_entries:
+                limited_by = "entries"
+            elif tokens + more_tokens > bound:
+                limited_by = "tokens"
+            elif chars + more_chars > max_chars:
+                limited_by = "chars"
+            if limited_by:
+                break
             taken[name].append((entry, line))
-            used += cost
-            count += 1
-        return True
-
-    # What the user stated is chosen first, section by section; what a summariser
-    # inferred only if all of that fitted, so a bound never drops the user's own entry
-    # for a summariser's. Summaries come last, as before.
-    own = [take(name, [e for e in candidates[name] if not e.inferred])
-           for name in ("behavioral", "facts")]
-    if all(own):
-        for name in ("behavioral", "facts"):
-            take(name, [e for e in candidates[name] if e.inferred])
-    take("summaries", candidates["summaries"])
+            chars, tokens, count = chars + more_chars, tokens + more_tokens, count + 1
+        if limited_by:
+            break  # a prefix of the ranking: nothing below an entry left out
 
     lines = list(title_lines)
     chosen: list[BriefEntry] = []
@@ -212,4 +242,5 @@ def build(vault: Vault, max_entries: int, max_chars: int,
             chosen += [entry for entry, _ in taken[name]]
     text = "\n".join(lines).rstrip() + "\n" if chosen else ""
     vault.audit_read("brief", [e.memory_id for e in chosen if e.memory_id])
-    return Brief(tuple(chosen), eligible, len(chosen), now_iso(), text)
+    return Brief(tuple(chosen), eligible, len(chosen), now_iso(), text, estimate(text),
+                 limited_by)

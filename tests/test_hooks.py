@@ -104,8 +104,11 @@ def message_count(script_runner: ScriptRunner, session: str) -> int:
 
 
 def found(script_runner: ScriptRunner, word: str) -> list[dict[str, Any]]:
-    return [r for r in mem_json(script_runner, "search", word)["results"]
-            if word in r["content"].lower()]
+    result = mem(script_runner, "search", word, "--json")
+    if result.returncode == 66:  # the background ingest has not yet made the user
+        return []
+    assert result.returncode == 0, result.stderr
+    return [r for r in json.loads(result.stdout)["results"] if word in r["content"].lower()]
 
 
 def poll_search(script_runner: ScriptRunner, word: str, timeout: float = 20) -> float:

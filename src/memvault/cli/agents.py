@@ -1,8 +1,9 @@
 """Commands agents and their hooks use: ingest, brief, hook, hooks install/uninstall."""
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -10,6 +11,9 @@ from memvault.cli import context
 from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, ProjectOpt, UserOpt, VaultOpt
 from memvault.cli.output import Output
 from memvault.errors import ConfigError, NotFound, UsageError
+
+if TYPE_CHECKING:
+    from memvault.cli.progress import Tracker
 
 FORMATS = ("auto", "claude-code", "codex", "gemini", "jsonl")
 
@@ -53,7 +57,8 @@ def ingest(
     if scan is not None:
         if dry_run or session or project:
             raise UsageError("--scan takes neither --dry-run, --session nor --project")
-        summary = core.scan_dir(v, scan, format_, strict)
+        with out.progress("ingesting", _scan_interrupted, show=not quiet) as progress:
+            summary = core.scan_dir(v, scan, format_, strict, progress)
         if not quiet or json:
             out.data(summary, lambda o: o.info(
                 f"{summary.files_ingested} of {summary.files_scanned} transcripts ingested, "
@@ -66,13 +71,15 @@ def ingest(
             raise typer.Exit(summary.exit_code)
         return
     assert source is not None
-    if source == "-":
-        # Read as a stream (a Codex rollout of any size, plain or zstd), not whole.
-        result = core.ingest_stream(v, sys.stdin.buffer, "stdin", None, format_, session,
-                                    dry_run, strict, tags=tags)
-    else:
-        result = core.ingest_file(v, Path(source), format_, session, dry_run, strict,
-                                  tags=tags)
+    with out.progress("ingesting", _ingest_interrupted(dry_run), show=not quiet) as progress:
+        if source == "-":
+            # Read as a stream (a Codex rollout of any size, plain or zstd), not whole.
+            result = core.ingest_stream(v, sys.stdin.buffer, "stdin", None, format_,
+                                        session, dry_run, strict, tags=tags,
+                                        progress=progress)
+        else:
+            result = core.ingest_file(v, Path(source), format_, session, dry_run, strict,
+                                      tags=tags, progress=progress)
     if quiet and not json:
         return
 
@@ -93,6 +100,22 @@ def ingest(
             o.info(f"  {result.lines_ignored} lines ignored: {reasons}")
 
     out.data(result, human)
+
+
+def _scan_interrupted(p: "Tracker") -> str:
+    return (f"{p.kept} of {p.total or 0} transcripts ingested and kept; run the same "
+            "command again to resume")
+
+
+def _ingest_interrupted(dry_run: bool) -> "Callable[[Tracker], str]":
+    def line(p: "Tracker") -> str:
+        if dry_run:
+            return "nothing was stored (a dry run)"
+        if not p.kept:
+            return "nothing of the transcript was stored yet; run the same command again"
+        return (f"{p.kept} messages stored and kept; run the same command again to resume "
+                "(what is stored is skipped)")
+    return line
 
 
 def brief(

@@ -23,6 +23,7 @@ HINTS = {
                   "MEM_KEY_COMMAND for unattended runs",
     "repair": "`mem verify --repair` sets it right",
     "rebuild-state": "run `mem verify --repair` to rebuild the state from the files",
+    "summarizer": "check --summarizer or compaction.summarizer in the config file",
 }
 
 

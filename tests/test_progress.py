@@ -319,3 +319,18 @@ def test_ctrl_c_in_a_scan_keeps_the_transcripts_done_and_the_next_scan_ends_it(
     report = piped("verify", "--json")
     assert json.loads(report.stdout)["ok"], report.stdout
     assert json.loads(piped(*args, "--json").stdout)["files_ingested"] == 0
+
+
+def test_the_exit_code_table_names_every_code_mem_exits_with() -> None:
+    """docs/cli.md's table is made from cli/errors.py: every error's code is in it, and
+    130, Ctrl-C's, too."""
+    from memvault import errors
+    from memvault.cli.errors import EXIT_CODES
+
+    codes = [code for code, _ in EXIT_CODES]
+    assert len(codes) == len(set(codes))
+    errors_codes = {cls.exit_code for cls in vars(errors).values()
+                    if isinstance(cls, type) and issubclass(cls, errors.MemError)}
+    constants = {v for k, v in vars(errors).items() if k.startswith("EX_")}
+    assert errors_codes | constants == set(codes)
+    assert errors.EX_INTERRUPTED == 130

@@ -16,9 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from memvault.cli import agents, commands, compact, config_cmd, lifecycle, pref
-from memvault.errors import EX_FAILURE, MemError
-
-EX_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
+from memvault.errors import EX_FAILURE, EX_INTERRUPTED, MemError
 
 
 class Interrupted(BaseException):

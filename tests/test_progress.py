@@ -60,24 +60,28 @@ class Run:
         return text.decode(errors="replace")
 
 
-def _controlling_terminal() -> None:
-    """In the child: a session of its own whose controlling terminal is stdin's pty, and
+def _controlling_terminal_of(fd: int) -> Callable[[], None]:
+    """In the child: a session of its own whose controlling terminal is the pty on `fd`,
     its process group in the foreground (as a shell starts a command)."""
-    os.setsid()
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    def setup() -> None:
+        os.setsid()
+        fcntl.ioctl(fd, termios.TIOCSCTTY, 0)
+    return setup
 
 
 def on_terminal(args: list[str], until: Callable[[bytes], bool] | None = None,
                 env: dict[str, str] | None = None, wrapper: tuple[str, ...] = (),
-                limit: float = 120) -> Run:
-    """Run `mem ARGS` with stdin and stderr on a new pty, stdout on a pipe; when `until`
-    holds for what the terminal received, type Ctrl-C on it."""
+                limit: float = 120, stdin: int | None = None) -> Run:
+    """Run `mem ARGS` with stderr (and stdin, unless given) on a new pty, its controlling
+    terminal, and stdout on a pipe; when `until` holds for what the terminal received,
+    type Ctrl-C on it."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
     proc = subprocess.Popen(  # noqa: S603
-        [*wrapper, MEM, *args], stdin=slave, stdout=subprocess.PIPE, stderr=slave,
+        [*wrapper, MEM, *args], stdin=slave if stdin is None else stdin,
+        stdout=subprocess.PIPE, stderr=slave,
         env={**os.environ, "TERM": "xterm", **(env or {})},
-        preexec_fn=_controlling_terminal)  # noqa: PLW1509 - a test's child, no threads yet
+        preexec_fn=_controlling_terminal_of(2))  # noqa: PLW1509 - no threads here yet
     os.close(slave)
     out: list[bytes] = []
     reader = threading.Thread(target=lambda: out.append(proc.stdout.read()))  # type: ignore[union-attr]
@@ -286,6 +290,58 @@ def test_ctrl_c_stops_a_compaction_pool_keeps_what_was_done_and_leaves_no_proces
             sorted(f"m{i}" for i in range(30))
         report = piped("verify", "--json", env={"MEM_USER": user})
         assert json.loads(report.stdout)["ok"], report.stdout
+
+
+def _rollout(first: int, last: int, meta: bool = True) -> bytes:
+    """Lines of a Codex rollout: its session, then user turns `first`..`last`-1."""
+    lines = [{"timestamp": "2026-03-02T10:00:00.000Z", "type": "session_meta",
+              "payload": {"id": "r-1", "timestamp": "2026-03-02T10:00:00Z"}}] if meta else []
+    lines += [{"timestamp": "2026-03-02T10:00:01.000Z", "type": "response_item",
+               "payload": {"type": "message", "role": "user",
+                           "content": [{"type": "input_text", "text": f"turn {n} of tulips"}]}}
+              for n in range(first, last)]
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+
+def test_ctrl_c_in_a_streamed_ingest_keeps_the_batches_stored(tmp_path: Path) -> None:
+    """A rollout on stdin is stored batch by batch (5,000 messages each). stdin never
+    ends (the test holds it open): once the bar says a batch is stored, Ctrl-C is typed;
+    whatever mem is doing then, what it says was kept is stored, once, and the same
+    command with the whole rollout stores the rest."""
+    init(resolve())
+    read, write = os.pipe()
+
+    def feed() -> None:
+        with contextlib.suppress(OSError):  # the reader gone: the pipe is closed
+            data = memoryview(_rollout(0, 8_000))
+            while data:
+                data = data[os.write(write, data):]
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        run = on_terminal(["ingest", "-"], stdin=read,
+                          until=lambda seen: b"messages stored" in seen)
+    finally:
+        os.close(read)
+        feeder.join()
+        os.close(write)
+    assert run.returncode == 130, run.shown
+    assert "Traceback" not in run.shown
+    (said,) = INTERRUPTED.findall(run.terminal)
+    kept = re.fullmatch(rb"(\d+) messages stored and kept; run the same command again to "
+                        rb"resume \(what is stored is skipped\)", said)
+    assert kept, said
+    # Counted from the session file's lines (one a message), without decrypting them.
+    lines = sum(len(f.read_bytes().splitlines())
+                for f in (tmp_path / "vault" / "default" / "alice" / "sessions").iterdir())
+    assert lines >= int(kept.group(1)) >= 5000
+    again = subprocess.run([MEM, "ingest", "-", "--json"], input=_rollout(0, 8_000),
+                           capture_output=True, timeout=120, check=False)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["messages_added"] == 8_000 - lines
+    stored = stored_messages()
+    assert sorted(stored) == sorted(set(stored)) and len(stored) == 8_000
 
 
 @pytest.mark.skipif(not Path(STRACE).is_file(), reason="needs strace")

@@ -224,7 +224,10 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
             prescreen(policy)
     admit, probe = admission.admit, admission.probe
 
+    kept = 0
+
     def put(session: str, messages: list[NewMessage], admit: Admit, probe: Admit) -> Added:
+        nonlocal kept
         if not dry_run:
             admission.prepare(vault, session, messages)
         try:
@@ -232,7 +235,10 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
                                 admission.seen)
         finally:
             admission.clear()
-        progress.keep(done.added + done.updated)  # its write is over: kept
+        if done.added or done.updated:  # its write is over: kept
+            kept += done.added + done.updated
+            progress.keep(done.added + done.updated)
+            progress.note(f"{kept:,} messages stored")
         return done
 
     store = store or put

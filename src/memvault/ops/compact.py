@@ -676,9 +676,9 @@ def _external(job: Job) -> External | None:
     return None if is_builtin(job.cfg.summarizer) else External(job.cfg)
 
 
-def _work(who: tuple[str, str]) -> Outcome:
+def _work_many(who: list[tuple[str, str]]) -> list[Outcome]:
     assert _JOB is not None
-    return run_one(_JOB, *who, external=_EXTERNAL)
+    return [run_one(_JOB, *one, external=_EXTERNAL) for one in who]
 
 
 class _Users:
@@ -713,17 +713,17 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
     or a summariser that cannot work), the pool is ended at once, its workers killed
     where they are (each step of theirs is atomic or journalled: the next run finishes
     or undoes it) and waited for: none is left behind."""
-    users = _Users(progress, len(who))
+    tally = _Users(progress, len(who))
     if jobs <= 1 or len(who) <= 1:
         external = _external(job)
         for org, user in who:
-            users.begin(org, user)
+            tally.begin(org, user)
             out = run_one(job, org, user, external)
-            users.done(out)
+            tally.done(out)
             yield out
         return
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from memvault.process import open_fds
 
@@ -737,11 +737,17 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context,
                                    initializer=_init_worker,
                                    initargs=(job, os.getpid(), watch, inherited))
+        size = max(1, min(32, len(who) // (jobs * 4)))
+        chunks = [who[at:at + size] for at in range(0, len(who), size)]
+        done: list[list[Outcome]] = [[] for _ in chunks]
         try:
-            for out in pool.map(_work, who,
-                                chunksize=max(1, min(32, len(who) // (jobs * 4)))):
-                users.done(out)
-                yield out
+            # Counted as they finish (one user slow to summarise holds back no count, and
+            # a summariser that cannot work stops the pool at once), yielded in order.
+            futures = {pool.submit(_work_many, chunk): n for n, chunk in enumerate(chunks)}
+            for future in as_completed(futures):
+                done[futures[future]] = future.result()
+                for out in done[futures[future]]:
+                    tally.done(out)
         except BaseException:
             _stop(pool)
             raise
@@ -749,6 +755,8 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
     finally:
         for fd in watch or ():
             os.close(fd)
+    for outcomes in done:
+        yield from outcomes
 
 
 def _stop(pool: object) -> None:

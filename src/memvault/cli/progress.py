@@ -101,6 +101,7 @@ def _bar(tracker: Tracker, console: Console) -> Bar:
     there while the bar is up (an export to a file, JSON at the end), and must never be
     routed to stderr."""
     from rich.progress import BarColumn, Progress, ProgressColumn, Task, TimeElapsedColumn
+    from rich.table import Column
     from rich.text import Text
 
     class Counts(BarColumn):
@@ -110,13 +111,14 @@ def _bar(tracker: Tracker, console: Console) -> Bar:
 
     class Words(ProgressColumn):
         def __init__(self, words: Callable[[], str]) -> None:
-            super().__init__()
+            # One line whatever the terminal's width: a long note is cut, never wrapped.
+            super().__init__(Column(no_wrap=True, overflow="ellipsis"))
             self.words = words
 
         def render(self, task: Task) -> Text:
-            return Text(for_terminal(self.words()))
+            return Text(for_terminal(self.words()), no_wrap=True, overflow="ellipsis")
 
-    bar = Progress(Words(lambda: tracker.label), Counts(), Words(tracker.count),
+    bar = Progress(Words(lambda: tracker.label), Counts(bar_width=24), Words(tracker.count),
                    TimeElapsedColumn(), Words(lambda: tracker.noted), console=console,
                    transient=True, redirect_stdout=False, redirect_stderr=False,
                    refresh_per_second=4)

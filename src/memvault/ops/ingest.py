@@ -230,6 +230,7 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
         nonlocal kept
         if not dry_run:
             admission.prepare(vault, session, messages)
+            progress.note("storing")
         try:
             done = add_messages(vault, session, messages, admit, dry_run, probe,
                                 admission.seen)

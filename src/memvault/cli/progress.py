@@ -41,6 +41,7 @@ class Tracker:
         self._interrupted = interrupted
         self._console = console
         self._bar: Bar | None = None
+        self.drew = False  # a bar was on the terminal
 
     # --- the operations' Progress: counting only; the bar reads the counts ----------------
 
@@ -92,6 +93,7 @@ class Tracker:
             assert self._console is not None
             self._bar = _bar(self, self._console)
             self._bar.start()
+            self.drew = True
         self._bar.refresh()
 
 
@@ -157,7 +159,10 @@ def interrupted_line() -> str:
 
 
 def say(line: str, stream: Any = None) -> None:
-    """One line on stderr, without Rich (the bar may have been torn down half-way)."""
+    """One line on stderr, without Rich (the bar may have been torn down half-way). On a
+    terminal it starts a line of its own: the terminal echoed ^C where the cursor was
+    (a bar, when there was one, took its line away with it)."""
     out = stream or sys.stderr
-    out.write("mem: " + for_terminal(line.replace("\n", " ")) + "\n")
+    fresh = "" if (_active and _active[0].drew) or not out.isatty() else "\n"
+    out.write(fresh + "mem: " + for_terminal(line.replace("\n", " ")) + "\n")
     out.flush()

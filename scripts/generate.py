@@ -100,16 +100,29 @@ def render_cli_doc(helps: list[tuple[tuple[str, ...], str]]) -> str:
         "Every command and subcommand of `mem`, exactly as `mem <command> --help` prints",
         "it (rendered 100 columns wide). The options `--vault`, `--org`, `--user` and",
         "`--key-file` read `MEM_VAULT`, `MEM_ORG`, `MEM_USER` and `MEM_KEY_FILE` when not",
-        "given; exit codes, key sources and the configuration file are described in",
+        "given; key sources and the configuration file are described in",
         "[the user guide](guide.md).",
         "",
     ]
     for path, _ in helps:
         depth = "  " * max(len(path) - 1, 0)
         out.append(f"{depth}- [`{' '.join(('mem', *path))}`](#{anchor(path)})")
+    out.append("- [Exit codes](#exit-codes)")
     for path, text in helps:
         out += ["", f"## {' '.join(('mem', *path))}", "", "```text", text.rstrip("\n"), "```"]
+    out += ["", "## Exit codes", "",
+            "Those of `sysexits.h`, which cron wrappers understand, and 130 for Ctrl-C. A "
+            "known", "error prints one line, `mem: error: ...`, on stderr; a hook (`mem "
+            "hook ...`) always", "exits 0 and logs its errors instead.", "",
+            "| code | meaning |", "|---|---|"]
+    out += [f"| {code} | {meaning} |" for code, meaning in exit_codes()]
     return "\n".join(out) + "\n"
+
+
+def exit_codes() -> tuple[tuple[int, str], ...]:
+    from memvault.cli.errors import EXIT_CODES
+
+    return EXIT_CODES
 
 
 _FLAG_NAMES = (("IGNORECASE", re.IGNORECASE), ("MULTILINE", re.MULTILINE),

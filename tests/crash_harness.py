@@ -217,20 +217,31 @@ Mem = Callable[..., Any]  # run `mem` in-process: mem(*args, **env) → result
 
 
 def run_killed(template: Template, command: Command, vault: Path, syscall: str,
-               n: int) -> subprocess.CompletedProcess[bytes]:
+               n: int, signal: str = "KILL") -> subprocess.CompletedProcess[bytes]:
     argv = [STRACE, "-f", "-qq", "-o", os.devnull, "-e", f"trace={syscall}",
-            "-e", f"inject={syscall}:signal=KILL:when={n}", MEM, *template.argv(command)]
+            "-e", f"inject={syscall}:signal={signal}:when={n}", MEM,
+            *template.argv(command)]
     return subprocess.run(argv, input=command.stdin.encode(), capture_output=True,
                           env=env_for(vault), timeout=120, check=False)
 
 
 def check_kill_point(template: Template, command: Command, syscall: str, n: int,
-                     work: Path, mem: Mem) -> Outcome:
+                     work: Path, mem: Mem, signal: str = "KILL") -> Outcome:
+    """With `signal` INT, Ctrl-C at that point (Python raises KeyboardInterrupt at the
+    next instruction of the main thread): it must end with one line saying so and exit
+    130, no traceback, and leave the vault as a kill would, or better."""
     vault = work / "vault"
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(template.root / "vault", vault, symlinks=True)
-    done = run_killed(template, command, vault, syscall, n)
-    killed = done.returncode in (-9, 128 + 9)
+    done = run_killed(template, command, vault, syscall, n, signal)
+    if signal == "INT":
+        killed = done.returncode == 130
+        stderr = done.stderr.decode(errors="replace")
+        assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+        if killed:
+            assert stderr.splitlines()[-1].startswith("mem: interrupted: "), stderr
+    else:
+        killed = done.returncode in (-9, 128 + 9)
     outcome = Outcome(command.name, syscall, n, killed)
     root = vault / ORG / USER
     if not killed:
@@ -368,7 +379,9 @@ def summary(lines: list[str]) -> str:
     out = ["| command | " + " | ".join(used) + " | kill points | after the kill |",
            "|---|" + "---:|" * (len(used) + 1) + "---|"]
     total: Counter[str] = Counter()
-    for command in (c.name for c in (*COMMANDS, POOL)):
+    names = [c.name for c in (*COMMANDS, POOL)]
+    names += [f"{c.name} (Ctrl-C)" for c in COMMANDS if f"{c.name} (Ctrl-C)" in points]
+    for command in names:
         row = points.get(command, Counter())
         total.update(row)
         seen = ", ".join(f"{k} {v}" for k, v in sorted(verdicts[command].items()))

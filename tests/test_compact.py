@@ -250,7 +250,9 @@ def test_the_documented_recipes_get_the_prompt_and_session_on_stdin(vault, tmp_p
 
 
 @pytest.mark.parametrize("body,why", [
-    ("import sys; sys.exit(3)", "status 3"),
+    # It answers, then fails: the unit's failure (one failing before any answer is a
+    # broken set-up: test_a_summariser_that_cannot_work_is_one_error_said_once).
+    ("import sys; print('half an answer'); sys.exit(3)", "status 3"),
     ("import time; time.sleep(30)", "did not finish"),
     ("print('')", "printed nothing"),
     ("print('the deploy key is AKIAIOSFODNN7EXAMPLE')", "holds a secret"),
@@ -268,6 +270,84 @@ def test_a_failing_hanging_empty_or_refused_summariser_changes_nothing(vault, tm
     after = sorted((p.name, p.read_bytes()) for p in (vault.layout.dir / "sessions").iterdir())
     assert after == before
     assert not summaries(vault) and not (vault.layout.dir / "archive" / "s1.jsonl").exists()
+
+
+def _broken(tmp_path: Path, kind: str) -> str:
+    if kind == "missing":
+        return str(tmp_path / "no-such-llm")
+    if kind == "not executable":
+        path = tmp_path / "llm"
+        path.write_text("#!/bin/sh\necho summary\n")
+        path.chmod(0o644)
+        return str(path)
+    return script(tmp_path, "llm", """
+        import sys
+        print("llm: loading the model", file=sys.stderr)
+        print("Error: no API key: set OPENAI_API_KEY", file=sys.stderr)
+        sys.exit(1)
+    """)
+
+
+BROKEN = {"missing": "cannot be started: No such file or directory",
+          "not executable": "cannot be started: not executable",
+          "failing": "exited with status 1 before answering; it said: llm: loading the "
+                     "model | Error: no API key: set OPENAI_API_KEY"}
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+def test_a_summariser_that_cannot_work_is_one_error_said_once(vault, tmp_path,
+                                                            script_runner, kind):
+    """Not found, not executable, or failing before it ever answered: a set-up to fix
+    (78), said once however many sessions and users are due, and nothing changes."""
+    for user in ("alice", "bob", "carol"):
+        for n in range(4):
+            ingest.add_messages(open_as(user), f"old{n}", messages(
+                30, days_ago=200 + 10 * n, word=f"{user}{n}"))
+    def sessions() -> list[tuple[Path, bytes]]:
+        return sorted((p.relative_to(vault.settings.vault), p.read_bytes())
+                      for p in vault.settings.vault.rglob("*.jsonl")
+                      if p.parent.name in ("sessions", "archive"))
+
+    before = sessions()
+    assert len(before) == 12
+    cmd = _broken(tmp_path, kind)
+    for args in ((), ("--all-users", "--jobs", "1")):
+        result = mem(script_runner, "compact", "--summarizer", cmd, "--json", *args)
+        assert result.returncode == EX_CONFIG, (args, result.stderr)
+        line = one_error_line(result.stderr)
+        assert BROKEN[kind] in line and "--summarizer" in line, line
+        assert result.stdout == ""
+    assert sessions() == before
+
+
+@pytest.mark.script_launch_mode("subprocess")
+def test_a_pool_stops_at_a_summariser_that_cannot_work(vault, tmp_path, script_runner):
+    for user in ("alice", "bob", "carol", "dave"):
+        ingest.add_messages(open_as(user), "old", messages(30, days_ago=200))
+    result = mem(script_runner, "compact", "--all-users", "--jobs", "2", "--summarizer",
+                 _broken(tmp_path, "failing"))
+    assert result.returncode == EX_CONFIG
+    assert BROKEN["failing"] in one_error_line(result.stderr)
+
+
+def test_a_summariser_that_answered_once_fails_one_unit_at_a_time(vault, tmp_path):
+    """Once it has answered, a failure is the unit's (75): the next run retries it."""
+    flag = tmp_path / "answered"
+    cmd = script(tmp_path, "llm", f"""
+        import os, sys
+        sys.stdin.read()
+        if os.path.exists({str(flag)!r}):
+            sys.exit(1)
+        open({str(flag)!r}, "w").close()
+        print("a summary")
+    """)
+    for n in range(3):
+        ingest.add_messages(vault, f"old{n}", messages(30, days_ago=200 + 10 * n,
+                                                       word=f"canal{n}"))
+    out = compact.compact_user(vault, CompactionConfig(summarizer=cmd))
+    assert out.summaries_added == 1
+    assert [p.problem for p in out.problems] == ["summarizer", "summarizer"]
+    assert all("exited with status 1" in p.message for p in out.problems)
 
 
 def test_a_unit_whose_session_changes_while_summarising_is_left_for_the_next_run(

@@ -107,6 +107,52 @@ def test_every_kill_point_of_every_command(template: Template, tmp_path: Path,
         assert n < 2000, "runaway enumeration"
 
 
+# Ctrl-C (SIGINT, delivered by strace at the n-th call) in the middle of a command: one
+# line, exit 130, no traceback, and a vault a kill would leave, or better. A sample in
+# `make test`; every point of the calls that write, sync and replace in `make test-faults`.
+INT_SAMPLE = [("ingest", "fsync", 2), ("import", "rename", 2), ("rotate-key-now", "rename", 4),
+              ("compact-facts", "fsync", 4)]
+INT_SYSCALLS = ("write", "fsync", "rename", "unlink")
+
+
+@pytest.mark.parametrize(("name", "syscall", "n"), INT_SAMPLE,
+                         ids=[f"{c}-{s}-{n}" for c, s, n in INT_SAMPLE])
+def test_a_command_interrupted_at_a_sample_point_says_so_and_loses_nothing(
+        template: Template, tmp_path: Path, run_mem: Mem, name: str, syscall: str,
+        n: int) -> None:
+    outcome = check_kill_point(template, BY_NAME[name], syscall, n, tmp_path / "run",
+                               run_mem, signal="INT")
+    assert outcome.killed, f"{name} makes fewer than {n} {syscall} calls: pick another"
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("syscall", INT_SYSCALLS)
+@pytest.mark.parametrize("name", [c.name for c in COMMANDS])
+def test_every_interruption_point_of_every_command(template: Template, tmp_path: Path,
+                                                   run_mem: Mem, name: str,
+                                                   syscall: str) -> None:
+    log = os.environ.get("FAULTS_LOG")
+    n = 1
+    while True:
+        try:
+            outcome = check_kill_point(template, BY_NAME[name], syscall, n,
+                                       tmp_path / "run", run_mem, signal="INT")
+        except AssertionError as exc:
+            if log:
+                with open(log, "a") as out:
+                    out.write(json.dumps({"command": f"{name} (Ctrl-C)", "syscall": syscall,
+                                          "n": n, "failed": str(exc)[:2000]}) + "\n")
+            raise
+        if log:
+            with open(log, "a") as out:
+                out.write(json.dumps({**outcome.to_dict(),
+                                      "command": f"{name} (Ctrl-C)"}) + "\n")
+        if not outcome.killed:
+            break
+        n += 1
+        assert n < 2000, "runaway enumeration"
+
+
 # The pool of `compact --all-users --jobs 2` killed (its parent only) after the n-th
 # file-changing call of its workers: once in `make test`, every n in `make test-faults`.
 POOL_SAMPLE = 3

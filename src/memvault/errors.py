@@ -21,6 +21,7 @@ EX_IOERR = 74
 EX_TEMPFAIL = 75
 EX_NOPERM = 77
 EX_CONFIG = 78
+EX_INTERRUPTED = 130  # 128 + SIGINT: stopped by Ctrl-C, as a shell reports it
 
 
 class MemError(Exception):

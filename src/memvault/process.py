@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 # What a child that needs nothing of ours is given of the environment: where programs
 # and home are, the language, time zone and temporary folder. Nothing else (no MEM_*,
@@ -106,18 +106,23 @@ class Finished:
     output: bytes
     problem: Problem  # None when the command ran to its end
     returncode: int | None
+    stderr: bytes = b""  # the last bytes of its stderr, when they were asked for
 
 
 def run_bounded(argv: list[str], stdin: bytes | None, timeout: float, limit: int,
-                env: Mapping[str, str]) -> Finished:
+                env: Mapping[str, str], stderr_tail: int = 0) -> Finished:
     """Run `argv` with `stdin` as its input and `env` as its whole environment; its
     stdout up to `limit` bytes, within `timeout` seconds. OSError or ValueError when it
-    cannot be started. Its stderr is dropped (it may echo what it was given). When this
-    returns, nothing the command started is left running."""
+    cannot be started (PermissionError for a file named by its path that is not
+    executable). Its stderr is dropped (it may echo what it was given), but for its last
+    `stderr_tail` bytes when asked, which say why a command failed. When this returns,
+    nothing the command started is left running."""
     import shutil
 
     executable = shutil.which(argv[0], path=env.get("PATH", os.defpath))
     if executable is None:
+        if os.sep in argv[0] and os.path.isfile(argv[0]):
+            raise PermissionError(errno.EACCES, "not executable", argv[0])
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
     watch, stop = os.pipe()  # the keeper ends everything when `stop` closes
     try:
@@ -125,8 +130,9 @@ def run_bounded(argv: list[str], stdin: bytes | None, timeout: float, limit: int
             [sys.executable, "-I", "-S", _REAPER, str(watch), str(os.getpid()),
              executable, *argv],
             stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
-            close_fds=True, pass_fds=(watch,), env=dict(env))
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if stderr_tail > 0 else subprocess.DEVNULL,
+            start_new_session=True, close_fds=True, pass_fds=(watch,), env=dict(env))
     except BaseException:
         os.close(stop)
         raise
@@ -136,6 +142,7 @@ def run_bounded(argv: list[str], stdin: bytes | None, timeout: float, limit: int
     if stdin is not None:
         assert proc.stdin is not None
         threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
+    tail = _Tail(proc.stderr, stderr_tail) if proc.stderr is not None else None
     output = b""
     problem: Problem = "interrupted"  # until _read_until says otherwise
     try:
@@ -151,7 +158,29 @@ def run_bounded(argv: list[str], stdin: bytes | None, timeout: float, limit: int
             proc.wait()
         if stop >= 0:
             os.close(stop)
-    return Finished(output, problem, proc.returncode)
+    return Finished(output, problem, proc.returncode, tail.bytes() if tail else b"")
+
+
+class _Tail:
+    """The last `size` bytes of a stream, read by a thread of its own until its end (the
+    keeper ends every process that could hold it open)."""
+
+    def __init__(self, stream: IO[bytes], size: int) -> None:
+        self.stream, self.size, self.data = stream, size, bytearray()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while chunk := os.read(self.stream.fileno(), 65536):
+                self.data += chunk
+                del self.data[:-self.size]
+        with contextlib.suppress(OSError):
+            self.stream.close()
+
+    def bytes(self) -> bytes:
+        self.thread.join(_KEEPER_GRACE)
+        return bytes(self.data)
 
 
 def _end_keeper(proc: subprocess.Popen[bytes]) -> None:

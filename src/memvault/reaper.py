@@ -134,6 +134,11 @@ def main(argv: list[str]) -> int:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.setsid()
             os.execv(executable, command)  # noqa: S606 - the argv mem was given, no shell
+        except OSError as exc:  # not a program (no #! line), or not allowed to run
+            try:
+                os.write(2, f"cannot run {executable}: {exc.strerror}\n".encode())
+            except OSError:
+                pass
         finally:
             os._exit(127)
     threading.Thread(target=_watch, args=(watch, pid), daemon=True).start()

@@ -1,7 +1,8 @@
 """The `mem` command line: commands parse and print; the operations layer decides.
 
 main() is the one error boundary: a known error becomes one stderr line and its exit
-code; MEM_DEBUG=1 shows the traceback instead.
+code; Ctrl-C becomes one line that says what was kept, and exit 130; MEM_DEBUG=1 shows
+the traceback instead.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from memvault.cli import (
     agents,
@@ -23,10 +26,29 @@ from memvault.cli import (
     machine,
     pref,
 )
-from memvault.errors import EX_FAILURE, MemError
+from memvault.errors import EX_FAILURE, EX_INTERRUPTED, MemError
+
+
+class Interrupted(BaseException):
+    """Ctrl-C, carried past Typer (which would end the command silently) to main()."""
+
+
+class _Root(TyperGroup):
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise Interrupted from exc
+        except typer.Abort as exc:
+            # A prompt Ctrl-C stopped (Typer turns that into Abort); EOF stays an Abort.
+            if isinstance(exc.__context__, KeyboardInterrupt):
+                raise Interrupted from exc
+            raise
+
 
 app = typer.Typer(
     name="mem",
+    cls=_Root,
     help="An encrypted, searchable memory vault for AI assistants, owned by its user.",
     no_args_is_help=True,
     add_completion=True,
@@ -84,6 +106,8 @@ def main() -> None:
             raise
         error_line(word(exc))
         sys.exit(exc.exit_code)
+    except (Interrupted, KeyboardInterrupt):
+        _interrupted(debug)
     except BrokenPipeError:
         # The reader went away (`mem list | head`): not an error worth a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -94,6 +118,23 @@ def main() -> None:
         error_line(f"unexpected {type(exc).__name__}; run again with MEM_DEBUG=1 "
                    "for the traceback")
         sys.exit(EX_FAILURE)
+
+
+def _interrupted(debug: bool) -> None:
+    """Ctrl-C: one line naming what was kept (every write is atomic or journalled, so an
+    interrupted command leaves nothing half done, and running it again resumes), exit
+    130. A hook exits 0 as always, and says nothing (an agent shows what it prints)."""
+    import signal
+
+    from memvault.cli.progress import interrupted_line, say
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C is no traceback
+    if debug:
+        raise
+    if sys.argv[1:2] == ["hook"]:
+        sys.exit(0)
+    say(interrupted_line())
+    sys.exit(EX_INTERRUPTED)
 
 
 def _check_argv(args: list[str]) -> None:

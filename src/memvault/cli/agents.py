@@ -1,6 +1,7 @@
 """Commands agents and their hooks use: ingest, brief, hook, hooks install/uninstall."""
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -12,6 +13,7 @@ from memvault.cli.output import Output
 from memvault.errors import ConfigError, NotFound, UsageError
 
 if TYPE_CHECKING:
+    from memvault.cli.progress import Tracker
     from memvault.model.results import ScanResult
 
 FORMATS = ("auto", "claude-code", "codex", "gemini", "jsonl")
@@ -58,7 +60,8 @@ def ingest(
     if scan is not None:
         if dry_run or session or project:
             raise UsageError("--scan takes neither --dry-run, --session nor --project")
-        summary = core.scan_dir(v, scan, format_, strict)
+        with out.progress("ingesting", _scan_interrupted, show=not quiet) as progress:
+            summary = core.scan_dir(v, scan, format_, strict, progress)
         if not quiet or json:
             out.data(summary, lambda o: o.info(_scanned(summary, scan)))
         for skipped in summary.passed:
@@ -69,13 +72,15 @@ def ingest(
             raise typer.Exit(summary.exit_code)
         return
     assert source is not None
-    if source == "-":
-        # Read as a stream (a Codex rollout of any size, plain or zstd), not whole.
-        result = core.ingest_stream(v, sys.stdin.buffer, "stdin", None, format_, session,
-                                    dry_run, strict, tags=tags)
-    else:
-        result = core.ingest_file(v, Path(source), format_, session, dry_run, strict,
-                                  tags=tags)
+    with out.progress("ingesting", _ingest_interrupted(dry_run), show=not quiet) as progress:
+        if source == "-":
+            # Read as a stream (a Codex rollout of any size, plain or zstd), not whole.
+            result = core.ingest_stream(v, sys.stdin.buffer, "stdin", None, format_,
+                                        session, dry_run, strict, tags=tags,
+                                        progress=progress)
+        else:
+            result = core.ingest_file(v, Path(source), format_, session, dry_run, strict,
+                                      tags=tags, progress=progress)
     if quiet and not json:
         return
 
@@ -109,6 +114,20 @@ def _scanned(summary: "ScanResult", folder: Path) -> str:
     seen = f" ({unchanged} unchanged since the last scan)" if unchanged else ""
     return (f"{summary.files_ingested} of {summary.files_scanned} transcripts ingested"
             f"{seen}, {summary.messages_added} messages added, {summary.withheld} withheld")
+def _scan_interrupted(p: "Tracker") -> str:
+    return (f"{p.kept} of {p.total or 0} transcripts ingested and kept; run the same "
+            "command again to resume")
+
+
+def _ingest_interrupted(dry_run: bool) -> "Callable[[Tracker], str]":
+    def line(p: "Tracker") -> str:
+        if dry_run:
+            return "nothing was stored (a dry run)"
+        if not p.kept:
+            return "nothing of the transcript was stored yet; run the same command again"
+        return (f"{p.kept} messages stored and kept; run the same command again to resume "
+                "(what is stored is skipped)")
+    return line
 
 
 def brief(

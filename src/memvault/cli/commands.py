@@ -27,8 +27,10 @@ from memvault.cli.output import Output
 from memvault.errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from datetime import datetime
 
+    from memvault.cli.progress import Tracker
     from memvault.model.records import Filters
 
 
@@ -233,8 +235,10 @@ def verify(
     from memvault.ops import verify as core
 
     v = context.open_vault(vault, org, user, key_file)
-    repaired = core.repair(v).repaired if repair else None
-    result = core.verify(v, repaired)
+    out = Output(json)
+    with out.progress("verifying", _verify_interrupted(repair)) as progress:
+        repaired = core.repair(v).repaired if repair else None
+        result = core.verify(v, repaired, progress)
 
     def human(o: Output) -> None:
         for action in repaired or ():
@@ -246,9 +250,20 @@ def verify(
         o.info(f"{'ok' if result.ok else 'PROBLEMS FOUND'}: {result.files_checked} files, "
                f"{result.records_checked} records checked")
 
-    Output(json).data(result, human)
+    out.data(result, human)
     if not result.ok:
         raise typer.Exit(65)
+
+
+def _verify_interrupted(repair: bool) -> "Callable[[Tracker], str]":
+    def line(p: "Tracker") -> str:
+        if repair and not p.stages:  # still repairing: each step is a write of its own
+            return ("the repair stopped between two of its steps; what it set right is "
+                    "kept; run the same command again to finish it")
+        checked = f"{p.done} of {p.total} files checked" if p.total is not None else \
+            "nothing checked"
+        return f"{checked}, nothing changed by the check; run the same command again"
+    return line
 
 
 def register(app: typer.Typer) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -14,8 +14,8 @@ from memvault.cli.output import Output
 from memvault.errors import UsageError
 
 if TYPE_CHECKING:
+    from memvault.cli.progress import Tracker
     from memvault.model.results import CompactResult
-    from memvault.ops.compact import Outcome
 
 
 def compact(
@@ -71,14 +71,16 @@ def compact(
     out = Output(json)
     if all_users:
         who = core.users(job, None if whole else v.org, parts)
-        outcomes = _with_progress(job, who, jobs or os.cpu_count() or 1, out)
+        with out.progress("compacting", _interrupted(dry_run, "users compacted")) as bar:
+            outcomes = list(core.run_many(job, who, jobs or os.cpu_count() or 1, bar))
     else:
         missing = core.unknown_sessions(v, session or [])
         if missing:
             from memvault.errors import NotFound
 
             raise NotFound(f"no live session {missing[0]!r} for {v.who}")
-        outcomes = [core.run_one(job, v.org, v.user)]
+        with out.progress("compacting", _interrupted(dry_run, "summaries applied")) as bar:
+            outcomes = [core.run_one(job, v.org, v.user, progress=bar)]
     result = core.summarise_outcomes(outcomes, dry_run)
     out.data(result, lambda o: _human(o, result))
     if result.exit_code:
@@ -92,20 +94,14 @@ def _shard(text: str) -> tuple[int, int]:
     return int(k), int(n)
 
 
-def _with_progress(job: object, who: list[tuple[str, str]], jobs: int, out: Output
-                   ) -> list[Outcome]:
-    """Run over every user; a progress bar on a terminal (stderr), none otherwise."""
-    from memvault.ops import compact as core
-
-    assert isinstance(job, core.Job)
-    if not sys.stderr.isatty() or not who:
-        return list(core.run_many(job, who, jobs))
-    from rich.progress import Progress
-
-    with Progress(console=out.err, transient=True) as progress:
-        task = progress.add_task("compacting", total=len(who))
-        return list(core.run_many(job, who, jobs,
-                                  on_done=lambda _: progress.advance(task)))
+def _interrupted(dry_run: bool, what: str) -> Callable[[Tracker], str]:
+    def line(p: Tracker) -> str:
+        if dry_run:
+            return "nothing was changed (a dry run)"
+        return (f"{p.kept} of {p.total or 0} {what} and kept (a step cut short is "
+                "finished or undone by the next command); run the same command again to "
+                "resume")
+    return line
 
 
 def _human(o: Output, result: CompactResult) -> None:

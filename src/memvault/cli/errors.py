@@ -3,7 +3,40 @@
 
 from __future__ import annotations
 
-from memvault.errors import MemError
+from memvault.errors import (
+    EX_CONFIG,
+    EX_DATAERR,
+    EX_FAILURE,
+    EX_INTERRUPTED,
+    EX_IOERR,
+    EX_NOINPUT,
+    EX_NOPERM,
+    EX_OK,
+    EX_TEMPFAIL,
+    EX_USAGE,
+    MemError,
+)
+
+# What each exit code means, for people (the reference in docs/cli.md is made from it).
+EXIT_CODES = (
+    (EX_OK, "success"),
+    (EX_FAILURE, "unexpected failure (a bug: MEM_DEBUG=1 shows the traceback)"),
+    (EX_USAGE, "usage error: an unknown option, an invalid name, date, tag or value"),
+    (EX_DATAERR, "data error: a vault file fails authentication or is corrupt; a malformed "
+                 "transcript or import file; `verify` or `audit` found an error"),
+    (EX_NOINPUT, "not found: a memory id, session, vault or input file; a user with no "
+                 "memory in that org, or an org with no users"),
+    (EX_IOERR, "cannot write: a full disk, a vault mounted read-only; nothing was changed"),
+    (EX_TEMPFAIL, "retry later: a user's lock was not obtained in time; a compaction unit "
+                  "whose summariser failed on it"),
+    (EX_NOPERM, "refused: a wrong key or passphrase, a secret, a frozen user, an "
+                "unconfirmed destroy, a key backup of another vault"),
+    (EX_CONFIG, "configuration: no key, an unsafe key file, a failing key command, an OS "
+                "keyring missing or locked, a bad config file, a summariser that cannot be started or fails before it "
+                "answers"),
+    (EX_INTERRUPTED, "interrupted (Ctrl-C): one line says what was kept; every write is "
+                     "atomic or journalled, and the same command run again resumes"),
+)
 
 FLAGS = {
     "importance": "--importance", "session": "--session", "limit": "--limit",
@@ -44,6 +77,7 @@ HINTS = {
     "rebuild-state": "run `mem verify --repair` to rebuild the state from the files",
     "first-write": "a first `mem add`, `mem ingest`, `mem pref set` or `mem import` "
                    "creates it",
+    "summarizer": "check --summarizer or compaction.summarizer in the config file",
 }
 
 

@@ -2,7 +2,7 @@
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -10,6 +10,11 @@ from memvault.cli import context, render
 from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt
 from memvault.cli.output import Output
 from memvault.errors import DataError, NotFound, Refused
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from memvault.cli.progress import Tracker
 
 
 def forget(
@@ -83,11 +88,23 @@ def export(
     from memvault.ops import portability as core
 
     v = context.open_vault(vault, org, user, key_file)
+    out = Output()
     if output == "-":
-        core.export(v, sys.stdout, format_, category)
+        with out.progress("exporting", _export_interrupted(None), stdout_busy=True) as bar:
+            core.export(v, sys.stdout, format_, category, bar)
         return
-    result = core.export_to_file(v, Path(output), format_, category)
-    Output().info(f"exported {result.record_count} records to {output}")
+    with out.progress("exporting", _export_interrupted(output)) as bar:
+        result = core.export_to_file(v, Path(output), format_, category, bar)
+    out.info(f"exported {result.record_count} records to {output}")
+
+
+def _export_interrupted(output: str | None) -> "Callable[[Tracker], str]":
+    def line(p: "Tracker") -> str:
+        if output is None:
+            return "the export on stdout is cut short; run the same command again"
+        return (f"nothing was written to {output} (an export is put in place only once "
+                "complete); run the same command again")
+    return line
 
 
 def import_(
@@ -104,10 +121,19 @@ def import_(
         raise NotFound(f"no file at {file}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read {file}: {exc}") from None
-    result = core.import_text(
-        context.open_vault(vault, org, user, key_file, needs=None), raw)
-    Output(json).data(result, lambda o: o.info(
+    out = Output(json)
+    with out.progress("importing", _import_interrupted) as bar:
+        opened = context.open_vault(vault, org, user, key_file, needs=None)
+        result = core.import_text(opened, raw, bar)
+    out.data(result, lambda o: o.info(
         f"imported {result.imported} records, skipped {result.skipped} already present"))
+
+
+def _import_interrupted(p: "Tracker") -> str:
+    if p.stages < 2:  # still screening: nothing written
+        return "nothing was imported; run the same command again"
+    return ("the import was cut short while it stored records; run the same command "
+            "again: what it stored is kept and skipped, the rest is added")
 
 
 def destroy(
@@ -181,10 +207,22 @@ def rotate_key(
     """Start a new data-key epoch for the user."""
     from memvault.ops import keys
 
-    result = keys.rotate_key(context.open_vault(vault, org, user, key_file), now)
-    Output(json).data(result, lambda o: o.info(
+    out = Output(json)
+    with out.progress("re-encrypting", _rotate_interrupted(now)) as bar:
+        result = keys.rotate_key(context.open_vault(vault, org, user, key_file), now, bar)
+    out.data(result, lambda o: o.info(
         f"key version {result.key_version}; re-encrypted {result.files_reencrypted} files; "
         f"deleted keys {list(result.keys_deleted) or 'none'}"))
+
+
+def _rotate_interrupted(now: bool) -> "Callable[[Tracker], str]":
+    def line(p: "Tracker") -> str:
+        if now and p.stages:
+            return (f"re-encryption under the new key stopped after {p.done} of "
+                    f"{p.total} files; the next write to this memory finishes it, or run "
+                    "the same command again")
+        return "no file is half written; run the same command again"
+    return line
 
 
 def register(app: typer.Typer) -> None:

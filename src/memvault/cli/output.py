@@ -11,13 +11,16 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from memvault.text.sanitize import for_terminal, json_for_terminal
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from memvault.cli.progress import Tracker
 
 
 NO_WRAP = frozenset({"id", "type", "created", "score", "seq", "time"})
@@ -82,6 +85,26 @@ class Output:
         from rich.text import Text
 
         self.err.print(Text(f"warning: {for_terminal(text)}", style="yellow"))
+
+    @contextmanager
+    def progress(self, label: str, interrupted: Callable[[Tracker], str] | None = None,
+                 show: bool = True, stdout_busy: bool = False) -> Iterator[Tracker]:
+        """The `Progress` an operation reports to: a bar on stderr when stderr is a
+        terminal (not with --json, nor when `show` is off: --quiet), and when stdout is
+        not that terminal too if the command writes on it meanwhile (`stdout_busy`).
+        `interrupted` words what was kept, should Ctrl-C stop the command (the error
+        boundary prints it)."""
+        from memvault.cli import progress
+
+        live = (show and not self.json_mode and sys.stderr.isatty()
+                and not (stdout_busy and sys.stdout.isatty()))
+        tracker = progress.Tracker(label, self.err if live else None, interrupted)
+        progress.activate(tracker)
+        try:
+            yield tracker
+        finally:
+            tracker.close()
+        progress.deactivate(tracker)  # left in place on an error: the boundary reads it
 
     def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]],
               title: str | None = None, header: bool = True) -> None:

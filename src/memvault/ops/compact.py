@@ -28,6 +28,7 @@ from memvault.config import CompactionConfig, Settings
 from memvault.crypto.envelope import content_hash
 from memvault.errors import EX_DATAERR, EX_FAILURE, EX_TEMPFAIL, Busy, MemError
 from memvault.model.location import session_file, session_of
+from memvault.model.progress import NO_PROGRESS, Progress
 from memvault.model.records import (
     COMPACTION_CHANNEL,
     DOC_FILES,
@@ -48,10 +49,11 @@ from memvault.ops.summarize import (
     Analyze,
     Digest,
     DocFreq,
+    External,
     Fact,
+    SummarizerBroken,
     card,
     is_builtin,
-    run_external,
     summarizer_argv,
 )
 from memvault.storage.userstore import LineHeader
@@ -239,9 +241,13 @@ Summarise = Callable[[Vault, Unit, list[Record]], Digest]
 
 def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
                  sessions: Sequence[str] = (), now: datetime | None = None,
-                 show_text: bool = True) -> Outcome:
+                 show_text: bool = True, external: External | None = None,
+                 progress: Progress = NO_PROGRESS) -> Outcome:
     """Compact one user. Busy (the lock not had within `lock_wait`) and MemError pass
-    to the caller; a unit whose summariser fails is reported and left for next time."""
+    to the caller; a unit whose summariser fails is reported and left for next time, a
+    summariser that cannot work at all (SummarizerBroken) stops the run. `external`: the
+    external summariser's run, when it began before this user (it has answered once or
+    not). `progress` counts the units (one summary each), kept once applied."""
     out = Outcome(vault.org, vault.user)
     if not vault.exists():
         return out
@@ -249,10 +255,14 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
     if state.frozen:  # restricted: nothing is rewritten, not even by compaction
         out.problem("frozen", "the user's memory is frozen; not compacted", 0)
         return out
-    summarise = _summariser(cfg, _Cards(vault))
+    summarise = _summariser(cfg, _Cards(vault), external)
     if cfg.summarizer and not is_builtin(cfg.summarizer):
         summarizer_argv(cfg.summarizer)  # a malformed command fails before any work
+    # An external summariser may take a minute a unit: each is applied as it comes, so
+    # that an interruption loses at most the one under way.
+    batch_units = BATCH_UNITS if is_builtin(cfg.summarizer) else 1
     the_plan = plan(vault, cfg, now or _now(), sessions)
+    progress.start(len(the_plan.units), "summaries")
     policy = AdmissionPolicy(vault.settings)
     allowance = FactAllowance.from_config(cfg)
     if the_plan.duplicate_sessions:
@@ -260,6 +270,7 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
                              _drop_sessions(vault, the_plan.duplicate_sessions))
     batch: list[Summarised] = []
     for unit in the_plan.units:
+        progress.advance()
         records = _read(vault, unit)
         if records is None:
             out.problem("changed", "a session changed while it was planned; next run", 0)
@@ -286,7 +297,7 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
             digest = summarise(vault, unit, records)
             summary_text = policy.admit(_headed(unit, digest.summary), "the summary")
         except MemError as exc:  # SummarizerFailed, or admission refused the summary
-            if isinstance(exc, Busy):
+            if isinstance(exc, Busy | SummarizerBroken):
                 raise
             out.problem("summarizer", f"{', '.join(unit.sessions)}: {exc.message}",
                         EX_TEMPFAIL)
@@ -296,11 +307,11 @@ def compact_user(vault: Vault, cfg: CompactionConfig, *, dry_run: bool = False,
         projects = sorted({t for r in records for t in r.tags if t.startswith(PROJECT)})
         batch.append(Summarised(unit, summary_text, _admitted_facts(policy, digest.facts),
                                 projects))
-        if sum(b.unit.messages for b in batch) >= BATCH_MESSAGES or len(batch) >= BATCH_UNITS:
-            _apply(vault, batch, out, allowance)
+        if sum(b.unit.messages for b in batch) >= BATCH_MESSAGES or len(batch) >= batch_units:
+            _apply(vault, batch, out, allowance, progress)
             batch = []
     if batch:
-        _apply(vault, batch, out, allowance)
+        _apply(vault, batch, out, allowance, progress)
     if dry_run:
         out.rekeyed = int(state.rekey_pending)
         return out
@@ -329,10 +340,12 @@ def _now() -> datetime:
     return parse_time(now_iso())
 
 
-def _summariser(cfg: CompactionConfig, cards: _Cards) -> Summarise:
+def _summariser(cfg: CompactionConfig, cards: _Cards, external: External | None
+                ) -> Summarise:
     if is_builtin(cfg.summarizer):
         return lambda vault, unit, records: Digest(cards.card(records))
-    return lambda vault, unit, records: run_external(cfg.summarizer, records, cfg)
+    run = external if external is not None else External(cfg)
+    return lambda vault, unit, records: run(records)
 
 
 class _Cards:
@@ -433,7 +446,7 @@ class Summarised:
 
 
 def _apply(vault: Vault, batch: list[Summarised], out: Outcome,
-           allowance: FactAllowance) -> None:
+           allowance: FactAllowance, progress: Progress = NO_PROGRESS) -> None:
     """Under the lock, for the units whose inputs are unchanged: write their summaries
     (and facts), archive their originals, in one journalled step. The lock is held for
     one batch (at most BATCH_MESSAGES messages moved), never while summarising."""
@@ -458,6 +471,7 @@ def _apply(vault: Vault, batch: list[Summarised], out: Outcome,
         tx.audit("compact", [r.memory_id for r in summaries],
                  [tx.hash_of(r.content_hash) for r in summaries], archived=moved,
                  sessions=len(moves), facts=len(facts))
+    progress.keep(len(summaries))
     out.sessions_compacted += len(moves)
     out.summaries_added += len(summaries)
     out.archived += moved
@@ -601,12 +615,17 @@ def open_user(job: Job, org: str, user: str) -> Vault:
     return Vault(settings, master=job.master, actor=job.settings.actor)  # type: ignore[arg-type]
 
 
-def run_one(job: Job, org: str, user: str) -> Outcome:
-    """Compact one user, turning what stops it into a reported problem."""
+def run_one(job: Job, org: str, user: str, external: External | None = None,
+            progress: Progress = NO_PROGRESS) -> Outcome:
+    """Compact one user, turning what stops it into a reported problem (but a summariser
+    that cannot work: it would fail for every user alike)."""
     out = Outcome(org, user)
     try:
         return compact_user(open_user(job, org, user), job.cfg, dry_run=job.dry_run,
-                            sessions=job.sessions, show_text=job.show_text)
+                            sessions=job.sessions, show_text=job.show_text,
+                            external=external, progress=progress)
+    except SummarizerBroken:
+        raise
     except Busy:
         out.problem("busy", "the user's lock is held (a hook or a command is writing); "
                     "skipped, the next run retries", EX_TEMPFAIL)
@@ -638,6 +657,7 @@ def users(job: Job, org: str | None, shard: tuple[int, int] | None) -> list[tupl
 
 
 _JOB: Job | None = None
+_EXTERNAL: External | None = None  # a worker's run of the external summariser
 
 
 def _init_worker(job: Job, parent: int, watch: tuple[int, int] | None,
@@ -645,9 +665,15 @@ def _init_worker(job: Job, parent: int, watch: tuple[int, int] | None,
     """A pool worker's start: it dies with the parent (killed, it must not go on holding
     the key and users' locks), and closes what the parent held before the pool, such as
     the lock fd of a `flock -n` wrapper, so that nothing it holds keeps that lock once
-    the parent is gone. (`watch` and `inherited` are fd numbers of a forked worker.)"""
-    global _JOB
+    the parent is gone. (`watch` and `inherited` are fd numbers of a forked worker.)
+    Ctrl-C on the terminal reaches every process of the group: a worker leaves it to
+    the parent, which stops the pool."""
+    global _JOB, _EXTERNAL
+    import signal
+
     from memvault.process import die_with_parent
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     if watch is not None:
         os.close(watch[1])  # only the parent holds the write end: its death closes it
@@ -656,15 +682,37 @@ def _init_worker(job: Job, parent: int, watch: tuple[int, int] | None,
         with contextlib.suppress(OSError):
             os.close(fd)
     _JOB = job
+    _EXTERNAL = _external(job)
 
 
-def _work(who: tuple[str, str]) -> Outcome:
+def _external(job: Job) -> External | None:
+    return None if is_builtin(job.cfg.summarizer) else External(job.cfg)
+
+
+def _work_many(who: list[tuple[str, str]]) -> list[Outcome]:
     assert _JOB is not None
-    return run_one(_JOB, *who)
+    return [run_one(_JOB, *one, external=_EXTERNAL) for one in who]
+
+
+class _Users:
+    """Progress over users: done and total, who is under way, messages archived."""
+
+    def __init__(self, progress: Progress, total: int) -> None:
+        self.progress, self.archived = progress, 0
+        progress.start(total, "users")
+
+    def begin(self, org: str, user: str) -> None:
+        self.progress.note(f"{org}/{user}, {self.archived:,} messages archived")
+
+    def done(self, out: Outcome) -> None:
+        self.archived += out.archived
+        self.progress.advance()
+        self.progress.keep()
+        self.progress.note(f"{self.archived:,} messages archived")
 
 
 def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
-             on_done: Callable[[Outcome], None] | None = None) -> Iterator[Outcome]:
+             progress: Progress = NO_PROGRESS) -> Iterator[Outcome]:
     """Compact each user; with `jobs` > 1, in a pool of that many worker processes
     (each handles many users: a process per user would cost more than the work).
 
@@ -672,16 +720,23 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
     interpreter reads the current folder. What a worker sends back (an Outcome: counts,
     and problems and previews as text) is unpickled by the pool: it comes from a
     process of the same program holding the same key, so it crosses no trust boundary;
-    an external summariser's answer is parsed as text in the worker, never unpickled."""
+    an external summariser's answer is parsed as text in the worker, never unpickled.
+
+    `progress` counts users; one is kept once its compaction is over. Stopped (Ctrl-C,
+    or a summariser that cannot work), the pool is ended at once, its workers killed
+    where they are (each step of theirs is atomic or journalled: the next run finishes
+    or undoes it) and waited for: none is left behind."""
+    tally = _Users(progress, len(who))
     if jobs <= 1 or len(who) <= 1:
+        external = _external(job)
         for org, user in who:
-            out = run_one(job, org, user)
-            if on_done:
-                on_done(out)
+            tally.begin(org, user)
+            out = run_one(job, org, user, external)
+            tally.done(out)
             yield out
         return
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from memvault.process import open_fds
 
@@ -692,17 +747,45 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
     inherited = open_fds() if forked else []  # before the pool's own pipes exist
     watch = os.pipe() if forked else None
     try:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context,
-                                 initializer=_init_worker,
-                                 initargs=(job, os.getpid(), watch, inherited)) as pool:
-            for out in pool.map(_work, who,
-                                chunksize=max(1, min(32, len(who) // (jobs * 4)))):
-                if on_done:
-                    on_done(out)
-                yield out
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context,
+                                   initializer=_init_worker,
+                                   initargs=(job, os.getpid(), watch, inherited))
+        size = max(1, min(32, len(who) // (jobs * 4)))
+        chunks = [who[at:at + size] for at in range(0, len(who), size)]
+        done: list[list[Outcome]] = [[] for _ in chunks]
+        try:
+            # Counted as they finish (one user slow to summarise holds back no count, and
+            # a summariser that cannot work stops the pool at once), yielded in order.
+            futures = {pool.submit(_work_many, chunk): n for n, chunk in enumerate(chunks)}
+            for future in as_completed(futures):
+                done[futures[future]] = future.result()
+                for out in done[futures[future]]:
+                    tally.done(out)
+        except BaseException:
+            _stop(pool)
+            raise
+        pool.shutdown(wait=True)
     finally:
         for fd in watch or ():
             os.close(fd)
+    for outcomes in done:
+        yield from outcomes
+
+
+def _stop(pool: object) -> None:
+    """End a pool now: no new user is begun, its workers are killed and reaped."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    assert isinstance(pool, ProcessPoolExecutor)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for child in multiprocessing.active_children():
+        child.kill()
+    for child in multiprocessing.active_children():
+        child.join(_REAP_WAIT)
+
+
+_REAP_WAIT = 10.0  # seconds a killed worker has to be gone (a bound, not an estimate)
 
 
 def summarise_outcomes(outcomes: Sequence[Outcome], dry_run: bool) -> CompactResult:

@@ -25,6 +25,7 @@ from memvault.crypto.envelope import content_hash
 from memvault.errors import DataError, MemError, NotFound, NotTranscript, Refused, UsageError
 from memvault.index.base import file_entries
 from memvault.model.location import session_file, session_name
+from memvault.model.progress import NO_PROGRESS, Progress
 from memvault.model.records import (
     CONTEXT_NEIGHBOURS,
     MAX_CONTENT,
@@ -61,13 +62,24 @@ SCAN_SUFFIXES = (".jsonl", ".json")
 
 def ingest_file(vault: Vault, path: Path, fmt: str = "auto", session: str | None = None,
                 dry_run: bool = False, strict: bool = False,
-                fallback_name: str | None = None, tags: tuple[str, ...] = ()) -> IngestResult:
+                fallback_name: str | None = None, tags: tuple[str, ...] = (),
+                progress: Progress = NO_PROGRESS) -> IngestResult:
     """Ingest one transcript file, plain or zstd-compressed (rollout-*.jsonl.zst): a Codex
     rollout is read as a stream, of any size; any other transcript whole (at most
-    MAX_TRANSCRIPT bytes)."""
+    MAX_TRANSCRIPT bytes). `progress`: the bytes of a stream read, or the messages of a
+    whole transcript screened; the messages kept as each write ends."""
     name = Path(path.name.removesuffix(ZSTD_SUFFIX)).stem
-    result = _ingest_source(vault, lambda: open_transcript(path), str(path), name, fmt,
-                            session, dry_run, strict, fallback_name, again=True, tags=tags)
+    try:
+        size: int | None = path.stat().st_size
+    except OSError:
+        size = None  # open_transcript says why
+
+    def opened() -> AbstractContextManager[Read]:
+        progress.start(size, "bytes")  # again for a second reading (--strict)
+        return open_transcript(path, watch=progress.advance)
+
+    result = _ingest_source(vault, opened, str(path), name, fmt, session, dry_run, strict,
+                            fallback_name, again=True, tags=tags, progress=progress)
     if result.format == "claude-code" and not dry_run:
         result = _with_subagents(vault, path, result, strict, tags, session)
     return result
@@ -99,24 +111,32 @@ def _with_subagents(vault: Vault, path: Path, result: IngestResult, strict: bool
 def ingest_stream(vault: Vault, stream: IO[bytes], where: str = "stdin",
                   name: str | None = None, fmt: str = "auto", session: str | None = None,
                   dry_run: bool = False, strict: bool = False,
-                  tags: tuple[str, ...] = ()) -> IngestResult:
+                  tags: tuple[str, ...] = (), progress: Progress = NO_PROGRESS
+                  ) -> IngestResult:
     """Ingest a transcript read from a stream (stdin), plain or zstd-compressed: a Codex
     rollout as a stream, unless `strict`, which reads it twice (so whole, at most
     MAX_TRANSCRIPT bytes, like any other transcript)."""
-    read = decompressed(stream.read, where)
+    def counted(n: int) -> bytes:
+        data = stream.read(n)
+        progress.advance(len(data))
+        return data
+
+    progress.start(None, "bytes")
+    read = decompressed(counted, where)
 
     @contextmanager
     def source() -> Iterator[Read]:
         yield read
 
     return _ingest_source(vault, source, where, name, fmt, session, dry_run, strict, None,
-                          again=False, tags=tags)
+                          again=False, tags=tags, progress=progress)
 
 
 def _ingest_source(vault: Vault, open_source: Callable[[], AbstractContextManager[Read]],
                    where: str, name: str | None, fmt: str, session: str | None,
                    dry_run: bool, strict: bool, fallback_name: str | None,
-                   again: bool, tags: tuple[str, ...] = ()) -> IngestResult:
+                   again: bool, tags: tuple[str, ...] = (),
+                   progress: Progress = NO_PROGRESS) -> IngestResult:
     """Read a Codex rollout as a stream, batch by batch; any other transcript whole.
     `open_source` opens the transcript again if `again` (a --strict first pass)."""
     from memvault.text.transcripts import detect_stream, parse_stream
@@ -130,7 +150,7 @@ def _ingest_source(vault: Vault, open_source: Callable[[], AbstractContextManage
                    "only a Codex rollout is read as a stream")
             text = decode(read_all(source.read, where, why), where)
             return ingest_text(vault, text, name, fmt, session, dry_run, strict,
-                               fallback_name, tags)
+                               fallback_name, tags, progress)
 
         def prescreen(policy: AdmissionPolicy) -> None:
             # --strict refuses the transcript before anything is stored: a first reading.
@@ -140,19 +160,20 @@ def _ingest_source(vault: Vault, open_source: Callable[[], AbstractContextManage
 
         return ingest_batches(vault, parse_stream(read_lines(source.read)), name, session,
                               dry_run, strict, fallback_name, prescreen if strict else None,
-                              tags=tags)
+                              tags=tags, progress=progress, streamed=True)
 
 
 def ingest_text(vault: Vault, text: str, name: str | None, fmt: str = "auto",
                 session: str | None = None, dry_run: bool = False, strict: bool = False,
-                fallback_name: str | None = None, tags: tuple[str, ...] = ()) -> IngestResult:
+                fallback_name: str | None = None, tags: tuple[str, ...] = (),
+                progress: Progress = NO_PROGRESS) -> IngestResult:
     """Ingest one transcript. Its session is `session`, else the transcript's own id,
     else `fallback_name` (a scan passes the path under the scanned folder), else `name`
     (the file's name)."""
     from memvault.text.transcripts import parse
 
     return ingest_batches(vault, iter([parse(text, fmt)]), name, session, dry_run, strict,
-                          fallback_name, tags=tags)
+                          fallback_name, tags=tags, progress=progress)
 
 
 def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None,
@@ -162,7 +183,8 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
                    store: Store | None = None,
                    later: list[tuple[str, NewMessage]] | None = None,
                    admission: _Admission | None = None,
-                   tags: tuple[str, ...] = ()) -> IngestResult:
+                   tags: tuple[str, ...] = (), progress: Progress = NO_PROGRESS,
+                   streamed: bool = False) -> IngestResult:
     """Ingest a transcript given whole (one batch) or read as a stream (parse_stream's
     batches: the first names the session, the last has the summaries). Each batch is
     stored as it comes, by add_messages, which stores a message once whatever the batches
@@ -171,7 +193,9 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
     passes `store` (into its own transaction), `later`, where the summaries wait to be
     added once that transaction is over, and the `admission` it prepared before taking
     the lock. `tags` go on every message and summary stored (the project the session
-    worked in)."""
+    worked in). `progress` (not with a scan's `store`) is told of the messages of each
+    write once it is over, and, for a transcript given whole (not `streamed`), of each
+    new message screened."""
     if tags:
         batches = (_tagged(batch, tags) for batch in batches)
     transcript = next(batches)
@@ -191,7 +215,8 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
         said = said_in.get(message.message_id or "")
         return session_name(said) if said else session_id
 
-    admission = admission or _Admission(AdmissionPolicy(vault.settings), strict)
+    admission = admission or _Admission(AdmissionPolicy(vault.settings), strict,
+                                        progress=None if streamed else progress)
     policy, screened = admission.policy, admission.screened
     if strict:  # refuse before anything is touched, not halfway through the write
         policy.screen([*transcript.messages, *transcript.summaries], strict=True)
@@ -199,14 +224,23 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
             prescreen(policy)
     admit, probe = admission.admit, admission.probe
 
+    kept = 0
+
     def put(session: str, messages: list[NewMessage], admit: Admit, probe: Admit) -> Added:
+        nonlocal kept
         if not dry_run:
             admission.prepare(vault, session, messages)
+            progress.note("storing")
         try:
-            return add_messages(vault, session, messages, admit, dry_run, probe,
+            done = add_messages(vault, session, messages, admit, dry_run, probe,
                                 admission.seen)
         finally:
             admission.clear()
+        if done.added or done.updated:  # its write is over: kept
+            kept += done.added + done.updated
+            progress.keep(done.added + done.updated)
+            progress.note(f"{kept:,} messages stored")
+        return done
 
     store = store or put
 
@@ -287,8 +321,9 @@ class _Admission:
     then), and the file read before is used again when it has not changed."""
 
     def __init__(self, policy: AdmissionPolicy, strict: bool,
-                 ahead: Fetched | None = None) -> None:
+                 ahead: Fetched | None = None, progress: Progress | None = None) -> None:
         self.policy, self.strict = policy, strict
+        self.progress = progress  # told of each message screened
         self.screened = Screened()  # what was withheld and masked, counted once
         self._results: dict[ScreenKey, Screened] = {}
         # Messages screened already, by the same policy (a scan reads ahead).
@@ -318,8 +353,13 @@ class _Admission:
             plan = _plan(vault, session, existing, messages, forgotten)
         except MemError:
             return  # the write itself reads again under the lock and reports it
-        for message in [*plan.fresh, *plan.grown.values()]:
+        new = [*plan.fresh, *plan.grown.values()]
+        if self.progress is not None:
+            self.progress.start(len(new), "messages")
+        for message in new:
             self._result(message)
+            if self.progress is not None:
+                self.progress.advance()
 
     def seen(self, relpath: str) -> LineScan | None:
         """The session file as `prepare` read it, if it is unchanged (caller holds the
@@ -581,8 +621,8 @@ def _preview(message: NewMessage) -> Preview:
     return Preview(message.role, message.content, message.message_id, message.created_at)
 
 
-def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
-             strict: bool = False) -> ScanResult:
+def scan_dir(vault: Vault, directory: Path, fmt: str = "auto", strict: bool = False,
+             progress: Progress = NO_PROGRESS) -> ScanResult:
     """Ingest every transcript under `directory` that is new or has grown since last time.
 
     For a periodic job: Claude Code never fires SessionEnd for a session suspended with
@@ -594,6 +634,10 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
     transaction (one state save, one index commit), so a month of sessions costs about
     what their messages cost; a large one (a Codex rollout) is read on its own, as a
     stream.
+
+    `progress` counts the transcripts to ingest; one is kept once its scan mark is
+    saved, after everything it holds (so a scan stopped anywhere and run again ingests
+    what it had not kept, and stores nothing twice).
     """
     from memvault.ops.readahead import Wanted, reads
 
@@ -601,7 +645,8 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
         raise NotFound(f"no directory at {directory}")
     files = sorted(p for p in directory.rglob("*") if _scanned(p) and p.is_file())
     seen = vault.state().scan_marks
-    scan = _Scan(AdmissionPolicy(vault.settings))
+    scan = _Scan(AdmissionPolicy(vault.settings), progress)
+    large: list[_Parsed] = []
     small: list[_Parsed] = []
     unchanged = 0
     for path in files:
@@ -621,11 +666,12 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto",
         if path.suffix == ZSTD_SUFFIX:
             relative = relative.with_suffix("")
         item = _Parsed(path, key, mark, str(relative.with_suffix("")), new=key not in seen)
-        if st.st_size > SCAN_BATCH_FILE or path.suffix == ZSTD_SUFFIX:
-            scan.one(vault, item, partial(ingest_file, vault, path, fmt, strict=strict,
-                                          fallback_name=item.fallback))
-        else:
-            small.append(item)
+        big = st.st_size > SCAN_BATCH_FILE or path.suffix == ZSTD_SUFFIX
+        (large if big else small).append(item)
+    progress.start(len(large) + len(small), "transcripts")
+    for item in large:
+        scan.one(vault, item, partial(ingest_file, vault, item.path, fmt, strict=strict,
+                                      fallback_name=item.fallback))
     # The small ones are read (and those not seen before screened) ahead of storing.
     batch: list[_Parsed] = []
     messages = size = 0  # the batch's
@@ -669,6 +715,7 @@ class _Parsed:
 @dataclass
 class _Scan:
     policy: AdmissionPolicy  # one for the whole scan: its rules are compiled once
+    progress: Progress = NO_PROGRESS
     ingested: int = 0
     added: int = 0
     withheld: int = 0
@@ -698,17 +745,22 @@ class _Scan:
             self.counted(ingest())
         except MemError as exc:
             if not self.failed(item, exc):
+                self._done(1)
                 return
         with vault.transaction() as tx:
             tx.state.scan_marks[item.key] = item.mark
             tx.touch()
+        self._done(1)
 
     def store(self, vault: Vault, batch: list[_Parsed], strict: bool) -> None:
         """Store parsed transcripts in one transaction; their summaries after it (a
-        summary is added by its own write)."""
+        summary is added by its own write), and only then the marks of the transcripts
+        that had some: a scan stopped before them reads those transcripts again (their
+        messages and summaries are stored once whatever the runs)."""
         if not batch:
             return
         summaries: list[tuple[str, NewMessage]] = []
+        waiting: list[_Parsed] = []  # stored, with summaries still to add
         # Screened before the lock (see _Admission), under one policy, with the state
         # read once for the batch (the lock checks again what changed since).
         admissions: dict[int, _Admission] = {}
@@ -731,6 +783,7 @@ class _Scan:
                     item.error = exc
         with vault.transaction() as tx:
             for n, item in enumerate(batch):
+                before = len(summaries)
                 if item.transcript is not None and item.error is None:
                     try:
                         self.counted(ingest_batches(
@@ -740,11 +793,24 @@ class _Scan:
                             later=summaries, admission=admissions[n]))
                     except MemError as exc:
                         item.error = exc
-                if item.error is None or self.failed(item, item.error):
+                if len(summaries) > before and item.error is None:
+                    waiting.append(item)
+                elif item.error is None or self.failed(item, item.error):
                     tx.state.scan_marks[item.key] = item.mark
                     tx.touch()
+        self._done(len(batch) - len(waiting))
         for session_id, summary in summaries:
             _add_summary(vault, session_id, summary)
+        if waiting:
+            with vault.transaction() as tx:
+                for item in waiting:
+                    tx.state.scan_marks[item.key] = item.mark
+                tx.touch()
+            self._done(len(waiting))
+
+    def _done(self, n: int) -> None:
+        self.progress.advance(n)
+        self.progress.keep(n)
 
 
 def _scanned(path: Path) -> bool:

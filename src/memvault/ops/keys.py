@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from memvault.config import Settings
+from memvault.model.progress import NO_PROGRESS, Progress
 from memvault.model.results import (
     KeyBackupResult,
     KeyBackupStatus,
@@ -21,12 +22,16 @@ from memvault.storage.userstore import UserStore
 from memvault.vault.vault import Transaction, Vault
 
 
-def rotate_key(vault: Vault, now: bool = False) -> RotateResult:
+def rotate_key(vault: Vault, now: bool = False,
+               progress: Progress = NO_PROGRESS) -> RotateResult:
+    """`progress` counts the files re-encrypted (with `now`); from the first one on, an
+    interrupted rotation is finished by the next write."""
     with vault.transaction() as tx:
-        return reencrypt(tx, rewrite=now)
+        return reencrypt(tx, rewrite=now, progress=progress)
 
 
-def reencrypt(tx: Transaction, rewrite: bool = True) -> RotateResult:
+def reencrypt(tx: Transaction, rewrite: bool = True,
+              progress: Progress = NO_PROGRESS) -> RotateResult:
     """Start a new key epoch and (with `rewrite`) re-encrypt every live record under it,
     then delete the data keys nothing uses any more."""
     if rewrite:
@@ -35,7 +40,8 @@ def reencrypt(tx: Transaction, rewrite: bool = True) -> RotateResult:
         tx.state.retire_through = max(tx.epoch, tx.state.retire_through or 0)
     epoch = tx.new_epoch()
     tx.audit("key.rotate", key_version=epoch)
-    rewritten = tx.reseal() if rewrite else 0
+    rewritten = tx.reseal(progress) if rewrite else 0
+    progress.note("rebuilding the search index")
     tx.rebuild_indexes()  # the index key derives from the current data key
     retired = tx.retire_unused_keys()
     if rewrite:

@@ -17,6 +17,7 @@ from memvault.config import validate_name
 from memvault.crypto.envelope import content_hash
 from memvault.errors import DataError, NotFound, UsageError
 from memvault.model.location import session_file
+from memvault.model.progress import NO_PROGRESS, Progress
 from memvault.model.records import (
     CATEGORIES,
     DOC_FILES,
@@ -42,10 +43,13 @@ FORMATS = ("json", "markdown")
 
 
 def _records(vault: Vault, state: UserState, category: str,
-             docs: dict[str, list[Record]]) -> Iterator[Record]:
+             docs: dict[str, list[Record]], progress: Progress = NO_PROGRESS
+             ) -> Iterator[Record]:
     """A category's records: documents' sorted by time, sessions' file by file."""
     if category == "conversation":
-        for _, records, _ in vault.store.files(include_archive=True):
+        for relpath, records, _ in vault.store.files(include_archive=True):
+            if relpath not in DOC_FILES:
+                progress.advance()
             for r in records:
                 if r.category == category:
                     yield vault.linked(r, state)
@@ -57,9 +61,11 @@ def _records(vault: Vault, state: UserState, category: str,
 
 
 def export(vault: Vault, out: IO[str], fmt: str = "json",
-           categories: list[str] | None = None) -> ExportResult:
+           categories: list[str] | None = None,
+           progress: Progress = NO_PROGRESS) -> ExportResult:
     """Write every record (archived ones marked) and every preference to `out`, in the
-    seed schema (the caller's stream: a file, or stdout when the user asks for it)."""
+    seed schema (the caller's stream: a file, or stdout when the user asks for it).
+    `progress` counts the session files written out (documents are read at the start)."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}: choose json or markdown",
                          field="format")
@@ -72,11 +78,13 @@ def export(vault: Vault, out: IO[str], fmt: str = "json",
     head = {"export_version": EXPORT_VERSION, "org_id": vault.org, "user_id": vault.user,
             "exported_at": now_iso()}
     writer = _Json(out, head) if fmt == "json" else _Markdown(out, head)
+    lines = [*vault.store.layout.line_files(), *vault.store.layout.line_files(archived=True)]
+    progress.start(len(lines) if "conversation" in wanted and exists else 0, "files")
     total = 0
     for category in wanted:
         writer.begin(category)
         count = 0
-        for record in (_records(vault, state, category, docs) if exists else ()):
+        for record in (_records(vault, state, category, docs, progress) if exists else ()):
             writer.record(record)
             count += 1
         writer.end(category, count)
@@ -87,7 +95,8 @@ def export(vault: Vault, out: IO[str], fmt: str = "json",
 
 
 def export_to_file(vault: Vault, path: Path, fmt: str = "json",
-                   categories: list[str] | None = None) -> ExportResult:
+                   categories: list[str] | None = None,
+                   progress: Progress = NO_PROGRESS) -> ExportResult:
     """Export to a file, created 0600 (an export is plaintext) and in place only once
     complete (or to a pipe or device, such as /dev/stdout, as it is)."""
     import io
@@ -96,7 +105,7 @@ def export_to_file(vault: Vault, path: Path, fmt: str = "json",
         raise NotFound(f"no directory {path.parent} for the export")
     with fsio.output_writer(path) as fh:
         text = io.TextIOWrapper(fh, encoding="utf-8", newline="\n", write_through=True)
-        count = export(vault, text, fmt, categories).record_count
+        count = export(vault, text, fmt, categories, progress).record_count
         text.flush()
         text.detach()
     return ExportResult(count, str(path))
@@ -286,8 +295,13 @@ def _check_types(record: Record, where: str) -> None:
         raise DataError(f"{where}: a field has the wrong type or is out of range")
 
 
-def import_text(vault: Vault, raw: str) -> ImportResult:
-    """Restore an export: every record keeps its id; what is already there is skipped."""
+SCREEN_CHUNK = 256  # texts screened between two reports of progress
+
+
+def import_text(vault: Vault, raw: str, progress: Progress = NO_PROGRESS) -> ImportResult:
+    """Restore an export: every record keeps its id; what is already there is skipped.
+    `progress`: the texts screened (nothing is written yet), then the files written in
+    one transaction (kept once it is over)."""
     items, prefs = _parse_import(raw)
     policy = AdmissionPolicy(vault.settings)
     for record, _ in items:
@@ -295,7 +309,11 @@ def import_text(vault: Vault, raw: str) -> ImportResult:
     for key in prefs:
         admit_name(key, "preference key", DataError)
     texts = [record.content for record, _ in items] + [t for kv in prefs.items() for t in kv]
-    admitted = policy.admit_all(texts, "the import file")
+    progress.start(len(texts), "texts")
+    admitted: list[str] = []
+    for at in range(0, len(texts), SCREEN_CHUNK):  # any secret still refuses them all
+        admitted += policy.admit_all(texts[at:at + SCREEN_CHUNK], "the import file")
+        progress.advance(len(texts[at:at + SCREEN_CHUNK]))
     for (record, _), masked in zip(items, admitted, strict=False):
         # Personal data gets placeholders, as on every other way in.
         if masked != record.content:
@@ -335,17 +353,22 @@ def import_text(vault: Vault, raw: str) -> ImportResult:
             settings = doc.setdefault("settings", {})
             for k, v in new_prefs.items():
                 settings[k] = {"value": v, "updated_at": now_iso()}
+        progress.start(len(docs) + len(lines), "files")
         for home, doc in docs.items():
             for r in doc["records"]:
                 r["key_version"] = tx.epoch
             tx.write_doc(home, doc)
+            progress.advance()
         for relpath, records in lines.items():
             records.sort(key=lambda r: (r.created_at, r.memory_id))
             tx.append(relpath, records)
+            progress.advance()
         _link(tx.state, new, existing)
         tx.touch()
         tx.audit("import", [r.memory_id for r, _ in new], imported=imported, skipped=skipped)
+        progress.note("rebuilding the search index")
         tx.rebuild_indexes()
+    progress.keep(imported)
     return ImportResult(imported, skipped, len(new_prefs))
 
 

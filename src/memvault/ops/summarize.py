@@ -78,6 +78,11 @@ class SummarizerFailed(MemError):
     """The summariser gave nothing usable: the unit is left as it is."""
 
 
+class SummarizerBroken(ConfigError):
+    """The summariser cannot work at all (it cannot be started, or it failed before it
+    ever answered): a set-up to fix, said once, and compaction stops (exit 78)."""
+
+
 @dataclass
 class _Sentence:
     text: str
@@ -245,10 +250,34 @@ def transcript_text(records: Sequence[Record], max_chars: int) -> str:
     return "\n\n".join([*head, f"[... {omitted} messages omitted ...]", *tail])
 
 
-def run_external(command: str, records: Sequence[Record], cfg: CompactionConfig) -> Digest:
+STDERR_LINES = 5  # of a summariser that failed before answering, shown to say why
+STDERR_TAIL = 4096
+
+
+class External:
+    """An external summariser over one run (one process of it: a compaction pool's
+    worker has its own). Until it has answered once, a failure is taken for its set-up's
+    (SummarizerBroken); after that, for one unit's (SummarizerFailed).
+
+    The rule: it cannot be started (not found, not executable, not a program), at any
+    time; or, before it has ever exited 0 or printed anything on stdout in this run, it
+    exits non-zero having printed nothing there. A time-out, an answer too long, empty
+    or unusable, or a non-zero exit after an answer, are the unit's."""
+
+    def __init__(self, cfg: CompactionConfig) -> None:
+        self.cfg = cfg
+        self.answered = False
+
+    def __call__(self, records: Sequence[Record]) -> Digest:
+        return run_external(self.cfg.summarizer, records, self.cfg, self)
+
+
+def run_external(command: str, records: Sequence[Record], cfg: CompactionConfig,
+                 run: External | None = None) -> Digest:
     """Run an external summariser on a unit (SummarizerFailed when it gives nothing
-    usable: it failed to start, timed out, exited non-zero, printed nothing or too
-    much)."""
+    usable: it timed out, exited non-zero, printed nothing or too much; SummarizerBroken
+    when it cannot be started, or, in a `run` where it has not answered yet, exits
+    non-zero without a word on stdout)."""
     from memvault.process import minimal_env, run_bounded
 
     argv = summarizer_argv(command)
@@ -258,10 +287,20 @@ def run_external(command: str, records: Sequence[Record], cfg: CompactionConfig)
         # The least environment: never the master key nor any MEM_* setting, and
         # nothing else of the user's but what compaction.summarizer_env names.
         done = run_bounded(argv, text.encode(), cfg.summarizer_timeout, OUTPUT_LIMIT,
-                           minimal_env(cfg.summarizer_env.split()))
+                           minimal_env(cfg.summarizer_env.split()),
+                           stderr_tail=STDERR_TAIL if run and not run.answered else 0)
     except (OSError, ValueError) as exc:
-        raise SummarizerFailed(f"the summariser {argv[0]!r} could not be started: "
-                               f"{getattr(exc, 'strerror', None) or exc}") from None
+        raise SummarizerBroken(f"the summariser {argv[0]!r} cannot be started: "
+                               f"{getattr(exc, 'strerror', None) or exc}",
+                               hint="summarizer") from None
+    if run is not None and not run.answered:
+        if done.problem is None and done.returncode != 0 and not done.output.strip():
+            said = _last_lines(done.stderr)
+            raise SummarizerBroken(
+                f"the summariser {argv[0]!r} exited with status {done.returncode} before "
+                "answering" + (f"; it said: {said}" if said else ", and said nothing"),
+                hint="summarizer")
+        run.answered = done.returncode == 0 or bool(done.output.strip())
     if done.problem == "timeout":
         raise SummarizerFailed(f"the summariser did not finish within "
                                f"{cfg.summarizer_timeout:g}s; it was stopped")
@@ -271,6 +310,13 @@ def run_external(command: str, records: Sequence[Record], cfg: CompactionConfig)
     if done.returncode != 0:
         raise SummarizerFailed(f"the summariser exited with status {done.returncode}")
     return parse_output(done.output.decode(errors="replace"))
+
+
+def _last_lines(raw: bytes) -> str:
+    """The last lines a summariser wrote on stderr, as one line (each cut short)."""
+    lines = [" ".join(line.split()) for line in raw.decode(errors="replace").splitlines()]
+    kept = [_cut(line, 200) for line in lines if line][-STDERR_LINES:]
+    return " | ".join(kept)
 
 
 def summarizer_argv(command: str) -> list[str]:

@@ -50,9 +50,12 @@ def decode(raw: bytes | bytearray, where: str) -> str:
 
 
 @contextmanager
-def open_transcript(path: Path) -> Iterator[Read]:
+def open_transcript(path: Path, watch: Callable[[int], None] | None = None
+                    ) -> Iterator[Read]:
     """A transcript file open for reading, through zstd when its content is compressed
-    (NotFound, UsageError for a folder; DataError for a *.zst that is not zstd)."""
+    (NotFound, UsageError for a folder; DataError for a *.zst that is not zstd).
+    `watch` is told how many bytes of the file each read took (compressed ones for a
+    compressed file: they are what its size counts)."""
     from memvault.storage.fsio import open_regular
 
     try:
@@ -65,8 +68,15 @@ def open_transcript(path: Path) -> Iterator[Read]:
         raise UsageError(f"{path} is a directory", hint="scan") from None
     except PermissionError:
         raise NotFound(f"cannot read {path}: permission denied") from None
+    def counted(n: int) -> bytes:
+        data = fh.read(n)
+        if watch is not None:
+            watch(len(data))
+        return data
+
     with fh:
-        yield decompressed(fh.read, str(path), path.name.endswith(ZSTD_SUFFIX))
+        yield decompressed(fh.read if watch is None else counted, str(path),
+                           path.name.endswith(ZSTD_SUFFIX))
 
 
 def decompressed(read: Read, where: str, compressed: bool = False) -> Read:

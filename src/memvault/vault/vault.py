@@ -22,6 +22,7 @@ from memvault.crypto.keys import MasterKey, index_key
 from memvault.errors import DataError, NotFound, Refused, StorageError
 from memvault.index.base import STAMP_FILE, DerivedIndex, Entry, IndexUnavailable, file_entries
 from memvault.model.location import Location
+from memvault.model.progress import NO_PROGRESS, Progress
 from memvault.model.records import DOC_FILES, Record, now_iso
 from memvault.storage import fsio
 from memvault.storage.audit import AuditLog
@@ -571,11 +572,15 @@ class Transaction:
 
     # --- key epochs -------------------------------------------------------------------------
 
-    def reseal(self) -> int:
+    def reseal(self, progress: Progress = NO_PROGRESS) -> int:
         """Re-encrypt under the current epoch every file that holds a record sealed under
-        another (read from the clear headers); how many files were rewritten."""
+        another (read from the clear headers); how many files were rewritten. `progress`
+        counts the files looked at."""
         store, epoch, count = self.store, self.epoch, 0
+        lines = [*store.layout.line_files(), *store.layout.line_files(archived=True)]
+        progress.start(len(DOC_FILES) + len(lines), "files")
         for home in DOC_FILES:
+            progress.advance()
             if store.layout.path(home).exists() and store.key_versions(home) != {epoch}:
                 doc = store.read_doc(home)
                 if doc is not None:
@@ -583,14 +588,14 @@ class Transaction:
                         r["key_version"] = epoch
                     self.write_doc(home, doc)
                     count += 1
-        for archived in (False, True):
-            for relpath in store.layout.line_files(archived=archived):
-                if store.key_versions(relpath) - {epoch}:
-                    records = store.read_lines(relpath)
-                    for r in records:
-                        r.key_version = epoch
-                    self.rewrite(relpath, records)
-                    count += 1
+        for relpath in lines:
+            progress.advance()
+            if store.key_versions(relpath) - {epoch}:
+                records = store.read_lines(relpath)
+                for r in records:
+                    r.key_version = epoch
+                self.rewrite(relpath, records)
+                count += 1
         return count
 
     def retire_unused_keys(self) -> list[int]:

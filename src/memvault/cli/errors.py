@@ -32,8 +32,8 @@ EXIT_CODES = (
     (EX_NOPERM, "refused: a wrong key or passphrase, a secret, a frozen user, an "
                 "unconfirmed destroy, a key backup of another vault"),
     (EX_CONFIG, "configuration: no key, an unsafe key file, a failing key command, an OS "
-                "keyring missing or locked, a bad config file, a summariser that cannot be started or fails before it "
-                "answers"),
+                "keyring missing or locked, a bad config file, a summariser that cannot be "
+                "started or fails before it answers"),
     (EX_INTERRUPTED, "interrupted (Ctrl-C): one line says what was kept; every write is "
                      "atomic or journalled, and the same command run again resumes"),
 )

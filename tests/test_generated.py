@@ -7,6 +7,7 @@ completions/ and docs/cli.md are produced by scripts/generate.py from the instal
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 import typer
+from typer.testing import CliRunner
 
 from memvault.cli import app
 
@@ -81,3 +83,33 @@ def test_every_command_has_help(name: str) -> None:
         assert (getattr(param, "help", None) or "").strip(), (
             f"`{name}` parameter {param.name!r} has no help text"
         )
+
+
+# Rich reads `[word]` in a help string as markup and drops it (`memvault[mcp]` was shown as
+# `memvault`); `\[` is its escape. What a help string holds in brackets must be shown.
+BRACKETED = re.compile(r"\\?\[[^\]\n]*\]")
+
+
+def test_bracketed_help_text_is_shown_as_written() -> None:
+    runner = CliRunner()
+    wide = {"COLUMNS": "1000", "NO_COLOR": "1", "TERM": "dumb"}  # nothing wraps
+    seen: set[tuple[str, str]] = set()  # a text renders alike wherever it is: check it once
+    for name, command in commands():
+        texts = [("help", command.help), ("help", command.epilog)]
+        texts += [("param", getattr(p, "help", None)) for p in command.params]
+        # A group lists its commands with the first paragraph of their help.
+        texts += [("listed", (sub.short_help or sub.help or "").split("\n\n")[0])
+                  for sub in getattr(command, "commands", {}).values()]
+        due = [(kind, text) for kind, text in texts
+               if text and BRACKETED.search(text) and (kind, text) not in seen]
+        if not due:
+            continue
+        result = runner.invoke(app, [*name.split()[1:], "--help"], env=wide, prog_name="mem")
+        assert result.exit_code == 0, result.output
+        shown = " ".join(result.stdout.split())
+        for kind, text in due:
+            seen.add((kind, text))
+            for found in BRACKETED.findall(text):
+                literal = " ".join(found.replace("\\[", "[").split())
+                assert literal in shown, f"`{name} --help` does not show {literal!r}"
+    assert ("help", dict(commands())["mem mcp"].help) in seen

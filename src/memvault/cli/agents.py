@@ -242,7 +242,7 @@ def mcp(
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None,
 ) -> None:
-    """Serve memory tools to an agent over MCP (stdio). Needs `pip install 'memvault[mcp]'`."""
+    r"""Serve memory tools to an agent over MCP (stdio). Needs `pip install 'memvault\[mcp]'`."""
     import importlib.util
 
     from memvault.errors import MemError

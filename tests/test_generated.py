@@ -16,9 +16,12 @@ from typing import Any
 
 import pytest
 import typer
+from pytest_console_scripts import ScriptRunner
 from typer.testing import CliRunner
 
 from memvault.cli import app
+from memvault.model.records import CATEGORIES
+from tests.conftest import mem
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATOR = ROOT / "scripts" / "generate.py"
@@ -113,3 +116,27 @@ def test_bracketed_help_text_is_shown_as_written() -> None:
                 literal = " ".join(found.replace("\\[", "[").split())
                 assert literal in shown, f"`{name} --help` does not show {literal!r}"
     assert ("help", dict(commands())["mem mcp"].help) in seen
+
+
+def complete(script_runner: ScriptRunner, words: str) -> list[str]:
+    """What the shell's completion offers for the last word of `words`, asked the way
+    completions/mem.bash asks `mem` (the words in the environment)."""
+    done = mem(script_runner, _MEM_COMPLETE="complete_bash", COMP_WORDS=words,
+               COMP_CWORD=str(len(words.split(" ")) - 1))
+    assert done.returncode == 0, done.stderr
+    return list(done.stdout.split())
+
+
+def test_completion_offers_the_fixed_choices(script_runner: ScriptRunner) -> None:
+    def offered(words: str) -> list[str]:
+        return complete(script_runner, words)
+
+    assert offered("mem hooks install ") == ["claude-code", "codex", "gemini"]
+    assert offered("mem hooks uninstall c") == ["claude-code", "codex"]
+    assert offered("mem hooks install codex --scope ") == ["user", "project"]
+    assert offered("mem add note --type p") == ["preference", "pattern"]
+    assert offered("mem search --category ") == list(CATEGORIES)
+    assert offered("mem ingest --format ") == ["auto", "claude-code", "codex", "gemini",
+                                               "jsonl"]
+    assert offered("mem export --format ") == ["json", "markdown"]
+    assert "hooks" in offered("mem ho")

@@ -43,9 +43,14 @@ def h(t):
 
 
 def throwaway_env() -> dict[str, str]:
-    """An environment whose vault and config live in a fresh temp dir."""
+    """An environment whose vault and config live in a fresh temp dir.
+
+    Bytecode is written and read as on a user's machine (pip compiles what it installs, and
+    the floors' libraries are compiled): with PYTHONDONTWRITEBYTECODE set, every run would
+    compile mem's own modules from source and time the compiler, not mem."""
     base = Path(tempfile.mkdtemp(prefix="mem-bench-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEM_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MEM_") and k != "PYTHONDONTWRITEBYTECODE"}
     env.update(MEM_VAULT=str(base / "vault"), MEM_CONFIG_DIR=str(base / "config"),
                MEM_USER="bench", NO_COLOR="1", PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
     return env

@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 from pytest_console_scripts import ScriptRunner
+from typer.main import get_command
 
+from memvault.cli import app
 from memvault.config import resolve
 from memvault.integrations import claude_code, codex, gemini, hookbase
 from memvault.integrations.launch import MEM_VARIABLES, Launch
@@ -320,6 +322,50 @@ def test_the_plugin_directory_is_valid() -> None:
     assert meta["name"] == "memory" and len(meta["description"]) <= 1024
     for words in ("memory_store", "preference", "correction", "not", "suggestion"):
         assert words in body
+
+
+def test_every_path_and_command_the_plugin_names_exists() -> None:
+    """The plugin's files and its instructions name only what a checkout has and what
+    `pip install` puts on PATH: its files, the commands it runs (a console script of the
+    distribution, then a real `mem` command), the tools its skill calls, the extras and
+    the plugin name they install."""
+    market = json.loads((ROOT / ".claude-plugin" / "marketplace.json").read_text())
+    (entry,) = market["plugins"]
+    plugin_dir = ROOT / entry["source"]
+    for rel in (".claude-plugin/plugin.json", "hooks/hooks.json", ".mcp.json",
+                "skills/memory/SKILL.md"):  # what Claude Code loads from a plugin
+        assert (plugin_dir / rel).is_file(), rel
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    hooks = json.loads((plugin_dir / "hooks" / "hooks.json").read_text())["hooks"]
+    servers = json.loads((plugin_dir / ".mcp.json").read_text())["mcpServers"]
+    runs = [[h["command"], *h["args"]] for groups in hooks.values() for group in groups
+            for h in group["hooks"]] + [[s["command"], *s["args"]] for s in servers.values()]
+    for program, *words in runs:
+        assert program in project["scripts"], program
+        assert (Path(sys.executable).parent / program).is_file(), program
+        command: Any = get_command(app)
+        for word in words:
+            assert word in getattr(command, "commands", {}), (program, *words)
+            command = command.commands[word]
+
+    skill = (plugin_dir / "skills" / "memory" / "SKILL.md").read_text()
+    server = (ROOT / "src" / "memvault" / "integrations" / "mcp_server.py").read_text()
+    tools = set(re.findall(r"^    def (memory_\w+)\(", server, re.MULTILINE))
+    assert set(re.findall(r"\bmemory_\w+", skill)) <= tools and tools
+
+    doc = (ROOT / "docs" / "agents.md").read_text()
+    plugin_part = doc.split("### As a plugin", 1)[1].split("\n### ", 1)[0]
+    for rel in re.findall(r"`((?:plugins|\.claude-plugin)/[^`\s]+)`", doc):
+        assert (ROOT / rel).exists(), rel
+    for rel in re.findall(r"`((?:hooks|skills)/[^`\s]+|\.mcp\.json)`", plugin_part):
+        assert (plugin_dir / rel).exists(), rel
+    assert f"/plugin install {entry['name']}@{market['name']}" in plugin_part
+    for extra in re.findall(r"(?:memvault|checkout)\[(\w+)\]", doc + skill):
+        assert extra in project["optional-dependencies"], extra
+    # A placeholder is no path that works, and mem is installed from a checkout: no index
+    # serves the distribution under its name.
+    assert "<owner>" not in doc and not re.search(r"pipx install '?memvault", doc)
 
 
 # --- the project a session works in ---------------------------------------------------------

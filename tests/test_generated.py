@@ -7,6 +7,7 @@ completions/ and docs/cli.md are produced by scripts/generate.py from the instal
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,8 +16,12 @@ from typing import Any
 
 import pytest
 import typer
+from pytest_console_scripts import ScriptRunner
+from typer.testing import CliRunner
 
 from memvault.cli import app
+from memvault.model.records import CATEGORIES
+from tests.conftest import mem
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATOR = ROOT / "scripts" / "generate.py"
@@ -81,3 +86,57 @@ def test_every_command_has_help(name: str) -> None:
         assert (getattr(param, "help", None) or "").strip(), (
             f"`{name}` parameter {param.name!r} has no help text"
         )
+
+
+# Rich reads `[word]` in a help string as markup and drops it (`memvault[mcp]` was shown as
+# `memvault`); `\[` is its escape. What a help string holds in brackets must be shown.
+BRACKETED = re.compile(r"\\?\[[^\]\n]*\]")
+
+
+def test_bracketed_help_text_is_shown_as_written() -> None:
+    runner = CliRunner()
+    wide = {"COLUMNS": "1000", "NO_COLOR": "1", "TERM": "dumb"}  # nothing wraps
+    seen: set[tuple[str, str]] = set()  # a text renders alike wherever it is: check it once
+    for name, command in commands():
+        texts = [("help", command.help), ("help", command.epilog)]
+        texts += [("param", getattr(p, "help", None)) for p in command.params]
+        # A group lists its commands with the first paragraph of their help.
+        texts += [("listed", (sub.short_help or sub.help or "").split("\n\n")[0])
+                  for sub in getattr(command, "commands", {}).values()]
+        due = [(kind, text) for kind, text in texts
+               if text and BRACKETED.search(text) and (kind, text) not in seen]
+        if not due:
+            continue
+        result = runner.invoke(app, [*name.split()[1:], "--help"], env=wide, prog_name="mem")
+        assert result.exit_code == 0, result.output
+        shown = " ".join(result.stdout.split())
+        for kind, text in due:
+            seen.add((kind, text))
+            for found in BRACKETED.findall(text):
+                literal = " ".join(found.replace("\\[", "[").split())
+                assert literal in shown, f"`{name} --help` does not show {literal!r}"
+    assert ("help", dict(commands())["mem mcp"].help) in seen
+
+
+def complete(script_runner: ScriptRunner, words: str) -> list[str]:
+    """What the shell's completion offers for the last word of `words`, asked the way
+    completions/mem.bash asks `mem` (the words in the environment)."""
+    done = mem(script_runner, _MEM_COMPLETE="complete_bash", COMP_WORDS=words,
+               COMP_CWORD=str(len(words.split(" ")) - 1))
+    assert done.returncode == 0, done.stderr
+    return list(done.stdout.split())
+
+
+def test_completion_offers_the_fixed_choices(script_runner: ScriptRunner) -> None:
+    def offered(words: str) -> list[str]:
+        return complete(script_runner, words)
+
+    assert offered("mem hooks install ") == ["claude-code", "codex", "gemini"]
+    assert offered("mem hooks uninstall c") == ["claude-code", "codex"]
+    assert offered("mem hooks install codex --scope ") == ["user", "project"]
+    assert offered("mem add note --type p") == ["preference", "pattern"]
+    assert offered("mem search --category ") == list(CATEGORIES)
+    assert offered("mem ingest --format ") == ["auto", "claude-code", "codex", "gemini",
+                                               "jsonl"]
+    assert offered("mem export --format ") == ["json", "markdown"]
+    assert "hooks" in offered("mem ho")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,11 @@ def test_the_tools_their_schemas_and_annotations(vault: Vault) -> None:
         assert not {"user", "org", "vault"} & set(props), name  # one user, fixed at start
         assert tool.output_schema and tool.output_schema["type"] == "object", name
         assert tool.annotations.open_world_hint is False, name
-        assert tool.description
+        # What a model reads to decide on a call: plain sentences, no docstring left-overs.
+        text = tool.description
+        assert text and text[0].isupper() and text.endswith("."), name
+        assert "\n" not in text and "  " not in text and "Args:" not in text, name
+        assert all(p.get("description") for p in props.values()), name
     for name in ("memory_search", "memory_brief", "memory_get"):
         assert tools[name].annotations.read_only_hint is True
     store, delete = tools["memory_store"], tools["memory_delete"]
@@ -349,7 +354,8 @@ def test_stdio_holds_only_the_protocol_and_a_store_is_searchable_at_once(
                                         "clientInfo": {"name": "test", "version": "1"}}, 1))
     proc.stdin.flush()
     first = json.loads(proc.stdout.readline())
-    assert first["id"] == 1 and first["result"]["serverInfo"]["name"] == "mem"
+    assert first["id"] == 1 and first["result"]["serverInfo"] == {
+        "name": "mem", "version": version("memvault")}
     assert time.perf_counter() - started < 30
     proc.stdin.write(rpc("notifications/initialized", {}, None))
     proc.stdin.write(rpc("tools/call", {"name": "memory_store", "arguments": {

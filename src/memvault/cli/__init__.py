@@ -3,6 +3,11 @@
 main() is the one error boundary: a known error becomes one stderr line and its exit
 code; Ctrl-C becomes one line that says what was kept, and exit 130; MEM_DEBUG=1 shows
 the traceback instead.
+
+The app is built per run with only what the run needs: `mem add ...` imports and builds
+the `add` command alone, while `mem --help`, a mistyped command and shell completion get
+every command (`build()`, also `memvault.cli.app`). Start-up time is measured
+(bench/bench_startup.py); what is left out is never seen by the run.
 """
 
 from __future__ import annotations
@@ -10,93 +15,131 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-from typer.core import TyperGroup
+if TYPE_CHECKING:
+    import typer
 
-from memvault.cli import (
-    agents,
-    commands,
-    compact,
-    config_cmd,
-    context,
-    key_cmd,
-    lifecycle,
-    machine,
-    pref,
-)
-from memvault.errors import EX_FAILURE, EX_INTERRUPTED, MemError
+HELP = "An encrypted, searchable memory vault for AI assistants, owned by its user."
+# The modules of memvault.cli that register commands (in this order), and the commands
+# each registers (tests/test_startup.py holds the two together).
+MODULES: dict[str, tuple[str, ...]] = {
+    "commands": ("init", "add", "show", "list", "search", "reindex", "stats", "verify"),
+    "agents": ("ingest", "brief", "hook", "hooks", "mcp"),
+    "lifecycle": ("forget", "export", "import", "destroy", "freeze", "unfreeze", "audit",
+                  "rotate-key"),
+    "compact": ("compact",),
+    "machine": ("setup", "doctor"),
+    "pref": ("pref",),
+    "config_cmd": ("config",),
+    "key_cmd": ("key",),
+}
 
 
 class Interrupted(BaseException):
     """Ctrl-C, carried past Typer (which would end the command silently) to main()."""
 
 
-class _Root(TyperGroup):
-    def invoke(self, ctx: Any) -> Any:
-        try:
-            return super().invoke(ctx)
-        except KeyboardInterrupt as exc:
-            raise Interrupted from exc
-        except typer.Abort as exc:
-            # A prompt Ctrl-C stopped (Typer turns that into Abort); EOF stays an Abort.
-            if isinstance(exc.__context__, KeyboardInterrupt):
+def _root_group() -> type:
+    """The root command's class: it hands Ctrl-C on to main() as Interrupted."""
+    from typer.core import TyperGroup
+
+    class Root(TyperGroup):
+        def invoke(self, ctx: Any) -> Any:
+            import typer
+
+            try:
+                return super().invoke(ctx)
+            except KeyboardInterrupt as exc:
                 raise Interrupted from exc
-            raise
+            except typer.Abort as exc:
+                # A prompt Ctrl-C stopped (Typer turns that into Abort); EOF stays Abort.
+                if isinstance(exc.__context__, KeyboardInterrupt):
+                    raise Interrupted from exc
+                raise
 
-
-app = typer.Typer(
-    name="mem",
-    cls=_Root,
-    help="An encrypted, searchable memory vault for AI assistants, owned by its user.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    pretty_exceptions_show_locals=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+    return Root
 
 
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import version
 
+        import typer
+
         typer.echo(f"mem {version('memvault')}")
         raise typer.Exit()
 
 
-@app.callback()
-def _root(version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True,
-        help="Print the version and exit.")) -> None:
-    """An encrypted, searchable memory vault for AI assistants, owned by its user."""
+def build(only: str | None = None) -> typer.Typer:
+    """The Typer app with every command, or with the command `only` alone."""
+    import importlib
+
+    import typer
+
+    app = typer.Typer(
+        name="mem",
+        cls=_root_group(),
+        help=HELP,
+        no_args_is_help=True,
+        add_completion=True,
+        pretty_exceptions_enable=False,
+        pretty_exceptions_show_locals=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+    @app.callback()
+    def _root(version: bool = typer.Option(
+            False, "--version", callback=_version, is_eager=True,
+            help="Print the version and exit.")) -> None:
+        """An encrypted, searchable memory vault for AI assistants, owned by its user."""
+
+    for module, names in MODULES.items():
+        if only is None or only in names:
+            importlib.import_module(f"memvault.cli.{module}").register(app)
+    if only is not None:
+        app.registered_commands = [
+            c for c in app.registered_commands
+            if (c.name or typer.main.get_command_name(c.callback.__name__ if c.callback
+                                                      else "")) == only]
+        app.registered_groups = [g for g in app.registered_groups if g.name == only]
+    return app
 
 
-commands.register(app)
-agents.register(app)
-lifecycle.register(app)
-compact.register(app)
-machine.register(app)
-app.add_typer(pref.app, name="pref")
-app.add_typer(config_cmd.app, name="config")
-app.add_typer(key_cmd.app, name="key")
+def __getattr__(name: str) -> typer.Typer:
+    """`memvault.cli.app`: every command (built on first use, for tests and generators)."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    app = globals()["app"] = build()
+    return app
+
+
+def _invoked(args: list[str]) -> str | None:
+    """The command a run names first. (A shell asking for completions passes its words
+    in the environment, no argument: it gets every command.)"""
+    for names in MODULES.values():
+        if args and args[0] in names:
+            return args[0]
+    return None
 
 
 def main() -> None:
+    from memvault.cli import context, lean
     from memvault.cli.errors import word
     from memvault.cli.output import error_line
+    from memvault.errors import EX_FAILURE, MemError
 
     debug = bool(os.environ.get("MEM_DEBUG"))
     # A command makes many objects that live until it ends and hold no cycles (records,
     # index documents): collecting every 700 allocations cost an ingest 8% for nothing.
     gc.set_threshold(50_000, 20, 100)
     os.umask(0o077)  # whatever mem or a library creates is private to the user
+    lean.install()  # before anything formats help or a usage error
     context.CREATED.clear()
     try:
         _check_argv(sys.argv[1:])
         try:
-            app(prog_name="mem")
+            build(_invoked(sys.argv[1:]))(prog_name="mem")
         except SystemExit as done:
             if not done.code:
                 context.announce_created()
@@ -127,6 +170,7 @@ def _interrupted(debug: bool) -> None:
     import signal
 
     from memvault.cli.progress import interrupted_line, say
+    from memvault.errors import EX_INTERRUPTED
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C is no traceback
     if debug:

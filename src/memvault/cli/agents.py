@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from memvault.cli import context
-from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, ProjectOpt, UserOpt, VaultOpt
+from memvault.cli.options import (
+    JsonOpt,
+    KeyFileOpt,
+    OrgOpt,
+    ProjectOpt,
+    UserOpt,
+    VaultOpt,
+    starting,
+)
 from memvault.cli.output import Output
 from memvault.errors import ConfigError, NotFound, UsageError
 
@@ -17,13 +25,28 @@ if TYPE_CHECKING:
     from memvault.model.results import ScanResult
 
 FORMATS = ("auto", "claude-code", "codex", "gemini", "jsonl")
+AGENTS = ("claude-code", "codex", "gemini")
+SCOPES = ("user", "project")
+
+
+def complete_format(incomplete: str) -> list[str]:
+    return starting(FORMATS, incomplete)
+
+
+def complete_agent(incomplete: str) -> list[str]:
+    return starting(AGENTS, incomplete)
+
+
+def complete_scope(incomplete: str) -> list[str]:
+    return starting(SCOPES, incomplete)
 
 
 def ingest(
     source: Annotated[Optional[str], typer.Argument(  # noqa: UP045
         help="Transcript file, or - for stdin.", show_default=False)] = None,
     format_: Annotated[str, typer.Option(
-        "--format", "-f", help="auto, claude-code, codex, gemini or jsonl.")] = "auto",
+        "--format", "-f", help="auto, claude-code, codex, gemini or jsonl.",
+        autocompletion=complete_format)] = "auto",
     session: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Session id (default: from the transcript, else its file name).",
         show_default=False)] = None,
@@ -208,11 +231,11 @@ def hook_gemini(
 
 hooks_app = typer.Typer(help="Install mem's hooks into an agent's settings.",
                         no_args_is_help=True)
-AGENTS = ("claude-code", "codex", "gemini")
-AgentArg = Annotated[str, typer.Argument(help="The agent: claude-code, codex or gemini.")]
+AgentArg = Annotated[str, typer.Argument(help="The agent: claude-code, codex or gemini.",
+                                         autocompletion=complete_agent)]
 ScopeOpt = Annotated[str, typer.Option(
     help="user (your home) or project (this directory; committed files name `mem` from "
-    "PATH).")]
+    "PATH).", autocompletion=complete_scope)]
 SettingsOpt = Annotated[Optional[Path], typer.Option(  # noqa: UP045
     "--settings", help="A hooks settings file to edit instead.", show_default=False)]
 McpOpt = Annotated[bool, typer.Option(
@@ -286,7 +309,7 @@ def mcp(
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None,
 ) -> None:
-    """Serve memory tools to an agent over MCP (stdio). Needs `pip install 'memvault[mcp]'`."""
+    r"""Serve memory tools to an agent over MCP (stdio). Needs `pip install 'memvault\[mcp]'`."""
     import importlib.util
 
     from memvault.errors import MemError

@@ -22,6 +22,7 @@ from memvault.cli.options import (
     TypeOpt,
     UserOpt,
     VaultOpt,
+    complete_type,
 )
 from memvault.cli.output import Output
 from memvault.errors import UsageError
@@ -84,7 +85,7 @@ def add(
         "--: mem add -- '-rf removes a tree'.")],
     type_: Annotated[str, typer.Option(
         "--type", "-t", help="fact, preference, instruction, correction, context, pattern, "
-        "summary or message.")] = "fact",
+        "summary or message.", autocompletion=complete_type)] = "fact",
     tag: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         "--tag", help="A tag (repeatable).", show_default=False)] = None,
     importance: Annotated[float, typer.Option(help="0 to 1.")] = 0.5,

@@ -38,3 +38,7 @@ def path(json: JsonOpt = False) -> None:
 
     p = str(config_dir() / CONFIG_FILE)
     Output(json).data({"config_file": p}, lambda o: o.line(p))
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="config")

@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from memvault.cli import context, render
-from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt
+from memvault.cli.options import (
+    JsonOpt,
+    KeyFileOpt,
+    OrgOpt,
+    UserOpt,
+    VaultOpt,
+    complete_category,
+    complete_export_format,
+)
 from memvault.cli.output import Output
 from memvault.errors import DataError, NotFound, Refused
 
@@ -75,11 +83,13 @@ def forget(
 
 
 def export(
-    format_: Annotated[str, typer.Option("--format", help="json or markdown.")] = "json",
+    format_: Annotated[str, typer.Option("--format", help="json or markdown.",
+                                         autocompletion=complete_export_format)] = "json",
     output: Annotated[str, typer.Option(
         "--output", "-o", help="File to write (created 0600), or - for stdout.")] = "-",
     category: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
-        "--category", "-c", help="Only this category (repeatable).", show_default=False)]
+        "--category", "-c", help="Only this category (repeatable).", show_default=False,
+        autocompletion=complete_category)]
     = None,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None,

@@ -1,10 +1,41 @@
 """Shared options, declared once. Environment variables are read by memvault.config.resolve,
-so that `mem config show` can say where each value came from."""
+so that `mem config show` can say where each value came from.
 
+Options and arguments that take one of a fixed set of values offer them to the shell's
+completion; the command still checks the value itself, so that a wrong one is the usual
+one line and exit 2, not a usage panel.
+"""
+
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+
+def starting(values: Iterable[str], incomplete: str) -> list[str]:
+    """The values a shell may complete `incomplete` to."""
+    return [v for v in values if v.startswith(incomplete)]
+
+
+# Completions import what they offer only when a shell asks (start-up time).
+def complete_type(incomplete: str) -> list[str]:
+    from memvault.model.records import TYPES
+
+    return starting(TYPES, incomplete)
+
+
+def complete_category(incomplete: str) -> list[str]:
+    from memvault.model.records import CATEGORIES
+
+    return starting(CATEGORIES, incomplete)
+
+
+def complete_export_format(incomplete: str) -> list[str]:
+    from memvault.ops.portability import FORMATS
+
+    return starting(FORMATS, incomplete)
+
 
 VaultOpt = Annotated[
     Optional[Path],  # noqa: UP045 - typer reads the annotation at runtime
@@ -29,12 +60,13 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document o
 # Filters shared by `list` and `search` (SPEC §5).
 TypeOpt = Annotated[
     Optional[list[str]],  # noqa: UP045
-    typer.Option("--type", "-t", help="Only this type (repeatable).", show_default=False),
+    typer.Option("--type", "-t", help="Only this type (repeatable).", show_default=False,
+                 autocompletion=complete_type),
 ]
 CategoryOpt = Annotated[
     Optional[list[str]],  # noqa: UP045
     typer.Option("--category", "-c", help="Only this category (repeatable).",
-                 show_default=False),
+                 show_default=False, autocompletion=complete_category),
 ]
 TagOpt = Annotated[
     Optional[list[str]],  # noqa: UP045

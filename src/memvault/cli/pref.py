@@ -74,3 +74,7 @@ def unset(
 
     result = core.unset(context.open_vault(vault, org, user, key_file), key)
     Output(json).data(result, lambda o: o.info(f"{key} removed"))
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="pref")

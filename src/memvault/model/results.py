@@ -1,35 +1,23 @@
 """What operations return: frozen dataclasses that a surface renders or serialises.
 
 `to_dict()` is the JSON shape of SPEC §6 and docs/cli.md; the CLI prints it with
-`--json`, and any other surface (an MCP server) returns the same document.
+`--json`, and any other surface (an MCP server) returns the same document. The base class
+and the results of add, show, list and search live in model/record_results.py (imported
+here too), so that those commands do not define every other result at start-up.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from memvault.model.record_results import AddResult as AddResult
+from memvault.model.record_results import RecordList as RecordList
+from memvault.model.record_results import RecordResult as RecordResult
+from memvault.model.record_results import Result
+from memvault.model.record_results import SearchHit as SearchHit
+from memvault.model.record_results import SearchResult as SearchResult
 from memvault.model.records import Record
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Result | Record):
-        return value.to_dict()
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
-@dataclass(frozen=True)
-class Result:
-    # Fields that stay out of the JSON document (kept for the human rendering).
-    _internal: ClassVar[frozenset[str]] = frozenset()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)
-                if f.name not in self._internal}
 
 
 @dataclass(frozen=True)
@@ -78,60 +66,6 @@ class InitResult(Result):
     key_file: str | None = None  # the master key's file, when it is kept in one
     backup: KeyBackupStatus | None = None
     config_file: str | None = None  # the config file that now selects the keyring
-
-
-@dataclass(frozen=True)
-class AddResult(Result):
-    record: Record
-    deduplicated: bool
-    # The id of an earlier record with the same content that another had replaced: the
-    # new record makes it current again, replacing that other one (`supersedes`).
-    restated: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"memory_id": self.record.memory_id, "content_hash": self.record.content_hash,
-                "created_at": self.record.created_at, "deduplicated": self.deduplicated,
-                "restated": self.restated, "supersedes": self.record.supersedes}
-
-
-@dataclass(frozen=True)
-class RecordResult(Result):
-    record: Record
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.record.to_dict()
-
-
-@dataclass(frozen=True)
-class RecordList(Result):
-    records: tuple[Record, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"records": [r.to_dict() for r in self.records], "count": len(self.records)}
-
-
-@dataclass(frozen=True)
-class SearchHit(Result):
-    memory_id: str
-    category: str
-    type: str
-    content: str
-    snippet: str
-    score: float
-    tags: tuple[str, ...]
-    created_at: str
-    session_id: str | None
-    message_id: str | None
-    compacted_from: tuple[str, ...] = ()  # a summary's originals (in the archive)
-
-
-@dataclass(frozen=True)
-class SearchResult(Result):
-    _internal: ClassVar[frozenset[str]] = frozenset({"no_words"})
-    results: tuple[SearchHit, ...]
-    total_searched: int
-    query_time_ms: float
-    no_words: bool = False  # the query held no word to search for (so nothing was)
 
 
 @dataclass(frozen=True)

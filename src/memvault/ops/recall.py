@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from memvault.errors import NotFound
 from memvault.index.base import IndexUnavailable
+from memvault.model.record_results import RecordList, RecordResult, SearchHit, SearchResult
 from memvault.model.records import Filters, Record
-from memvault.model.results import RecordList, RecordResult, SearchHit, SearchResult
 from memvault.storage.state import UserState
 from memvault.vault.vault import Vault
 

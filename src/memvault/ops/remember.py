@@ -9,6 +9,7 @@ from memvault.crypto.envelope import content_hash
 from memvault.errors import NotFound, Refused, UsageError
 from memvault.index.base import Entry, file_entries
 from memvault.model.location import Location, session_file
+from memvault.model.record_results import AddResult
 from memvault.model.records import (
     COMPACTION_CHANNEL,
     CONTEXT_NEIGHBOURS,
@@ -22,7 +23,6 @@ from memvault.model.records import (
     now_iso,
     uuid7,
 )
-from memvault.model.results import AddResult
 from memvault.ops.admission import AdmissionPolicy
 from memvault.storage.state import Superseded
 from memvault.vault.vault import Transaction, Vault

@@ -45,7 +45,6 @@ not match); text without the frame's name is returned as it is after one scan.
 
 from __future__ import annotations
 
-import html
 import re
 import unicodedata
 from functools import lru_cache
@@ -131,6 +130,8 @@ def _fold(char: str) -> str:
 def _decode(token: str) -> str | None:
     """What one escape stands for; None when it stands for nothing (an unknown entity)."""
     if token[0] == "&":
+        import html  # only for a text that holds an entity (html.entities: 2 ms to import)
+
         out = html.unescape(token)
         return out if out != token else None
     if token[0] == "%":

@@ -66,9 +66,28 @@ _WINDOW_SLACK = 4096
 _LONG = 8192  # a text this long goes to each rule straight, without the anchor gate
 
 
+class Deferred:
+    """A built-in rule's regex, compiled the first time a text needs it: a rule runs only
+    on texts that hold one of its anchors, which most texts do not, and compiling the
+    whole table for the one sentence of a `mem add` was a tenth of the command's time."""
+
+    __slots__ = ("_regex", "flags", "pattern")
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.pattern, self.flags = pattern, flags
+        self._regex: re.Pattern[str] | None = None
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        if self._regex is None:
+            self._regex = re.compile(self.pattern, self.flags)
+        return self._regex
+
+
 @dataclass(frozen=True, repr=False)
 class Rule:
-    """One row of the table. `detector` is a compiled regex or, for phones, a Finder.
+    """One row of the table. `detector` is a regex (compiled, or Deferred until a text
+    needs it) or, for phones, a Finder.
 
     anchors: literals every match contains (lower case if anchors_ignore_case: they are
     then looked for in the lower-cased text). No anchor in the text means no match, and the
@@ -91,7 +110,7 @@ class Rule:
     id: str
     action: Action
     type: str
-    detector: re.Pattern[str] | Finder
+    detector: re.Pattern[str] | Deferred | Finder
     positives: tuple[str, ...] = ()
     negatives: tuple[str, ...] = ()
     source: str = ""
@@ -158,8 +177,11 @@ class Rule:
         """Where this rule matches `text`: (start, end) of each secret, in order.
 
         `lower` is lowered(text) when the caller has it (scan() lowers each text once)."""
-        if not isinstance(self.detector, re.Pattern):
-            return sorted(self.detector(text, region))
+        detector = self.detector
+        if isinstance(detector, Deferred):
+            detector = detector.regex
+        if not isinstance(detector, re.Pattern):
+            return sorted(detector(text, region))
         matches: Iterable[re.Match[str]]
         found: Iterable[tuple[int, int]]
         if self.accept is not None and self.locate is not None:
@@ -171,22 +193,22 @@ class Rule:
                     hay = lower if lower is not None else lowered(text)
                 hits = (at for anchor in self.anchors for at in _occurrences(hay, anchor))
             starts = sorted({self.locate(text, at) for at in hits} - {-1})
-            found = _accepted(self.detector, self.accept, text, starts)
+            found = _accepted(detector, self.accept, text, starts)
         else:
             if self.prefilter is not None:
-                matches = _in_windows(self.detector, self.needs, text, _windows(
+                matches = _in_windows(detector, self.needs, text, _windows(
                     text, self.prefilter.finditer(text), self.reach))
             elif not self.anchors:
-                matches = self.detector.finditer(text)
+                matches = detector.finditer(text)
             else:
                 hay = text
                 if self.anchors_ignore_case:
                     hay = lower if lower is not None else lowered(text)
                 anchor_hits = self._anchor_hits(hay)
                 if self.run is not None:
-                    matches = _run_starts(self.detector, self.run, text, anchor_hits)
+                    matches = _run_starts(detector, self.run, text, anchor_hits)
                 else:
-                    matches = _in_windows(self.detector, self.needs, text,
+                    matches = _in_windows(detector, self.needs, text,
                                           _windows(text, anchor_hits, self.reach))
             found = (_secret_span(m, self.group) for m in matches)
         out: list[tuple[int, int]] = []
@@ -862,7 +884,7 @@ def _random_assignment(m: re.Match[str]) -> tuple[int, int] | None:
 # The table
 
 
-def _ds(plugin: str, *indexes: int) -> tuple[re.Pattern[str], str]:
+def _ds(plugin: str, *indexes: int) -> tuple[Deferred, str]:
     """Compile detect-secrets' pattern(s) of `plugin` (all of them when no index is given)."""
     rows = [(p, f) for name, _, p, f in PATTERNS if name == plugin]
     if not rows:
@@ -873,7 +895,7 @@ def _ds(plugin: str, *indexes: int) -> tuple[re.Pattern[str], str]:
         raise RuntimeError(f"{plugin}: patterns with different flags cannot be combined")
     pattern = "|".join(f"(?:{p})" for p, _ in chosen) if len(chosen) > 1 else chosen[0][0]
     which = f" pattern {', '.join(map(str, indexes))}" if indexes else ""
-    return re.compile(pattern, flags.pop()), f"{_DS} {plugin}{which} (Apache-2.0)"
+    return Deferred(pattern, flags.pop()), f"{_DS} {plugin}{which} (Apache-2.0)"
 
 
 # Public IPs are not secrets (and prose is full of addresses). PrivateKeyDetector's BEGIN
@@ -900,14 +922,14 @@ def _build_table() -> tuple[Rule, ...]:
            "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")
     rules: list[Rule] = []
 
-    def add(id: str, action: Action, type: str, detector: re.Pattern[str] | Finder,
+    def add(id: str, action: Action, type: str, detector: re.Pattern[str] | Deferred | Finder,
             positives: Iterable[str], negatives: Iterable[str], source: str,
             **kw: Any) -> None:
         rules.append(Rule(id, action, type, detector, tuple(positives), tuple(negatives),
                           source, **kw))
 
     # --- refuse: private keys -----------------------------------------------------------
-    add("private-key", "refuse", "PRIVATE_KEY", re.compile(
+    add("private-key", "refuse", "PRIVATE_KEY", Deferred(
         r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
         + _GAP + r"*"
         # Proc-Type, DEK-Info, Version...: each ends at a line break, which keeps this linear
@@ -937,7 +959,7 @@ def _build_table() -> tuple[Rule, ...]:
         f"covers every header of {_DS} PrivateKeyDetector",
         anchors=("private key",), anchors_ignore_case=True, reach=(120, 65536))
     add("putty-private-key", "refuse", "PRIVATE_KEY",
-        re.compile(r"PuTTY-User-Key-File-\d+: *[A-Za-z0-9@.-]+"
+        Deferred(r"PuTTY-User-Key-File-\d+: *[A-Za-z0-9@.-]+"
                    r"(?:[A-Za-z0-9+/=:@ ,.-]|\s|\\+[rn])*"),
         ["PuTTY-User-Key-File-2: ssh-rsa\nEncryption: none\nComment: rsa-key\n"
          f"Public-Lines: 1\n{_cycle(_B64, 60)}\nPrivate-Lines: 1\n{_cycle(_B64, 60, 5)}",
@@ -947,7 +969,7 @@ def _build_table() -> tuple[Rule, ...]:
         anchors=("PuTTY-User-Key-File-",), reach=(0, 16384))
 
     # --- refuse: Authorization headers and bearer tokens ----------------------------------
-    add("authorization-header", "refuse", "AUTHORIZATION", re.compile(
+    add("authorization-header", "refuse", "AUTHORIZATION", Deferred(
         r"\b(?:proxy-)?authorization[\"']?\s*:\s*[\"']?"
         r"(?:" + _SCHEMES + r"\s+(?-i:" + _CRED_GUARD + r")([\w.~+/=:,@-]{8,})"
         r"|(?!" + _SCHEMES + r"\b)(?-i:" + _CRED_GUARD + r")([\w.~+/=:,@-]{16,}))",
@@ -967,7 +989,7 @@ def _build_table() -> tuple[Rule, ...]:
         f"{_GITLEAKS} curl-auth-header, adapted: the header anywhere, not only in curl, and "
         "placeholders instead of an entropy threshold",
         anchors=("authorization",), anchors_ignore_case=True, reach=(8, 8192), extend=True)
-    add("bearer-token", "refuse", "BEARER_TOKEN", re.compile(
+    add("bearer-token", "refuse", "BEARER_TOKEN", Deferred(
         r"\bbearer\s+(?-i:" + _CRED_GUARD + r")([A-Za-z0-9._~+/-]{20,}=*)", re.IGNORECASE),
         ["token = 'Bearer " + _cycle(_ALNUM, 30) + "'", "bearer " + jwt,
          "use Bearer " + _cycle(_ALNUM + "-._~", 24, 50) + " for the call"],
@@ -991,7 +1013,7 @@ def _build_table() -> tuple[Rule, ...]:
         [f'aws_secret_key = "{aws_secret}"', f"AWS_PASSWORD: '{aws_secret}'"],
         ['aws_secret_key = os.environ["AWS_SECRET_ACCESS_KEY"]', f'"{aws_secret}"'],
         source, anchors=("aws",), anchors_ignore_case=True, reach=(0, 140))
-    add("aws-secret-key-assignment", "refuse", "AWS_SECRET_KEY", re.compile(
+    add("aws-secret-key-assignment", "refuse", "AWS_SECRET_KEY", Deferred(
         r"\baws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+]{40})"
         r"(?![A-Za-z0-9/+=])", re.IGNORECASE),
         [f"aws_secret_access_key = {aws_secret}", f"AWS_SECRET_ACCESS_KEY={aws_secret}",
@@ -1006,7 +1028,7 @@ def _build_table() -> tuple[Rule, ...]:
         ["AccountKey=<key>", "AccountKey=" + _cycle(_B64, 20)],
         source, anchors=("AccountKey=",), reach=(0, 110))
     add("gcp-api-key", "refuse", "GCP_API_KEY",
-        re.compile(r"\bAIza[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"),
+        Deferred(r"\bAIza[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"),
         ["key=AIza" + _cycle(_ALNUM + "_-", 35, 2), '"apiKey": "AIza' + _cycle(_ALNUM, 35) + '"'],
         ["AIza is the prefix of Google API keys", "AIza" + _cycle(_ALNUM, 20)],
         f"{_GITLEAKS} gcp-api-key, adapted: ends at any non-token character",
@@ -1033,7 +1055,7 @@ def _build_table() -> tuple[Rule, ...]:
         ["ghp_ is a personal access token prefix", "ghp_" + _cycle(_ALNUM, 20)],
         source, anchors=("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), reach=(0, 40), extend=True)
     add("github-fine-grained-pat", "refuse", "GITHUB_TOKEN",
-        re.compile(r"github_pat_[A-Za-z0-9_]{82}"),
+        Deferred(r"github_pat_[A-Za-z0-9_]{82}"),
         ["github_pat_" + _cycle(_ALNUM, 22) + "_" + _cycle(_ALNUM, 59, 4)],
         ["github_pat_ tokens are fine-grained", "github_pat_" + _cycle(_ALNUM, 30)],
         f"{_GITLEAKS} github-fine-grained-pat", anchors=("github_pat_",), reach=(0, 94),
@@ -1054,7 +1076,7 @@ def _build_table() -> tuple[Rule, ...]:
         ["sk-" + _cycle(_ALNUM, 20), "T3BlbkFJ"],
         source, anchors=("T3BlbkFJ",), reach=(200, 40), extend=True)
     add("openai-project-key", "refuse", "OPENAI_API_KEY",
-        re.compile(r"\bsk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,}"),
+        Deferred(r"\bsk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,}"),
         ["OPENAI_API_KEY=sk-proj-" + _cycle(_ALNUM + "_-", 74) + "T3BlbkFJ" + _cycle(_ALNUM, 74),
          "sk-svcacct-" + _cycle(_ALNUM + "-_", 120, 3)],
         ["sk-proj- keys belong to a project", "sk-proj-" + _cycle(_ALNUM, 20)],
@@ -1062,7 +1084,7 @@ def _build_table() -> tuple[Rule, ...]:
         "with or without the T3BlbkFJ marker", anchors=("sk-proj-", "sk-svcacct-", "sk-admin-"),
         reach=(0, 400), extend=True)
     add("anthropic-api-key", "refuse", "ANTHROPIC_API_KEY",
-        re.compile(r"\bsk-ant-[a-z]{2,8}\d\d-[A-Za-z0-9_-]{80,}"),
+        Deferred(r"\bsk-ant-[a-z]{2,8}\d\d-[A-Za-z0-9_-]{80,}"),
         ["sk-ant-api03-" + _cycle(_ALNUM + "_-", 93) + "AA",
          "x-api-key: sk-ant-admin01-" + _cycle(_ALNUM, 93, 2) + "AA",
          "sk-ant-oat01-" + _cycle(_ALNUM, 95, 7)],
@@ -1071,7 +1093,7 @@ def _build_table() -> tuple[Rule, ...]:
         "sk-ant-<kind>NN- key of 80+ characters (OAuth tokens too)",
         anchors=("sk-ant-",), reach=(0, 400), extend=True)
     add("huggingface-token", "refuse", "HUGGINGFACE_TOKEN",
-        re.compile(r"\b(?:hf_|api_org_)[A-Za-z]{34}(?![A-Za-z0-9_-])"),
+        Deferred(r"\b(?:hf_|api_org_)[A-Za-z]{34}(?![A-Za-z0-9_-])"),
         ["HF_TOKEN=hf_" + _cycle("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", 34),
          "api_org_" + _cycle("abcdefghijklmnopqrstuvwxyzABCDEF", 34, 3)],
         ["hf_hub_download(repo_id)", "hf_" + _cycle("abcdefghij", 20)],
@@ -1172,7 +1194,7 @@ def _build_table() -> tuple[Rule, ...]:
         ["//registry.npmjs.org/:_authToken=${NPM_TOKEN}"], source,
         anchors=(":_authToken=",), reach=(300, 200))
     add("npm-access-token", "redact", "API_KEY",
-        re.compile(r"\bnpm_[A-Za-z0-9]{36}(?![A-Za-z0-9_-])"),
+        Deferred(r"\bnpm_[A-Za-z0-9]{36}(?![A-Za-z0-9_-])"),
         ["NPM_TOKEN=npm_" + _cycle(_ALNUM, 36, 12)],
         ["npm_config_cache", "npm_" + _cycle(_ALNUM, 10)],
         f"{_GITLEAKS} npm-access-token, adapted: ends at any non-token character",
@@ -1227,7 +1249,8 @@ def _build_table() -> tuple[Rule, ...]:
 
 @lru_cache(maxsize=1)
 def builtin_rules() -> tuple[Rule, ...]:
-    """The built-in table, compiled on first use (importing this module compiles nothing)."""
+    """The built-in table, built on first use (importing this module builds nothing); most
+    detectors are compiled only when a text first holds their anchors (Deferred)."""
     return _build_table()
 
 
@@ -1612,7 +1635,7 @@ def _gate(active: tuple[Rule, ...]) -> _Gate:
     if cached is not None and cached[0] is active:
         return cached[1]
     gated = [r for r in active if r.anchors and r.prefilter is None
-             and isinstance(r.detector, re.Pattern)]
+             and isinstance(r.detector, re.Pattern | Deferred)]
     patterns: dict[bool, re.Pattern[str] | None] = {}
     rules_of: dict[tuple[bool, str], frozenset[str]] = {}
     for ignore_case in (False, True):

@@ -90,3 +90,7 @@ def restore(
             o.info(f"key_source: keyring written to {result.config_file}")
 
     Output(json).data(result, human)
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="key")

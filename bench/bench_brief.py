@@ -38,7 +38,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from common import BENCH_DATA, BIN, report
+from common import BENCH_DATA, BIN, environment, report
 from locomo import load
 
 TRANSCRIPTS = BENCH_DATA / "transcripts"
@@ -88,21 +88,13 @@ def state(env: dict[str, str], user: str, stated: list[tuple[str, ...]]) -> None
     from memvault.ops import prefs, remember
     from memvault.vault.vault import Vault
 
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with environment(env):
         vault = Vault(resolve(user=user), actor="bench")
         for kind, *rest in stated:
             if kind == "pref":
                 prefs.set_(vault, rest[0], rest[1])
             else:
                 remember.add(vault, rest[0], kind)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def locomo_vaults(env: dict[str, str], base: Path) -> list[tuple[str, str]]:

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import BENCH_DATA, BIN, report
+from common import BENCH_DATA, BIN, environment, report
 from locomo import load
 
 KEEP_RAW = 3
@@ -163,18 +163,10 @@ def _session_ranking(env: dict[str, str], user: str, question: str, summaries: b
     from memvault.ops.recall import search
     from memvault.vault.vault import Vault
 
-    saved = {k: os.environ.get(k) for k in ("MEM_VAULT", "MEM_CONFIG_DIR")}
-    os.environ.update(MEM_VAULT=env["MEM_VAULT"], MEM_CONFIG_DIR=env["MEM_CONFIG_DIR"])
-    try:
+    with environment({"MEM_VAULT": env["MEM_VAULT"], "MEM_CONFIG_DIR": env["MEM_CONFIG_DIR"]}):
         vault = Vault(resolve(user=user))
         kind = "summary" if summaries else "message"
         hits = search(vault, question, Filters(types=[kind], limit=50)).results
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     order: list[str] = []
     for hit in hits:
         if hit.session_id and hit.session_id not in order:

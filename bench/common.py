@@ -9,7 +9,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +55,22 @@ def throwaway_env() -> dict[str, str]:
     env.update(MEM_VAULT=str(base / "vault"), MEM_CONFIG_DIR=str(base / "config"),
                MEM_USER="bench", NO_COLOR="1", PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
     return env
+
+
+@contextmanager
+def environment(env: dict[str, str]) -> Iterator[None]:
+    """`env` set in this process for the block (for mem's operations called in-process),
+    and what was there before put back."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def run_timed(argv: list[str], env: dict[str, str], stdin: bytes | None = None) -> float:

@@ -217,3 +217,15 @@ def test_forget_racing_a_reingest_of_its_transcript_brings_nothing_back(
     found = read_user(vault_dir / ROOT, MASTER, "default", "alice")
     assert not found.anywhere("narwhal")
     verified_clean()
+
+
+def test_a_writer_opened_before_a_destroy_writes_to_the_user_made_after_it(
+        seeded: dict[str, str], vault_dir: Path) -> None:
+    """A process that read the user's data keys, then waited while the user was destroyed
+    and made again by another writer, writes under the new user's keys (not 65)."""
+    early = Vault(resolve())
+    remember.add(early, "Early otter fact", "fact")  # its data keys are now read
+    assert admin.destroy(Vault(resolve()), "alice").destroyed
+    remember.add(Vault(resolve()), "Later badger fact", "fact")  # alice anew, new keys
+    remember.add(early, "Late lynx fact", "fact")
+    assert present(vault_dir) == {"Later badger fact": 1, "Late lynx fact": 1}

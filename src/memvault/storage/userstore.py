@@ -210,6 +210,12 @@ class UserStore:
             self._record_keys[epoch] = record_key(self.dek(epoch))
         return self._record_keys[epoch]
 
+    def forget_keys(self) -> None:
+        """Drop the data keys read so far: under the lock they are read again, since a
+        destroy (and a new user of the same name) may have replaced them since."""
+        self._deks.clear()
+        self._record_keys.clear()
+
     def remove_dek(self, epoch: int) -> None:
         """Delete a wrapped data key: whatever is still encrypted under it is lost for good."""
         fsio.remove(self.layout.dek_path(epoch))

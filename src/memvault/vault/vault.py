@@ -403,6 +403,7 @@ class Vault:
     def transaction(self, allow_frozen: bool = False) -> Iterator[Transaction]:
         """Hold the user's lock for one write; create the user on their first write."""
         with self.lock():
+            self.store.forget_keys()  # read before the lock: the user may be new since
             self.store.remove_stale_temps()
             created = False
             if not self.store.exists():

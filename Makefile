@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-fast test-scale test-faults lint bench completions docs clean agents
+.PHONY: help demo test test-long test-fast test-scale test-faults lint bench completions docs clean agents
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -24,7 +24,12 @@ test: $(STAMP) ## Run the whole test suite (lint first)
 	@# Temp dirs on tmpfs when there is one: the suite tests behaviour, not the disk, and
 	@# fsync costs nothing there (a sixth of the run). test-faults stays on the disk.
 	@tmp=$$(mktemp -d /dev/shm/mem-test.XXXXXX 2>/dev/null || mktemp -d); \
-	$(BIN)/python -m pytest -q -n auto -m "not scale and not faults" --basetemp=$$tmp; \
+	$(BIN)/python -m pytest -q -n auto -m "not scale and not faults and not long" --basetemp=$$tmp; \
+	status=$$?; rm -rf $$tmp; exit $$status
+
+test-long: $(STAMP) ## The whole suite with every property example and the long variants (CI runs it too)
+	@tmp=$$(mktemp -d /dev/shm/mem-test.XXXXXX 2>/dev/null || mktemp -d); \
+	TEST_LONG=1 $(BIN)/python -m pytest -q -n auto -m "not scale and not faults" --basetemp=$$tmp; \
 	status=$$?; rm -rf $$tmp; exit $$status
 
 agents: ## Install the agents' CLIs that tests/test_clients.py checks mem against (npm)

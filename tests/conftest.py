@@ -39,6 +39,16 @@ hypothesis_settings.register_profile("ci", derandomize=True, deadline=None,
 hypothesis_settings.register_profile("dev", deadline=None)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# `make test` keeps to a few minutes on two cores: a property runs a quarter of its
+# examples there, and tests marked `long` are left out. `make test-long` (run by CI after
+# `make test`) sets TEST_LONG=1: every example, every test.
+LONG = bool(os.environ.get("TEST_LONG"))
+
+
+def examples(n: int) -> int:
+    """A property's number of examples: all of them in the long run, a quarter else."""
+    return n if LONG else max(5, n // 4)
+
 
 # Where platformdirs (and the agents mem installs into) look for a home or its parts.
 HOME_VARIABLES = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME",

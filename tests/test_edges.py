@@ -35,7 +35,7 @@ from memvault.ops.ingest import add_messages
 from memvault.ops.projects import working_project
 from memvault.ops.recall import search
 from memvault.vault.vault import Vault
-from tests.conftest import mem, one_error_line
+from tests.conftest import examples, mem, one_error_line
 
 MEM = Path(sys.executable).parent / "mem"
 FACT = "Prefers green tea in the afternoon"
@@ -122,7 +122,7 @@ def test_the_last_and_first_days_are_answers(script_runner: ScriptRunner,
     assert json.loads(result.stdout)["results"] == []  # nothing is that old
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(value=DATES)
 @example(value="9999-12-31T23:59:59-14:00")
 @example(value="0001-01-01T00:00:00+14:00")

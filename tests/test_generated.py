@@ -50,6 +50,7 @@ def test_generated_files_are_fresh() -> None:
     )
 
 
+@pytest.mark.long
 def test_check_mode_lists_stale_files_and_writes_nothing(tmp_path: Path) -> None:
     written = run_generator("--output-dir", str(tmp_path))
     assert written.returncode == 0, written.stderr

@@ -126,8 +126,13 @@ def cuts(source: Path, name: str) -> list[int]:
 real_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"no benchmark data in {DATA}")
 
 
+# The two large Claude Code sessions, cut at every chosen point, are the long run's.
+LARGE = {"claude-code-subagent", "claude-code-resumed"}
+
+
 @real_data
-@pytest.mark.parametrize("name", sorted(REAL))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.long) if n in LARGE
+                                  else n for n in sorted(REAL)])
 def test_a_live_transcript_ingested_cut_then_whole_stores_what_the_whole_stores(
         vault: Vault, tmp_path: Path, name: str) -> None:
     source = REAL[name]

@@ -312,6 +312,7 @@ def test_a_query_with_no_words_selects_nothing_rather_than_everything(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_query_selects_every_match_however_many(vault: Vault) -> None:
     """"Everything a search finds", not the first page of it (it was capped at 10,000)."""
     ingest.add_messages(vault, "s1", [NewMessage(f"walrus sighting {i}", "user", f"m{i}")

@@ -27,6 +27,7 @@ from memvault.errors import ConfigError
 from memvault.text import redact
 from memvault.text._detect_secrets_patterns import DETECT_SECRETS_VERSION, PATTERNS
 from memvault.text.redact import RedactionConfig, Rule, rule_from_config, rules, scan
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = redact.builtin_rules()
@@ -583,7 +584,7 @@ def test_escape_decoding_and_offsets_agree_with_json() -> None:
 # Properties
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(alphabet=st.characters(codec="utf-8"), max_size=400)
        | st.text(alphabet='\\"nu0123456789abcdef+-() .@:/\n', max_size=400))
 @pytest.mark.slow
@@ -605,7 +606,7 @@ _PIECES = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_PIECES, max_size=12).map("".join))
 # One JSON string body: the raw form's "n@0.AA" (the escape's letter, then "@0.AA") is
 # email-shaped, the decoded form (a line break, then "@0.AA") is not; both must be scanned.
@@ -629,7 +630,7 @@ _SECRETISH = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(_SECRETISH, max_size=6).map("".join), min_size=1, max_size=4),
        st.booleans())
 # A key cut after an escaped quote: the key's match must end there, not run on through the
@@ -654,7 +655,7 @@ def test_rule_patterns_compile_without_detect_secrets_flags_drift() -> None:
 _ANCHORS = sorted({a for r in redact.rules() for a in r.anchors})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.one_of(st.sampled_from(_ANCHORS), st.text(min_size=0, max_size=12),
                           st.sampled_from([" ", "=", ":", "\n", "_", "-", "A", "0"])),
                 max_size=12))

@@ -45,7 +45,7 @@ from memvault.ops import admin, ingest, recall, remember
 from memvault.ops.admin import init
 from memvault.storage import fsio
 from memvault.vault.vault import Vault
-from tests.conftest import mem, open_as
+from tests.conftest import examples, mem, open_as
 
 # SPEC §6's fields, and a summary's originals (compacted_from: [] for anything else)
 RESULT_FIELDS = {"memory_id", "category", "type", "content", "snippet", "score", "tags",
@@ -469,7 +469,7 @@ QUERIES = st.one_of(st.text(), OPERATOR_TEXT, st.text(alphabet=st.characters(
     codec="utf-8", exclude_categories=("Cs",))))
 
 
-@settings(max_examples=200, deadline=None,
+@settings(max_examples=examples(200), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow])
 @given(text=QUERIES, limit=st.integers(1, 25), include=st.booleans())
@@ -509,7 +509,7 @@ def time_points() -> list[datetime | None]:
             datetime.now(UTC) - timedelta(days=1), datetime.now(UTC) + timedelta(days=1)]
 
 
-@settings(max_examples=200, deadline=None,
+@settings(max_examples=examples(200), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow])
 @given(

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from memvault.errors import DataError, NotTranscript, UsageError
 from memvault.text.transcripts import FORMATS, Transcript, detect, parse
+from tests.conftest import examples
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
 Row = tuple[str, str, str | None, str | None]
@@ -854,7 +855,7 @@ def check(text: str, fmt: str) -> None:
         assert m.created_at is None or isinstance(m.created_at, str)
 
 
-@settings(max_examples=300, deadline=None,
+@settings(max_examples=examples(300), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(text=st.text(), fmt=st.sampled_from(("auto", *FORMATS)))
 def test_any_text_parses_or_is_a_data_error(text: str, fmt: str) -> None:
@@ -882,7 +883,7 @@ LINES = st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=7).map(json.dump
     st.sampled_from(["", "{", "garbage", "[]", "null"])
 
 
-@settings(max_examples=300, deadline=None,
+@settings(max_examples=examples(300), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(lines=st.lists(LINES, max_size=12), fmt=st.sampled_from(("auto", *FORMATS)),
        whole=st.booleans())

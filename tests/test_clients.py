@@ -423,6 +423,7 @@ def test_codex_parses_config_toml_after_reinstall_and_uninstall(
     assert set(servers()) == {"docs"}
 
 
+@pytest.mark.long  # about half a minute of the clients' own start-up
 def test_setup_wires_every_real_client_as_its_own_checks_see_it(
         script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,7 @@ from memvault.integrations import hookbase
 from memvault.integrations.hookbase import Agent, hook_specific
 from memvault.integrations.launch import Launch
 from memvault.integrations.launch import resolve as resolve_launch
-from memvault.model.results import HookInstallResult
+from memvault.model.machine_results import HookInstallResult
 
 NAME = "claude-code"
 EVENTS = ("SessionStart", "SessionEnd", "PreCompact")

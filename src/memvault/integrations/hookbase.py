@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, TextIO
 from memvault.config import Settings
 from memvault.errors import MemError, UsageError
 from memvault.model.location import session_name
-from memvault.model.results import HookInstallResult
+from memvault.model.machine_results import HookInstallResult
 from memvault.storage import fsio
 
 LOG_FILE = "hooks.log"

@@ -22,7 +22,7 @@ from typing import Any
 from memvault.errors import MemError
 from memvault.integrations import agents_found, hookbase
 from memvault.integrations.agents_found import CLAUDE, CODEX, GEMINI, Found, Needs
-from memvault.model.results import (
+from memvault.model.machine_results import (
     OK,
     WARNING,
     AgentSetup,

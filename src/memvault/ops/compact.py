@@ -30,8 +30,10 @@ from memvault.errors import EX_DATAERR, EX_FAILURE, EX_TEMPFAIL, Busy, MemError
 from memvault.model.location import session_file, session_of
 from memvault.model.progress import NO_PROGRESS, Progress
 from memvault.model.records import (
+    BYTES_PER_TOKEN,
     COMPACTION_CHANNEL,
     DOC_FILES,
+    LINE_OVERHEAD,
     TYPE_HOME,
     Record,
     clean_tags,
@@ -61,8 +63,6 @@ from memvault.vault import archive
 from memvault.vault.vault import Transaction, Vault
 
 READ_OPS = frozenset({"search", "show", "brief"})  # audit entries that name what was read
-LINE_OVERHEAD = 330  # bytes of a stored message's fields beside its content
-BYTES_PER_TOKEN = 4
 SUMMARY_TAG = "compacted"
 # One apply (one lock hold) moves at most this much: a hook waiting on the lock waits
 # for a fraction of a second, never for a whole night's compaction.

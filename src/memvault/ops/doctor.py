@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from memvault.config import Settings
 from memvault.errors import EX_CONFIG, EX_FAILURE, DataError, MemError, NotFound, PassphraseNeeded
+from memvault.model.machine_results import ERROR, OK, WARNING, DoctorResult, Finding
 from memvault.model.records import DOC_FILES, now_iso, parse_time
-from memvault.model.results import ERROR, OK, WARNING, DoctorResult, Finding
 from memvault.storage.layout import VAULT_FILE
 from memvault.storage.state import UserState
 from memvault.vault.vault import Vault
@@ -316,7 +316,7 @@ def _backlog(settings: Settings, vault: Vault, state: UserState, now: datetime
     """(messages waiting, sessions they are in, estimated active tokens), by compaction's
     triggers applied to what the counters and the files' sizes and times say."""
     from memvault.model.location import session_of
-    from memvault.ops.compact import BYTES_PER_TOKEN, LINE_OVERHEAD
+    from memvault.model.records import BYTES_PER_TOKEN, LINE_OVERHEAD
 
     cfg = settings.compaction
     messages = state.live.get("message", 0)

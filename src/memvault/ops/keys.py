@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memvault.config import Settings
+from memvault.model.machine_results import KeyBackupResult, KeyBackupStatus, KeyRestoreResult
 from memvault.model.progress import NO_PROGRESS, Progress
-from memvault.model.results import (
-    KeyBackupResult,
-    KeyBackupStatus,
-    KeyRestoreResult,
-    RotateResult,
-)
 from memvault.storage.userstore import UserStore
 from memvault.vault.vault import Transaction, Vault
+
+if TYPE_CHECKING:
+    from memvault.model.results import RotateResult
 
 
 def rotate_key(vault: Vault, now: bool = False,
@@ -51,6 +50,8 @@ def reencrypt(tx: Transaction, rewrite: bool = True,
     else:
         tx.state.rekey_pending = True  # the next compaction re-encrypts
         tx.touch()
+    from memvault.model.results import RotateResult
+
     return RotateResult(epoch, rewritten, tuple(retired))
 
 

@@ -221,8 +221,17 @@ def run_killed(template: Template, command: Command, vault: Path, syscall: str,
     argv = [STRACE, "-f", "-qq", "-o", os.devnull, "-e", f"trace={syscall}",
             "-e", f"inject={syscall}:signal={signal}:when={n}", MEM,
             *template.argv(command)]
+    # SIGINT as a terminal delivers it: not ignored, even when the suite was started in
+    # the background (which hands its children SIGINT ignored).
     return subprocess.run(argv, input=command.stdin.encode(), capture_output=True,
-                          env=env_for(vault), timeout=120, check=False)
+                          env=env_for(vault), timeout=120, check=False,
+                          preexec_fn=_default_sigint)  # noqa: PLW1509
+
+
+def _default_sigint() -> None:
+    import signal as signals
+
+    signals.signal(signals.SIGINT, signals.SIG_DFL)
 
 
 def check_kill_point(template: Template, command: Command, syscall: str, n: int,

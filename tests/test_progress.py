@@ -21,6 +21,7 @@ import pty
 import re
 import select
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -66,6 +67,9 @@ def _controlling_terminal_of(fd: int) -> Callable[[], None]:
     def setup() -> None:
         os.setsid()
         fcntl.ioctl(fd, termios.TIOCSCTTY, 0)
+        # Ctrl-C reaches it as a shell's foreground command: a suite started in the
+        # background (`make test &`) hands its children SIGINT ignored.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     return setup
 
 

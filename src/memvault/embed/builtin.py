@@ -1,0 +1,114 @@
+"""The built-in offline model: static token embeddings averaged over a text.
+
+The weights are WordLlama's `l2_supercat_256` (a 32,000 × 256 float16 table, 16 MB) and
+its tokenizer, shipped inside the `wordllama` wheel. We read both ourselves (the
+safetensors layout is a length, a JSON header and raw little-endian arrays) rather than
+import the package, whose import pulls in pydantic and requests. A text's vector is the
+mean of its tokens' rows, normalised: no network, no GPU, about a millisecond per text.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memvault.embed.base import MAX_CHARS, EmbeddingsUnavailable, ModelId
+from memvault.errors import DataError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+PACKAGE = "wordllama"
+WEIGHTS = "weights/l2_supercat_256.safetensors"
+TENSOR = "embedding.weight"
+TOKENIZER = "tokenizers/l2_supercat_tokenizer_config.json"
+MODEL = ModelId("builtin", "wordllama-l2-supercat-256", 256)
+HEADER_LIMIT = 1 << 20  # a safetensors header larger than this is not the file we ship
+
+
+def package_dir() -> Path:
+    """Where the model's wheel put its files, found without importing the package."""
+    spec = importlib.util.find_spec(PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    if not locations:
+        raise EmbeddingsUnavailable(
+            "the built-in embeddings model is not installed (the wordllama package)",
+            hint="reinstall")
+    return Path(locations[0])
+
+
+def read_tensor(path: Path, name: str) -> npt.NDArray[Any]:
+    """One tensor of a safetensors file, mapped read-only (nothing copied until used)."""
+    import numpy as np
+
+    dtypes = {"F16": np.float16, "F32": np.float32}
+    try:
+        with path.open("rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if size > HEADER_LIMIT:
+                raise ValueError("header too large")
+            header = json.loads(f.read(size))
+        meta = header[name]
+        dtype = np.dtype(dtypes[meta["dtype"]]).newbyteorder("<")
+        rows, cols = (int(n) for n in meta["shape"])
+        start, end = (int(n) for n in meta["data_offsets"])
+        if end - start != rows * cols * dtype.itemsize:
+            raise ValueError("offsets do not match the shape")
+        table = np.memmap(path, dtype=dtype, mode="r", offset=8 + size + start,
+                          shape=(rows, cols))
+    except (OSError, ValueError, KeyError, TypeError, struct.error) as e:
+        raise DataError(f"the built-in embeddings model is damaged ({path.name}: {e})",
+                        hint="reinstall") from e
+    return table
+
+
+class StaticModel:
+    """Mean of static token vectors: `embed` is pure and deterministic."""
+
+    model = MODEL
+
+    def __init__(self, weights: Path, tokenizer: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self.table = read_tensor(weights, TENSOR)
+        if self.table.shape[1] != self.model.dims:
+            raise DataError(f"the built-in embeddings model has {self.table.shape[1]} "
+                            f"dimensions, not {self.model.dims}", hint="reinstall")
+        try:
+            self.tokenizer = Tokenizer.from_file(str(tokenizer))
+        except Exception as e:  # the library raises a bare Exception on a bad file
+            raise DataError(f"the built-in embeddings tokenizer is damaged ({e})",
+                            hint="reinstall") from e
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        import numpy as np
+
+        out = np.zeros((len(texts), self.model.dims), dtype=np.float32)
+        if not texts:
+            return out
+        encodings = self.tokenizer.encode_batch([t[:MAX_CHARS] for t in texts],
+                                                add_special_tokens=False)
+        vocab = self.table.shape[0]
+        for i, enc in enumerate(encodings):
+            ids = np.asarray(enc.ids, dtype=np.int64)
+            ids = ids[(ids >= 0) & (ids < vocab)]
+            if ids.size:
+                out[i] = self.table[ids].astype(np.float32).mean(axis=0)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        np.divide(out, norms, out=out, where=norms > 0)
+        return out
+
+
+@cache
+def load() -> StaticModel:
+    """The built-in model, loaded once per process."""
+    root = package_dir()
+    return StaticModel(root / WEIGHTS, root / TOKENIZER)

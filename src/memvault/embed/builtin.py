@@ -5,6 +5,9 @@ its tokenizer, shipped inside the `wordllama` wheel. We read both ourselves (the
 safetensors layout is a length, a JSON header and raw little-endian arrays) rather than
 import the package, whose import pulls in pydantic and requests. A text's vector is the
 mean of its tokens' rows, normalised: no network, no GPU, about a millisecond per text.
+
+A few short texts (a search's query) are tokenised by embed/bpe.py, which loads in a
+third of the library's time and gives the same ids; batches go through the library.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memvault.embed.base import MAX_CHARS, EmbeddingsUnavailable, ModelId
+from memvault.embed.bpe import ByteLevelFallbackBPE, Unsupported
 from memvault.errors import DataError
 
 if TYPE_CHECKING:
@@ -30,6 +34,10 @@ TENSOR = "embedding.weight"
 TOKENIZER = "tokenizers/l2_supercat_tokenizer_config.json"
 MODEL = ModelId("builtin", "wordllama-l2-supercat-256", 256)
 HEADER_LIMIT = 1 << 20  # a safetensors header larger than this is not the file we ship
+# At most this many texts of at most this many characters go through the pure-Python
+# tokeniser: past that, the library's load pays for itself.
+FEW_TEXTS = 8
+SHORT_TEXT = 2000
 
 
 def package_dir() -> Path:
@@ -74,19 +82,48 @@ class StaticModel:
     model = MODEL
 
     def __init__(self, weights: Path, tokenizer: Path) -> None:
-        from tokenizers import Tokenizer
-
         self.table = read_tensor(weights, TENSOR)
         if self.table.shape[1] != self.model.dims:
             raise DataError(f"the built-in embeddings model has {self.table.shape[1]} "
                             f"dimensions, not {self.model.dims}", hint="reinstall")
-        try:
-            self.tokenizer = Tokenizer.from_file(str(tokenizer))
-        except Exception as e:  # the library raises a bare Exception on a bad file
-            raise DataError(f"the built-in embeddings tokenizer is damaged ({e})",
-                            hint="reinstall") from e
-        self.tokenizer.no_padding()
-        self.tokenizer.no_truncation()
+        self.tokenizer_path = tokenizer
+        self._library: Any = None
+        self._bpe: ByteLevelFallbackBPE | None = None
+
+    def _damaged(self, e: Exception) -> DataError:
+        return DataError(f"the built-in embeddings tokenizer is damaged ({e})",
+                         hint="reinstall")
+
+    def library(self) -> Any:
+        """The tokenizers library's tokenizer, loaded on first use."""
+        if self._library is None:
+            from tokenizers import Tokenizer
+
+            try:
+                tokenizer = Tokenizer.from_file(str(self.tokenizer_path))
+            except Exception as e:  # the library raises a bare Exception on a bad file
+                raise self._damaged(e) from e
+            tokenizer.no_padding()
+            tokenizer.no_truncation()
+            self._library = tokenizer
+        return self._library
+
+    def bpe(self) -> ByteLevelFallbackBPE:
+        if self._bpe is None:
+            try:
+                self._bpe = ByteLevelFallbackBPE.from_file(self.tokenizer_path)
+            except (OSError, ValueError, KeyError, TypeError, Unsupported) as e:
+                raise self._damaged(e) from e
+        return self._bpe
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        texts = [t[:MAX_CHARS] for t in texts]
+        if len(texts) <= FEW_TEXTS and all(len(t) <= SHORT_TEXT for t in texts):
+            bpe = self.bpe()
+            if all(bpe.handles(t) for t in texts):
+                return [bpe.encode(t) for t in texts]
+        encodings = self.library().encode_batch(texts, add_special_tokens=False)
+        return [enc.ids for enc in encodings]
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         import numpy as np
@@ -94,11 +131,9 @@ class StaticModel:
         out = np.zeros((len(texts), self.model.dims), dtype=np.float32)
         if not texts:
             return out
-        encodings = self.tokenizer.encode_batch([t[:MAX_CHARS] for t in texts],
-                                                add_special_tokens=False)
         vocab = self.table.shape[0]
-        for i, enc in enumerate(encodings):
-            ids = np.asarray(enc.ids, dtype=np.int64)
+        for i, token_ids in enumerate(self.token_ids(texts)):
+            ids = np.asarray(token_ids, dtype=np.int64)
             ids = ids[(ids >= 0) & (ids < vocab)]
             if ids.size:
                 out[i] = self.table[ids].astype(np.float32).mean(axis=0)

@@ -370,6 +370,23 @@ def test_compaction_moves_the_vector_out_of_the_active_set(vault: Vault, model: 
     assert a not in {h.memory_id for h in store.search(query, 50)}
     assert store.search(query, 1, include_archive=True)[0].memory_id == a
     assert made_ids <= set(held)
+    # A record already embedded, moved to the archive as compaction moves it: the store
+    # follows the move (apply), with no embedding.
+    from memvault.index.base import file_entries
+    from memvault.model.location import session_file
+
+    with vault.transaction() as tx:
+        live, archive = session_file("s2"), session_file("s2", archived=True)
+        records = tx.store.read_lines(live)
+        for r in records:
+            r.archived = True
+        tx.index(file_entries(records, tx.append(archive, records)))
+        tx.rewrite(live, [])
+    moved = records[0].memory_id
+    after = stored(vault)
+    assert after[moved]["flags"] & 1 and after[moved]["file"] == archive
+    assert after[moved]["q"] == held[moved]["q"]
+    assert moved not in {h.memory_id for h in store.search(held[moved]["vector"], 50)}
 
 
 def test_a_forget_on_a_user_without_vectors_does_not_import_numpy(vault: Vault) -> None:

@@ -256,7 +256,11 @@ class _View:
         self.flags = rows.flags if rows is not None else np.zeros(0, np.uint8)
         codes = rows.codes if rows is not None else np.zeros((0, _code_bytes(dims)), np.uint8)
         self.bits = np.ascontiguousarray(codes)
-        self.words = self.bits.view(np.uint64)
+        # One contiguous row of 64-bit words per word position: the Hamming pass reads
+        # each once, with no temporary the size of the store.
+        self.words = np.ascontiguousarray(self.bits.view(np.uint64).T)
+        self.active = (self.flags & ARCHIVED) == 0
+        self.all_active = bool(self.active.all())
         sizes = [len(m.rows) for m in metas]
         counts = [(n + CHUNK - 1) // CHUNK for n in sizes]
         # Per chunk (numbered across the store): its segment, its index there, its first row.
@@ -297,6 +301,7 @@ class VectorStore:
         self.owner = owner  # "org/user": bound into every frame's associated data
         self._locate = locate  # where records live, for vectors added without a file
         self.stamp = Stamp(directory)
+        self._where = str(directory)  # the cache's name for this store
 
     # --- paths and frames ---------------------------------------------------------------
 
@@ -512,8 +517,8 @@ class VectorStore:
         """Chunk `j` of a segment: (scales, int8 vectors), cached unless told not to."""
         import numpy as np
 
-        ckey = (str(self.dir), meta.name, j)
-        found = _CACHE.chunk(ckey)
+        ckey = (self._where, meta.name, j)
+        found = _CACHE.chunk(ckey) if cache else None
         if found is not None:
             return found
         n = len(meta.rows)
@@ -794,23 +799,31 @@ class VectorStore:
         view = self._view(doc)
         n = len(view.ids)
         mask: Any = None
-        if not include_archive:
-            mask = (view.flags & ARCHIVED) == 0
+        if not include_archive and not view.all_active:
+            mask = view.active
         if allowed is not None:
             pos = view.positions()
             keep = np.zeros(n, bool)
             keep[[p for p in (pos.get(a.encode()) for a in allowed) if p is not None]] = True
             mask = keep if mask is None else mask & keep
-        candidates = np.arange(n) if mask is None else mask.nonzero()[0]
+        first = max(FIRST_MIN, FIRST_PER_HIT * k, n // FIRST_SHARE)
+        if mask is not None and int(np.count_nonzero(mask)) <= first:
+            candidates = mask.nonzero()[0]
+        elif n <= first:
+            candidates = np.arange(n)
+        else:
+            # 1. Hamming distance between sign codes, a 64-bit word position at a time.
+            qwords = _codes(q[None, :]).view(np.uint64)[0]
+            dist = np.zeros(n, np.uint16)
+            for w in range(view.words.shape[0]):
+                dist += np.bitwise_count(view.words[w] ^ qwords[w])
+            if mask is not None:
+                dist[~mask] = np.iinfo(np.uint16).max
+            candidates = np.argpartition(dist, first)[:first]
+            if mask is not None:
+                candidates = candidates[mask[candidates]]
         if len(candidates) == 0:
             return []
-        # 1. Hamming distance between sign codes, on 64-bit words.
-        first = max(FIRST_MIN, FIRST_PER_HIT * k, n // FIRST_SHARE)
-        if len(candidates) > first:
-            qcode = _codes(q[None, :]).view(np.uint64)[0]
-            words = view.words if mask is None else view.words[candidates]
-            dist = np.bitwise_count(words ^ qcode).sum(axis=1, dtype=np.int32)
-            candidates = candidates[np.argpartition(dist, first)[:first]]
         # 2. The exact query against the candidates' signs (asymmetric distance).
         second = max(SECOND_MIN, SECOND_PER_HIT * k)
         if len(candidates) > second:
@@ -831,23 +844,35 @@ class VectorStore:
         import numpy as np
 
         chunks = view.row_chunk[rows]
-        if view.dense is not None:
-            for c in np.unique(chunks[~view.loaded[chunks]]).tolist():
-                _, qv = self._read_chunk(view.metas[int(view.chunk_segment[c])],
-                                         int(view.chunk_index[c]), cache=False)
-                start = int(view.chunk_start[c])
-                view.dense[start:start + len(qv)] = qv
-                view.loaded[c] = True
-            return view.dense[rows]
-        out = np.empty((len(rows), view.dims), np.int8)
-        order = np.argsort(chunks, kind="stable")
-        bounds = np.flatnonzero(np.diff(chunks[order])) + 1
-        for group in np.split(order, bounds):
-            c = int(chunks[group[0]])
-            _, qv = self._read_chunk(view.metas[int(view.chunk_segment[c])],
-                                     int(view.chunk_index[c]))
-            out[group] = qv[rows[group] - int(view.chunk_start[c])]
-        return out
+        with contextlib.ExitStack() as files:
+            fds: dict[int, int] = {}
+
+            def chunk(c: int, cache: bool) -> Any:
+                segment = int(view.chunk_segment[c])
+                meta = view.metas[segment]
+                if segment not in fds:
+                    try:
+                        f = files.enter_context(fsio.open_regular(self._segment_path(meta.name)))
+                    except FileNotFoundError:
+                        raise IndexUnavailable(f"vectors/{meta.name}{SEGMENT_SUFFIX} is "
+                                               "missing") from None
+                    fds[segment] = f.fileno()
+                return self._read_chunk(meta, int(view.chunk_index[c]), fds[segment], cache)[1]
+
+            if view.dense is not None:
+                for c in np.unique(chunks[~view.loaded[chunks]]).tolist():
+                    qv = chunk(c, False)
+                    start = int(view.chunk_start[c])
+                    view.dense[start:start + len(qv)] = qv
+                    view.loaded[c] = True
+                return view.dense[rows]
+            out = np.empty((len(rows), view.dims), np.int8)
+            order = np.argsort(chunks, kind="stable")
+            bounds = np.flatnonzero(np.diff(chunks[order])) + 1
+            for group in np.split(order, bounds):
+                c = int(chunks[group[0]])
+                out[group] = chunk(c, True)[rows[group] - int(view.chunk_start[c])]
+            return out
 
     # --- the derived-index protocol ----------------------------------------------------
 

@@ -249,7 +249,11 @@ DAMAGE = {
 }
 
 
-@pytest.mark.parametrize("damage", list(DAMAGE))
+QUICK_DAMAGE = ("flipped byte in a chunk", "truncated segment", "chunks swapped")
+
+
+@pytest.mark.parametrize("damage", [
+    d if d in QUICK_DAMAGE else pytest.param(d, marks=pytest.mark.long) for d in DAMAGE])
 def test_verify_reports_a_damaged_store_and_repair_drops_it(vault: Vault, damage: str) -> None:
     rng = np.random.default_rng(2)
     remember.add(vault, "something to hold a user", "fact")
@@ -283,7 +287,9 @@ TARGET = {"id": "fact", "session": "session", "tag": "fact", "before": "old",
           "query": "query"}
 
 
-@pytest.mark.parametrize("selector", list(SELECTORS))
+@pytest.mark.parametrize("selector", [  # each selector in the long run
+    s if s in ("id", "session") else pytest.param(s, marks=pytest.mark.long)
+    for s in SELECTORS])
 def test_forget_takes_the_vector_and_the_ciphertext_that_held_it(
         vault: Vault, vault_dir: Path, model: Any, selector: str) -> None:
     ids = populate(vault)

@@ -78,6 +78,10 @@ HINTS = {
     "first-write": "a first `mem add`, `mem ingest`, `mem pref set` or `mem import` "
                    "creates it",
     "summarizer": "check --summarizer or compaction.summarizer in the config file",
+    "embeddings": "check the embeddings: settings (`mem config show`), or set "
+                  "MEM_EMBEDDINGS_PROVIDER=none to search by words only",
+    "embeddings-key": "check embeddings.key_command or embeddings.key_env in the config file",
+    "reinstall": "reinstall mem",
 }
 
 

@@ -136,7 +136,12 @@ class OpenAIEmbedder:
                 failure = f"did not answer within {timeout:g}s"
             except ConnectionRefusedError:
                 failure = "refused the connection (is it running?)"
-            except OSError as exc:  # no route, reset, a TLS failure, a name not found
+            except OSError as exc:  # no route, reset, a name not found
+                if type(exc).__name__ == "SSLCertVerificationError":  # no use retrying
+                    raise EmbeddingsUnavailable(
+                        f"the embeddings endpoint {self.where} has a certificate that "
+                        f"cannot be verified ({getattr(exc, 'verify_message', '') or exc})",
+                        hint="embeddings") from None
                 failure = f"could not be reached ({exc.strerror or type(exc).__name__})"
             else:
                 if status == 200:

@@ -202,6 +202,7 @@ FAILURES = [
     ("count", EmbeddingsDataError, 65),
     ("dup-index", EmbeddingsDataError, 65),
     ("malformed", EmbeddingsDataError, 65),
+    ("huge", EmbeddingsDataError, 65),  # an answer is bounded in size
 ]
 
 

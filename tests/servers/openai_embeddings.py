@@ -11,7 +11,7 @@ A test steers it with `POST /control` `{"script": [...], "key": ..., "retry_afte
 Behaviours: ok, 401, 403, 404, 429 (with Retry-After), 500, 503, hang (answers after
 `hang` seconds), dims (one dimension short), count (one embedding short), dup-index,
 shuffle (the right embeddings in reverse order, each with its index: valid), malformed
-(not JSON), close (the connection closed with no answer). With a `key`, a request
+(not JSON), huge (a valid answer padded past 4 MiB), close (the connection closed with no answer). With a `key`, a request
 without `Authorization: Bearer <key>` is answered 401, its key echoed in the message as
 some endpoints do. `GET /log` lists what was asked (never the key).
 """
@@ -184,9 +184,11 @@ class Handler(BaseHTTPRequestHandler):
         elif behaviour == "shuffle":
             data.reverse()
         tokens = sum(len(t.split()) for t in texts)
-        self.send(200, json.dumps({"object": "list", "data": data, "model": model,
-                                   "usage": {"prompt_tokens": tokens,
-                                             "total_tokens": tokens}}).encode())
+        answer = {"object": "list", "data": data, "model": model,
+                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        if behaviour == "huge":
+            answer["padding"] = "x" * (4 << 20)
+        self.send(200, json.dumps(answer).encode())
 
 
 def main(argv: list[str] | None = None) -> None:

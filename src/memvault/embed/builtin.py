@@ -20,9 +20,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memvault.embed.base import MAX_CHARS, EmbeddingsUnavailable, ModelId
+from memvault.embed.base import MAX_CHARS, EmbeddingsDataError, EmbeddingsUnavailable, ModelId
 from memvault.embed.bpe import ByteLevelFallbackBPE, Unsupported
-from memvault.errors import DataError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -71,7 +70,7 @@ def read_tensor(path: Path, name: str) -> npt.NDArray[Any]:
         table = np.memmap(path, dtype=dtype, mode="r", offset=8 + size + start,
                           shape=(rows, cols))
     except (OSError, ValueError, KeyError, TypeError, struct.error) as e:
-        raise DataError(f"the built-in embeddings model is damaged ({path.name}: {e})",
+        raise EmbeddingsDataError(f"the built-in embeddings model is damaged ({path.name}: {e})",
                         hint="reinstall") from e
     return table
 
@@ -84,14 +83,14 @@ class StaticModel:
     def __init__(self, weights: Path, tokenizer: Path) -> None:
         self.table = read_tensor(weights, TENSOR)
         if self.table.shape[1] != self.model.dims:
-            raise DataError(f"the built-in embeddings model has {self.table.shape[1]} "
+            raise EmbeddingsDataError(f"the built-in embeddings model has {self.table.shape[1]} "
                             f"dimensions, not {self.model.dims}", hint="reinstall")
         self.tokenizer_path = tokenizer
         self._library: Any = None
         self._bpe: ByteLevelFallbackBPE | None = None
 
-    def _damaged(self, e: Exception) -> DataError:
-        return DataError(f"the built-in embeddings tokenizer is damaged ({e})",
+    def _damaged(self, e: Exception) -> EmbeddingsDataError:
+        return EmbeddingsDataError(f"the built-in embeddings tokenizer is damaged ({e})",
                          hint="reinstall")
 
     def library(self) -> Any:
@@ -131,12 +130,18 @@ class StaticModel:
         out = np.zeros((len(texts), self.model.dims), dtype=np.float32)
         if not texts:
             return out
+        # Blank text is a zero row, as every provider gives it (an endpoint refuses it).
+        kept = [i for i, t in enumerate(texts) if t.strip()]
         vocab = self.table.shape[0]
-        for i, token_ids in enumerate(self.token_ids(texts)):
-            ids = np.asarray(token_ids, dtype=np.int64)
+        token_ids = self.token_ids([texts[i] for i in kept]) if kept else []
+        for i, ids_list in zip(kept, token_ids, strict=True):
+            ids = np.asarray(ids_list, dtype=np.int64)
             ids = ids[(ids >= 0) & (ids < vocab)]
             if ids.size:
                 out[i] = self.table[ids].astype(np.float32).mean(axis=0)
+        if not np.isfinite(out).all():  # a weights file damaged past its header
+            raise EmbeddingsDataError("the built-in embeddings model is damaged (its weights "
+                                      "hold values that are not numbers)", hint="reinstall")
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         np.divide(out, norms, out=out, where=norms > 0)
         return out
@@ -147,3 +152,13 @@ def load() -> StaticModel:
     """The built-in model, loaded once per process."""
     root = package_dir()
     return StaticModel(root / WEIGHTS, root / TOKENIZER)
+
+
+class Lazy:
+    """The built-in model, its files read at the first `embed` (its identity is known
+    without them)."""
+
+    model = MODEL
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return load().embed(texts)

@@ -281,6 +281,8 @@ class Stats(Result):
     frozen: bool
     bytes_on_disk: int
     audit_entries: int
+    vectors_pending: int = 0  # records that wait for a vector (`mem embed`)
+    embeddings_model: str | None = None  # what the stored vectors were made by
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,13 @@ from memvault.errors import EX_FAILURE, EX_TEMPFAIL, Busy, ConfigError, MemError
 from memvault.model.location import Location
 from memvault.model.progress import NO_PROGRESS, Progress
 from memvault.model.records import ARCHIVE, DOC_FILES, Record
-from memvault.model.results import EmbedProblem, EmbedResult
 from memvault.vault.vault import Vault
 
 if TYPE_CHECKING:
     from memvault.config import Settings
     from memvault.embed.base import Embedder, ModelId, Vectors
     from memvault.index.vectors import VectorStore
+    from memvault.model.results import EmbedProblem, EmbedResult
     from memvault.storage.state import UserState
 
 BATCH = 256  # texts embedded at once, and records added under the lock at once
@@ -65,6 +65,8 @@ class Outcome:
 
     def problem(self, kind: str, message: str, exit_code: int,
                 hint: str | None = None) -> None:
+        from memvault.model.results import EmbedProblem
+
         self.problems.append(EmbedProblem(self.org, self.user, kind, message, exit_code,
                                           hint))
 
@@ -88,6 +90,21 @@ def stored_model(vault: Vault) -> ModelId | None:
     if not vault.exists():
         return None
     return vault.vector_store(vault.state().key_version).model()
+
+
+def configured_model(settings: Settings) -> ModelId | None:
+    """The model the settings name, known without loading it (the built-in one, or an
+    endpoint's model when its dimensions are configured); None when it is not known."""
+    cfg = settings.embeddings
+    if cfg.provider == "builtin":
+        from memvault.embed.builtin import MODEL
+
+        return MODEL
+    if cfg.provider == "none" or not cfg.dimensions:
+        return None
+    from memvault.embed.base import ModelId
+
+    return ModelId(cfg.provider, str(cfg.model), int(cfg.dimensions))
 
 
 def check_model(store: VectorStore, model: ModelId) -> None:
@@ -454,6 +471,8 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
 
 
 def summarise(outcomes: Sequence[Outcome]) -> EmbedResult:
+    from memvault.model.results import EmbedResult
+
     problems = tuple(p for o in outcomes for p in o.problems)
     codes = [p.exit_code for p in problems if p.exit_code]
     models = sorted({o.model for o in outcomes if o.model})

@@ -83,6 +83,10 @@ HINTS = {
                      "configured model (or configure the model the vectors were made by)",
     "embeddings-none": "set embeddings.provider in the config file (or "
                        "MEM_EMBEDDINGS_PROVIDER) to builtin or openai",
+    "embeddings": "check the embeddings: settings (`mem config show`), or set "
+                  "MEM_EMBEDDINGS_PROVIDER=none to search by words only",
+    "embeddings-key": "check embeddings.key_command or embeddings.key_env in the config file",
+    "reinstall": "reinstall mem",
 }
 
 

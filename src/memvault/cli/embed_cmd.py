@@ -15,6 +15,7 @@ from memvault.errors import UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from memvault.cli.progress import Tracker
     from memvault.model.results import EmbedResult
@@ -72,8 +73,8 @@ def embed(
         raise typer.Exit(result.exit_code)
 
 
-def _background(vault: str | None, org: str | None, user: str | None,
-                key_file: str | None) -> None:
+def _background(vault: Path | None, org: str | None, user: str | None,
+                key_file: Path | None) -> None:
     """The detached child: embed what the write that started it stored (the ids on
     stdin; none: whatever is pending), within the bounds of a background run."""
     import sys
@@ -98,7 +99,7 @@ def _interrupted(what: str) -> Callable[[Tracker], str]:
 
 
 def _human(o: Output, result: EmbedResult) -> None:
-    rows = [["users", result.users], ["embedded", result.embedded],
+    rows: list[list[object]] = [["users", result.users], ["embedded", result.embedded],
             ["pending", result.pending], ["model", result.model or "-"]]
     o.table(["", ""], rows, header=False)
     from memvault.cli.errors import HINTS

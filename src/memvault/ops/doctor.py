@@ -324,7 +324,8 @@ def embeddings(probe: Probe) -> Iterator[Finding]:
                       "by meaning is off until they are made again", "embed-rebuild")
         return
     pending = pending_count(vault)
-    model = (stored or configured).key() if (stored or configured) else "the configured model"
+    known = stored or configured
+    model = known.key() if known is not None else "the configured model"
     if pending > BACKLOG:
         yield Finding("embeddings", WARNING, f"embeddings: {_count(pending, 'record')} "
                       f"wait for a vector ({model}); search ranks them by words only",

@@ -236,9 +236,9 @@ class OpenAIEmbedder:
             raise bad(f"{len(items)} embeddings for {count} texts")
         indexes = [i.get("index") for i in items]
         if all(isinstance(n, int) and not isinstance(n, bool) for n in indexes):
-            if sorted(indexes) != list(range(count)):  # type: ignore[type-var]
+            if sorted(indexes) != list(range(count)):  # type: ignore[type-var, unused-ignore]
                 raise bad("indexes that do not match the texts sent")
-            items = [items[j] for j in sorted(range(count), key=lambda j: indexes[j])]  # type: ignore[arg-type, return-value]
+            items = [items[j] for j in sorted(range(count), key=lambda j: indexes[j])]  # type: ignore[arg-type, return-value, unused-ignore]
         elif any(n is not None for n in indexes):
             raise bad("indexes that do not match the texts sent")
         vectors = [i.get("embedding") for i in items]
@@ -246,7 +246,7 @@ class OpenAIEmbedder:
                 isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
                 for v in vectors):
             raise bad("an embedding that is not a list of numbers")
-        lengths = {len(v) for v in vectors}  # type: ignore[arg-type]
+        lengths = {len(v) for v in vectors}  # type: ignore[arg-type, unused-ignore]
         expected = self._dims
         if len(lengths) != 1 or (expected is not None and lengths != {expected}):
             shown = ", ".join(str(n) for n in sorted(lengths))

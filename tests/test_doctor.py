@@ -13,9 +13,10 @@ import pytest
 from pytest_console_scripts import ScriptRunner
 
 from memvault.config import resolve
+from memvault.embed.builtin import load
 from memvault.integrations import claude_code
 from memvault.model.records import NewMessage
-from memvault.ops import compact, ingest, keys
+from memvault.ops import compact, embed, ingest, keys
 from memvault.ops.admin import init
 from memvault.vault.vault import Vault
 from tests.conftest import mem
@@ -172,8 +173,13 @@ def test_messages_waiting_for_compaction_and_the_last_run_are_reported(
     assert (waiting["severity"], waiting["fix"]) == ("warning", "mem compact")
     assert "wait" in waiting["what"]
     assert "never" in finding(doc, "last-compaction")["what"]
+    # Nothing embedded them yet (background embedding is off in tests): a backlog.
+    backlog = finding(doc, "embeddings")
+    assert (backlog["severity"], backlog["fix"]) == ("warning", "mem embed")
+    assert "250 records wait for a vector" in backlog["what"]
 
     done = compact.compact_user(vault, resolve().compaction)
+    embed.embed_pending(vault, load())  # what the nightly run does after compaction
     code, doc = doctor(script_runner, "--strict")
     assert code == 0, doc
     assert "nothing waiting" in finding(doc, "compaction")["what"]

@@ -4,18 +4,11 @@ S3-compatible server: test_sync_s3.py); the remote holds only ciphertext."""
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import os
-import zlib
 from pathlib import Path
-from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,8 +23,8 @@ from memvault.ops.remember import add
 from memvault.storage.remote import FolderRemote
 from memvault.vault.vault import Vault
 from tests.conftest import examples
+from tests.sync_oracle import MASTER, read_remote
 
-MASTER = bytes(range(32))
 CANARY = "zebracanary"
 
 
@@ -63,47 +56,6 @@ def transcript(session: str, n: int, start: int = 0) -> str:
                                  "content": f"{CANARY} message {i} about topic{i}",
                                  "timestamp": f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z"})
                      for i in range(start, n))
-
-
-# --- an independent reader of the documented remote format (docs/sync.md) -----------------
-
-def lp(*fields: str) -> bytes:
-    return b"".join(len(f.encode()).to_bytes(4, "big") + f.encode() for f in fields)
-
-
-def hkdf(key: bytes, *info: str) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=lp(*info)).derive(key)
-
-
-def read_remote(root: Path, key: bytes = MASTER) -> dict[str, Any]:
-    """Every operation on a folder remote, opened from the format alone: the live record
-    ids, and every id any object names."""
-    kek = hkdf(key, "mem/sync/kek/v1")
-    ns = hmac.new(kek, lp("namespace", "default", "alice"), hashlib.sha256).digest()[:16].hex()
-    keys = {}
-    for f in (root / ns / "k").iterdir():
-        blob = f.read_bytes()
-        assert blob[:5] == b"MEMR\x01"
-        body = json.loads(AESGCM(kek).decrypt(blob[5:17], blob[17:], lp("mem/sync/key/v1",
-                                                                          ns, f.name)))
-        keys[f.name] = bytes.fromhex(body["key"])
-    named: set[str] = set()
-    records: dict[str, str] = {}
-    tombs: set[str] = set()
-    for f in (root / ns / "o").iterdir():
-        kid, _, oid = f.name.partition("-")
-        blob = f.read_bytes()
-        assert blob[:5] == b"MEMS\x01" and len(blob) % 4096 == 0
-        plain = AESGCM(keys[kid]).decrypt(blob[5:17], blob[17:],
-                                          lp("mem/sync/op/v1", ns, kid, oid))
-        body = json.loads(zlib.decompress(plain[4:4 + int.from_bytes(plain[:4], "big")]))
-        if body["kind"] == "add":
-            for item in body["records"]:
-                records[item["r"]["memory_id"]] = item["r"]["content"]
-        elif body["kind"] == "forget":
-            tombs.update(body["ids"])
-        named.update(body.get("ids", []))
-    return {"records": records, "tombs": tombs, "named": named | set(records)}
 
 
 def test_two_machines_union_and_nothing_plain_on_the_remote(

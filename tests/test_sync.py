@@ -7,6 +7,7 @@ import base64
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -226,3 +227,23 @@ def test_three_machines_converge(tmp_path_factory: pytest.TempPathFactory,
     seen = read_remote(remote.root) if any(held) else {"records": {}}
     assert not forgotten & set(seen["records"])
     assert set(seen["records"]) == held[0]
+
+
+def test_doctor_shows_the_last_sync_and_what_waits(
+        tmp_path: Path, remote: FolderRemote, script_runner: Any) -> None:
+    from tests.conftest import mem
+
+    a = machine(tmp_path, "a")
+    add(a, "Likes hiking", "fact")
+    env = {"MEM_VAULT": str(tmp_path / "a"), "MEM_SYNC_REMOTE": str(remote.root)}
+
+    def finding() -> str:
+        done = mem(script_runner, "doctor", "--json", **env)
+        return next(f["what"] for f in json.loads(done.stdout)["findings"]
+                    if f["what"].startswith("sync:"))
+
+    assert finding().startswith("sync: never synced")
+    sync_ops.sync(a, remote)
+    assert "0 records waiting" in finding()
+    add(a, "Likes climbing", "fact")
+    assert "1 record waiting" in finding()

@@ -64,6 +64,9 @@ def ingest(
         "--project", help="Tag the messages with the project the session worked in: auto "
         "(the current directory's git work tree) or a directory.", show_default=False)]
     = None,
+    then_sync: Annotated[bool, typer.Option(
+        "--then-sync", hidden=True, help="Sync with the configured remote afterwards (a "
+        "hook's background ingest, with sync.auto set).")] = False,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
@@ -104,6 +107,11 @@ def ingest(
         else:
             result = core.ingest_file(v, Path(source), format_, session, dry_run, strict,
                                       tags=tags, progress=progress)
+    remote = v.settings.sync["remote"]
+    if then_sync and remote and not dry_run:
+        from memvault.ops import sync
+
+        sync.run(v, remote, v.settings.sync["endpoint_url"])
     if quiet and not json:
         return
 

@@ -93,6 +93,16 @@ def last_sync(vault: Vault) -> dict[str, Any] | None:
         return None
 
 
+def waiting(vault: Vault) -> int:
+    """Records held here that the last sync did not see (what the next one pushes)."""
+    try:
+        doc = json.loads(fsio.read_regular(cache_path(vault)))["body"]
+        seen = set(doc["local"])
+    except (OSError, ValueError, KeyError, TypeError, DataError):
+        seen = set()
+    return len(set(scan_local(vault)) - seen)
+
+
 def scan_local(vault: Vault) -> dict[str, bool]:
     """Every record id this machine holds, and whether it is archived: clear ids only
     (line headers, the two small documents), nothing else decrypted."""

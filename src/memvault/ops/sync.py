@@ -50,12 +50,14 @@ class Cache:
     destroyed: set[str] = field(default_factory=set)  # destroy objects applied
     last_sync: str | None = None
     remote: str | None = None
+    # relpath -> [size, mtime_ns, ids] of the line files at the last sync
+    files: dict[str, Any] = field(default_factory=dict)
 
     def to_doc(self) -> dict[str, Any]:
         return {"format": CACHE_FORMAT, "objects": self.objects, "local": sorted(self.local),
                 "epoch": self.epoch, "keys": sorted(self.keys), "frozen": self.frozen,
                 "destroyed": sorted(self.destroyed), "last_sync": self.last_sync,
-                "remote": self.remote}
+                "remote": self.remote, "files": self.files}
 
 
 def load_cache(path: Path, kek: bytes) -> Cache:
@@ -70,7 +72,8 @@ def load_cache(path: Path, kek: bytes) -> Cache:
         return Cache(objects=dict(doc["objects"]), local=set(doc["local"]),
                      epoch=int(doc["epoch"]), keys=set(doc["keys"]),
                      frozen=bool(doc["frozen"]), destroyed=set(doc["destroyed"]),
-                     last_sync=doc.get("last_sync"), remote=doc.get("remote"))
+                     last_sync=doc.get("last_sync"), remote=doc.get("remote"),
+                     files=dict(doc.get("files") or {}))
     except (OSError, ValueError, KeyError, TypeError, DataError):
         return Cache()
 
@@ -103,20 +106,42 @@ def waiting(vault: Vault) -> int:
     return len(set(scan_local(vault)) - seen)
 
 
-def scan_local(vault: Vault) -> dict[str, bool]:
+def scan_local(vault: Vault, memo: dict[str, Any] | None = None) -> dict[str, bool]:
     """Every record id this machine holds, and whether it is archived: clear ids only
-    (line headers, the two small documents), nothing else decrypted."""
+    (line headers, the two small documents), nothing else decrypted. `memo` (relpath ->
+    [size, mtime_ns, ids]) spares the headers of line files unchanged since it was
+    filled, so a sync reads O(what changed)."""
     if not vault.exists():
         return {}
     store, layout, out = vault.store, vault.layout, {}
     for home in DOC_FILES:
         for r in store.doc_records(home):
             out[r.memory_id] = False
+    seen: set[str] = set()
     for archived in (False, True):  # archived last: a record caught in both is archived
         for relpath in layout.line_files(archived=archived):
-            for memory_id in store.line_ids(relpath):
+            seen.add(relpath)
+            for memory_id in _line_ids(vault, relpath, memo):
                 out[memory_id] = archived
+    if memo is not None:
+        for gone in set(memo) - seen:
+            del memo[gone]
     return out
+
+
+def _line_ids(vault: Vault, relpath: str, memo: dict[str, Any] | None) -> list[str]:
+    if memo is None:
+        return list(vault.store.line_ids(relpath))
+    try:
+        st = vault.layout.path(relpath).stat()
+    except FileNotFoundError:
+        return []
+    known = memo.get(relpath)
+    if known is not None and known[0] == st.st_size and known[1] == st.st_mtime_ns:
+        return list(known[2])
+    ids = list(vault.store.line_ids(relpath))
+    memo[relpath] = [st.st_size, st.st_mtime_ns, ids]
+    return ids
 
 
 def _summary(body: dict[str, Any]) -> dict[str, Any]:
@@ -264,7 +289,8 @@ def _sync(s: Session, path: Path) -> SyncResult:
     elif cache.local and not vault.exists():
         return _push_destroy(s, path, cache, names)
 
-    local0 = scan_local(vault)
+    memo = cache.files
+    local0 = scan_local(vault, memo)
     state = vault.state() if vault.exists() else None
     epoch0 = state.key_version if state else 0
     deleted_here = cache.local - set(local0)
@@ -287,7 +313,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
 
     # --- pull ---------------------------------------------------------------------------
     pulled = _pull_adds(s, bodies, remote_ids, set(local0), tombs)
-    local = scan_local(vault)
+    local = scan_local(vault, memo) if pulled else local0
     archive_here = {i for i, a in local.items() if not a} & remote_archived - tombs
     if archive_here:
         _archive_here(vault, archive_here)
@@ -318,7 +344,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
     rebuild_derived(vault, bool(pulled or archive_here or forgotten))
 
     # --- push ---------------------------------------------------------------------------
-    local1 = scan_local(vault)
+    local1 = scan_local(vault, memo)
     state = vault.state() if vault.exists() else None
     tombs |= set(local0) - set(local1)  # erased while applying (summaries made from them)
     if newest is None or rotated_here:
@@ -329,7 +355,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
     push_archived = {i for i, a in local1.items() if a} & set(remote_ids) - remote_archived
 
     written: dict[str, dict[str, Any]] = {}
-    items = [{"r": r.stored(), "a": r.archived} for r in _records(vault, push_ids)]
+    items = [{"r": r.stored(), "a": r.archived} for r in _records(vault, push_ids, memo)]
     for page in _pages(items):
         name, info = s.write(newest, {"kind": "add", "records": page})
         written[name] = info
@@ -367,7 +393,7 @@ def rebuild_derived(vault: Vault, changed: bool) -> None:
     del vault, changed
 
 
-def _records(vault: Vault, ids: set[str]) -> list[Record]:
+def _records(vault: Vault, ids: set[str], memo: dict[str, Any]) -> list[Record]:
     """The records with these ids, each file read once; only files that hold one."""
     if not ids:
         return []
@@ -376,7 +402,7 @@ def _records(vault: Vault, ids: set[str]) -> list[Record]:
         out += [r for r in store.doc_records(home) if r.memory_id in ids]
     for archived in (False, True):
         for relpath in vault.layout.line_files(archived=archived):
-            if any(i in ids for i in store.line_ids(relpath)):
+            if any(i in ids for i in _line_ids(vault, relpath, memo)):
                 for r in store.read_lines(relpath):
                     if r.memory_id in ids:
                         r.archived = archived

@@ -33,6 +33,7 @@ from tests.crash_oracle import (
     read_user,
     term_counts,
 )
+from tests.sync_oracle import read_remote
 
 STRACE = shutil.which("strace") or "/usr/bin/strace"
 MEM = str(Path(sys.executable).parent / "mem")
@@ -63,6 +64,7 @@ SEED: dict[str, tuple[str, str | None, list[str], str | None]] = {
 SEED_FORGOTTEN = ("wombat",)  # forgotten before the template was taken: never back
 SEED_SETTINGS = {"editor": "vim"}
 IMPORTED = ("marmot", "lemur")  # in the export file `import` reads (user carol's)
+SYNCED = "vicuna"  # pushed to the template's sync remote by another machine
 
 
 def text_of(word: str) -> str:
@@ -82,6 +84,7 @@ class Command:
     rerun: tuple[int, ...] = (0,)  # what running it again after a kill may exit with
     summarises: bool = False  # it adds summaries that repeat the seed's words
     summary_of: tuple[str, ...] = ("kiwi", "quokka", "pangolin")  # ...these, in one
+    syncs: bool = False  # it syncs with the folder remote beside the vault
 
 
 # What the external summariser of `compact-facts` proposes, by marker word: a fact of
@@ -131,6 +134,9 @@ COMMANDS = (
     # the summary, whatever the kill point.
     Command("compact-facts", ("compact", "--session", "s1", "--summarizer", "{summarizer}"),
             adds=tuple(FACTS), summarises=True, rerun=(0, 66)),
+    # A folder remote that another machine pushed one record to: the sync pulls it and
+    # pushes the seed. Its remote writes are file calls too, so each is a kill point.
+    Command("sync", ("sync", "--remote", "{remote}"), adds=(SYNCED,), syncs=True),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 
@@ -143,7 +149,7 @@ class Template:
     ids: dict[str, str]
     deks: dict[int, bytes]  # the seed's data keys: a backup taken before opens with them
 
-    def argv(self, command: Command) -> list[str]:
+    def argv(self, command: Command, vault: Path | None = None) -> list[str]:
         out = []
         for arg in command.argv:
             if arg.startswith("{id:"):
@@ -152,6 +158,9 @@ class Template:
                 arg = str(self.root / "import.json")
             elif arg == "{summarizer}":
                 arg = str(self.root / "summarizer")
+            elif arg == "{remote}":
+                assert vault is not None
+                arg = str(vault.parent / "remote")
             out.append(arg)
         return out
 
@@ -191,6 +200,16 @@ def build_template(root: Path) -> Template:
     remember.add(carol, text_of("lemur"), "message", session="d1")
     with (root / "import.json").open("w") as out:
         portability.export(carol, out, "json")
+    other_meta = root / "other"
+    other_meta.mkdir()
+    shutil.copy(vault / "vault.json", other_meta / "vault.json")
+    other = Vault(resolve(vault=other_meta), master=v.master)
+    remember.add(other, text_of(SYNCED), "fact")
+    (root / "remote").mkdir()
+    from memvault.ops import sync
+    from memvault.storage.remote import open_remote
+
+    sync.sync(other, open_remote(str(root / "remote")))
     (root / "summarizer").write_text(SUMMARIZER)
     (root / "summarizer").chmod(0o755)
     found = read_user(vault / ORG / USER, MASTER, ORG, USER)
@@ -220,7 +239,7 @@ def run_killed(template: Template, command: Command, vault: Path, syscall: str,
                n: int, signal: str = "KILL") -> subprocess.CompletedProcess[bytes]:
     argv = [STRACE, "-f", "-qq", "-o", os.devnull, "-e", f"trace={syscall}",
             "-e", f"inject={syscall}:signal={signal}:when={n}", MEM,
-            *template.argv(command)]
+            *template.argv(command, vault)]
     # SIGINT as a terminal delivers it: not ignored, even when the suite was started in
     # the background (which hands its children SIGINT ignored).
     return subprocess.run(argv, input=command.stdin.encode(), capture_output=True,
@@ -242,6 +261,8 @@ def check_kill_point(template: Template, command: Command, syscall: str, n: int,
     vault = work / "vault"
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(template.root / "vault", vault, symlinks=True)
+    if command.syncs:
+        shutil.copytree(template.root / "remote", work / "remote")
     done = run_killed(template, command, vault, syscall, n, signal)
     if signal == "INT":
         killed = done.returncode == 130
@@ -263,7 +284,7 @@ def check_kill_point(template: Template, command: Command, syscall: str, n: int,
         outcome.verify = verify_or_repair(vault, mem)
     else:
         outcome.verify = "-"  # a destroy under way is finished only by running it again
-    again = mem(*template.argv(command), stdin=command.stdin, MEM_VAULT=str(vault))
+    again = mem(*template.argv(command, vault), stdin=command.stdin, MEM_VAULT=str(vault))
     assert again.returncode in command.rerun, (command.name, syscall, n, again.stderr)
     outcome.rerun = again.returncode
     final_checks(template, command, vault, mem)
@@ -361,6 +382,12 @@ def final_checks(template: Template, command: Command, vault: Path, mem: Mem) ->
     report = mem_json(mem, vault, "verify")
     assert report["ok"] and report["problems"] == [], report
     assert [p.name for p in index_dirs(root)] == ["index"]
+    if command.syncs:  # the remote, read from the documented format, holds it all
+        held = read_remote(vault.parent / "remote", MASTER, ORG, USER)["records"]
+        assert set(held) == set(found.contents), (set(held) ^ set(found.contents))
+        for raw in (p.read_bytes() for p in (vault.parent / "remote").rglob("*")
+                    if p.is_file()):
+            assert not any(text_of(w).encode() in raw for w in (*SEED, SYNCED))
     if index_is_current(root):  # control: the term lookup sees what is there
         epoch = key_version(root)
         assert epoch is not None

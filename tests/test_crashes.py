@@ -65,7 +65,7 @@ def run_mem(script_runner: ScriptRunner) -> Mem:
 SAMPLE = [
     ("ingest", "write", 2), ("forget-id", "rename", 2), ("forget-now", "rename", 5),
     ("rotate-key-now", "unlink", 1), ("import", "fdatasync", 3), ("destroy", "unlinkat", 3),
-    ("compact-facts", "fsync", 5),
+    ("compact-facts", "fsync", 5), ("sync", "rename", 3),
 ]
 
 

@@ -231,6 +231,23 @@ def test_pre_compact_prints_nothing_and_ingests(
     assert message_count(script_runner, CLAUDE_SID) == 14
 
 
+def test_with_sync_auto_the_background_ingest_syncs_after_storing(
+        vault: Vault, tmp_path: Path, transcript: Path, log_dir: Path) -> None:
+    """sync.auto: the detached ingest syncs once it has stored (never in the hook's own
+    time); without it, nothing leaves the machine."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    result, _ = hook(end_payload(transcript), MEM_SYNC_REMOTE=str(remote))
+    assert result.returncode == 0
+    wait_background(tmp_path)
+    assert not any(remote.iterdir())  # auto is off
+    result, _ = hook(end_payload(transcript), MEM_SYNC_REMOTE=str(remote),
+                     MEM_SYNC_AUTO="true")
+    assert (result.returncode, result.stdout) == (0, b"")
+    wait_background(tmp_path)
+    assert list(remote.rglob("o/*")), log_lines(log_dir)
+
+
 @pytest.mark.script_launch_mode("subprocess")  # detached ingests racing
 def test_session_end_and_pre_compact_at_once_store_each_message_once(
         script_runner: ScriptRunner, vault: Vault, tmp_path: Path, transcript: Path,

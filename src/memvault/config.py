@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 import math
 import os
 import re
@@ -100,6 +101,9 @@ SETTINGS: tuple[Setting, ...] = (
             "private_tags (tags whose text is never stored, besides <private>)"),
     Setting("compaction", "", dict, None,
             "compaction triggers and summariser (see COMPACTION and docs/compaction.md)"),
+    Setting("sync", "", dict, None,
+            "the sync remote: remote (a folder or s3://bucket/prefix), endpoint_url, auto "
+            "(see SYNC and docs/sync.md)"),
     Setting("mcp", "", dict, None,
             "the MCP server's limits per session: max_stores, max_supersedes, max_deletes, "
             "max_result_chars"),
@@ -169,6 +173,17 @@ class CompactionConfig:
 
 
 # The `mcp:` mapping: write limits per MCP server session (ops/budget.py).
+# The `sync:` mapping of config.yaml (docs/sync.md): `mem sync --remote` writes it.
+SYNC: tuple[Setting, ...] = (
+    Setting("remote", "MEM_SYNC_REMOTE", str, None,
+            "where memory syncs: a folder (a path or file://) or s3://bucket/prefix"),
+    Setting("endpoint_url", "MEM_SYNC_ENDPOINT_URL", str, None,
+            "an S3-compatible service's address (MinIO, R2, B2); AWS S3 needs none"),
+    Setting("auto", "MEM_SYNC_AUTO", bool, False,
+            "sync in the background after a hook's ingest"),
+)
+
+
 MCP: tuple[Setting, ...] = (
     Setting("max_stores", "", int, 20, "memories an agent may store per session", 0, 10_000),
     Setting("max_supersedes", "", int, 5, "memories it may replace per session", 0, 10_000),
@@ -364,6 +379,11 @@ class Settings:
         return CompactionConfig(**self.values["compaction"])
 
     @property
+    def sync(self) -> dict[str, Any]:
+        """The resolved `sync:` settings: remote, endpoint_url, auto."""
+        return dict(self.values["sync"])
+
+    @property
     def mcp(self) -> dict[str, int]:
         """The resolved `mcp:` limits (every key of MCP present: see resolve())."""
         return dict(self.values["mcp"])
@@ -464,6 +484,32 @@ def file_with_setting(name: str, value: str) -> tuple[Path, bytes] | None:
     return Path(os.path.realpath(path)), new.encode()
 
 
+def file_with_sync(remote: str, endpoint_url: str | None) -> tuple[Path, bytes] | None:
+    """The config file with its `sync:` section naming this remote (and endpoint), as
+    `file_with_setting` does for a top-level setting: None when it already says so. A
+    file whose `sync:` says otherwise, or is not a plain mapping, is left to the user."""
+    path = config_dir() / CONFIG_FILE
+    text = _read_text(path) if path.exists() else ""
+    data = _read_config_file(path)
+    wanted = {"remote": remote, **({"endpoint_url": endpoint_url} if endpoint_url else {})}
+    old = data.get("sync")
+    if isinstance(old, dict) and all(old.get(k) == v for k, v in wanted.items()):
+        return None
+    if old is not None:
+        raise ConfigError(f"config file {path} has a sync: section; set its remote to "
+                          f"{remote} there to use it")
+    lines = "".join(f"  {k}: {json.dumps(v)}\n" for k, v in wanted.items())
+    new = text + ("" if not text or text.endswith("\n") else "\n") + "sync:\n" + lines
+    try:
+        ok = _load_yaml(new) == {**data, "sync": wanted}
+    except Exception:  # noqa: BLE001 - whatever the parser makes of it, it is not ok
+        ok = False
+    if not ok:
+        raise ConfigError(f"cannot add a sync: section to config file {path}; add it "
+                          "yourself")
+    return Path(os.path.realpath(path)), new.encode()
+
+
 def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
     try:
         if setting.kind is Path:
@@ -541,14 +587,16 @@ def resolve(**flags: Any) -> Settings:
         settings.sources[s.name] = source
     settings.values["compaction"] = _compaction(settings.values["compaction"],
                                                 settings.sources["compaction"])
+    settings.values["sync"] = _section("sync", SYNC, settings.values["sync"],
+                                       settings.sources["sync"])
     settings.values["mcp"] = _section("mcp", MCP, settings.values["mcp"],
                                       settings.sources["mcp"])
     settings.values["brief"] = _section("brief", BRIEF, settings.values["brief"],
                                         settings.sources["brief"])
     settings.values["embeddings"] = _embeddings(settings.values["embeddings"],
                                                 settings.sources["embeddings"])
-    for name, table in (("compaction", COMPACTION), ("mcp", MCP), ("brief", BRIEF),
-                        ("embeddings", EMBEDDINGS)):
+    for name, table in (("compaction", COMPACTION), ("sync", SYNC), ("mcp", MCP),
+                        ("brief", BRIEF), ("embeddings", EMBEDDINGS)):
         # A mapping's key set by its own variable: say so where the mapping's source is.
         given = [f"env {s.env}" for s in table if s.env and os.environ.get(s.env)]
         if given:

@@ -30,6 +30,7 @@ MODULES: dict[str, tuple[str, ...]] = {
                   "rotate-key"),
     "compact": ("compact",),
     "embed_cmd": ("embed",),
+    "sync_cmd": ("sync",),
     "machine": ("setup", "doctor"),
     "pref": ("pref",),
     "config_cmd": ("config",),

@@ -68,6 +68,9 @@ def ingest(
     embed_now: Annotated[bool, typer.Option(
         "--embed-now", hidden=True, help="A hook's detached ingest: embed what was stored "
         "in this process, not in another one.")] = False,
+    then_sync: Annotated[bool, typer.Option(
+        "--then-sync", hidden=True, help="Sync with the configured remote afterwards (a "
+        "hook's background ingest, with sync.auto set).")] = False,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
@@ -111,6 +114,11 @@ def ingest(
                                       tags=tags, progress=progress)
     if not dry_run:
         _embed_stored(v, out, embed_now)
+    remote = v.settings.sync["remote"]
+    if then_sync and remote and not dry_run:
+        from memvault.ops import sync
+
+        sync.run(v, remote, v.settings.sync["endpoint_url"])
     if quiet and not json:
         return
 

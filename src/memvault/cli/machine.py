@@ -162,8 +162,9 @@ def fix_text(finding: "Finding", given: list[str] | None = None) -> str | None:
 # A finding's symbolic fix, as a command line (ops/doctor.py, integrations/wiring.py).
 FIXES = {
     "init": "mem init", "no-key": "mem init", "reindex": "mem reindex",
-    "compact": "mem compact", "setup": "mem setup", "repair": "mem verify --repair",
-    "embed": "mem embed", "embed-rebuild": "mem embed --rebuild",
+    "compact": "mem compact", "sync": "mem sync", "setup": "mem setup",
+    "repair": "mem verify --repair", "embed": "mem embed",
+    "embed-rebuild": "mem embed --rebuild",
     "rebuild-state": "mem verify --repair", "unfreeze": "mem unfreeze",
     "restore-key": "mem key restore FILE", "key-backup": "mem key backup --output FILE",
     "key-source": "keep the key in a file without a passphrase (MEM_KEY_FILE), or behind "

@@ -367,6 +367,8 @@ def _spawn_ingest(agent: Agent, settings: Settings, payload: dict[str, Any], eve
     cwd = payload.get("cwd")
     if isinstance(cwd, str) and os.path.isabs(cwd) and os.path.isdir(cwd):
         argv.append(f"--project={cwd}")  # the ingest tags the messages with its keyed id
+    if settings.sync["auto"] and settings.sync["remote"]:
+        argv.append("--then-sync")  # in this background child, never the hook's time
     argv += ["--", path]
     env = {**os.environ, "MEM_ACTOR": actor(agent.name, event)}  # the child's audit entries
     fsio.ensure_dir(settings.log_dir)

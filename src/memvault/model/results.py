@@ -357,3 +357,28 @@ class EmbedResult(Result):
     model: str | None
     problems: tuple[EmbedProblem, ...] = ()
     exit_code: int = 0
+
+
+@dataclass(frozen=True)
+class SyncResult(Result):
+    """What `mem sync` moved for one user (SPEC §6): records pushed to the remote and
+    pulled from it, records forgotten here because another machine forgot them."""
+
+    pushed: int
+    pulled: int
+    forgotten: int
+    remote: str
+    damaged: int = 0  # remote objects that did not open (retried by the next sync)
+    erasures_pushed: int = 0  # ids this machine forgot, now forgotten everywhere
+
+
+@dataclass(frozen=True)
+class SyncAllResult(Result):
+    """`mem sync --all-users`: the sums, and each user's own result."""
+
+    pushed: int
+    pulled: int
+    forgotten: int
+    remote: str
+    users: tuple[str, ...]
+    failed: tuple[str, ...]

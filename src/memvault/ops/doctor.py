@@ -265,6 +265,33 @@ def last_compaction(probe: Probe) -> Iterator[Finding]:
         yield Finding("last-compaction", OK, f"{when}, {done}")
 
 
+def last_sync(probe: Probe) -> Iterator[Finding]:
+    """With a sync remote set: when this user last synced, and how many records wait to
+    go (ids held here that the last sync did not see: clear line headers and the two
+    small documents, nothing else decrypted)."""
+    opened = _opened(probe)
+    if opened is None:
+        return
+    settings, vault, _ = opened
+    remote = settings.sync["remote"]
+    if not remote:
+        return
+    from memvault.ops import sync
+
+    last = sync.last_sync(vault)
+    if last is None or not last.get("at"):
+        yield Finding("sync", WARNING, f"sync: never synced with {remote}", "sync")
+        return
+    from memvault.ops.brief import age
+
+    waiting = sync.waiting(vault)
+    ago = age(str(last["at"]), probe.now)
+    ago = "just now" if ago == "now" else f"{ago} ago"
+    what = f"sync: last {ago} with {last.get('remote')}, " \
+        f"{_count(waiting, 'record')} waiting to go"
+    yield Finding("sync", WARNING if waiting else OK, what, "sync" if waiting else None)
+
+
 def disk(probe: Probe) -> Iterator[Finding]:
     """What the user's memory takes on disk, and the room left beside it."""
     import shutil
@@ -337,7 +364,8 @@ def embeddings(probe: Probe) -> Iterator[Finding]:
 
 BACKLOG = 100  # records without a vector that the background is still expected to embed
 
-CHECKS: tuple[Check, ...] = (key_backup, index, compaction, last_compaction, embeddings,
+CHECKS: tuple[Check, ...] = (key_backup, index, compaction, last_compaction, last_sync,
+                             embeddings,
                              disk)
 
 

@@ -1,0 +1,56 @@
+"""`mem sync`: one memory on every machine, through a folder or S3-compatible remote."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from memvault.cli import context
+from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt
+from memvault.cli.output import Output
+from memvault.errors import UsageError
+
+
+def sync(
+    remote: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--remote", help="A folder (a path or file://) or s3://bucket/prefix; saved in "
+        "config.yaml's sync: section, so later runs need no flag.",
+        show_default=False)] = None,
+    endpoint_url: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--endpoint-url", help="An S3-compatible service's address (MinIO, R2, B2).",
+        show_default=False)] = None,
+    all_users: Annotated[bool, typer.Option(
+        "--all-users", help="Every user this machine holds or synced before (cron).")
+    ] = False,
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None, json: JsonOpt = False,
+) -> None:
+    """Push what this machine has that the remote lacks, pull the rest (only ciphertext
+    leaves the machine), and rebuild the search index here."""
+    from memvault.ops import sync as core
+
+    v = context.open_vault(vault, org, user, key_file, needs=None)
+    cfg = v.settings.sync
+    url = remote or cfg["remote"]
+    if not url:
+        raise UsageError("no sync remote is set: give one once (a folder or "
+                         "s3://bucket/prefix)", field="remote")
+    endpoint = endpoint_url or cfg["endpoint_url"]
+    out = Output(json)
+    result = core.run(v, url, endpoint, all_users)
+    if remote is not None:
+        saved = core.remember_remote(remote, endpoint_url)
+        if saved:
+            out.info(f"the remote is saved in {saved}")
+
+    def human(o: Output) -> None:
+        o.table(["", "count"], [["pushed", result.pushed], ["pulled", result.pulled],
+                                ["forgotten here", result.forgotten]])
+        o.info(f"synced with {result.remote}")
+
+    out.data(result, human)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(sync)

@@ -1,0 +1,105 @@
+"""The byte formats of a sync remote (docs/sync.md): the sync key-encryption key, the
+opaque namespace of a user, wrapped remote data keys, and sealed, padded operations.
+
+Nothing here knows what an operation means: it seals and opens JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from typing import Any
+
+from memvault.crypto import envelope
+
+OBJECT_MAGIC = b"MEMS"
+KEY_MAGIC = b"MEMR"
+FORMAT = 1
+TAG_OBJECT = "mem/sync/op/v1"
+TAG_KEY = "mem/sync/key/v1"
+PAD = 4096  # sizes are rounded up to this, so a small forget looks like a small add
+PAD_LARGE = 1 << 16  # past this, to the next eighth of the next power of two
+
+
+class SyncAuthError(Exception):
+    """An object or key that does not open: another key, or damaged."""
+
+
+def sync_kek(master: bytes) -> bytes:
+    """The key that wraps remote data keys: its own label, unrelated to the local KEKs."""
+    return envelope.hkdf(master, "mem/sync/kek/v1")
+
+
+def namespace(kek: bytes, org: str, user: str) -> str:
+    """The opaque name under which one user's objects live (no name, no org in it)."""
+    return envelope.keyed_hash(kek, envelope.lp("namespace", org, user))
+
+
+def new_key_id() -> str:
+    return os.urandom(8).hex()
+
+
+def new_object_id() -> str:
+    return os.urandom(16).hex()
+
+
+def wrap_key(kek: bytes, ns: str, kid: str, key: bytes, at: str) -> bytes:
+    body = json.dumps({"key": key.hex(), "at": at}).encode()
+    nonce, ct = envelope.seal_raw(kek, body, envelope.lp(TAG_KEY, ns, kid))
+    return KEY_MAGIC + bytes([FORMAT]) + nonce + ct
+
+
+def unwrap_key(kek: bytes, ns: str, kid: str, blob: bytes) -> tuple[bytes, str]:
+    """(the data key, when it was made); SyncAuthError if it is not ours or damaged."""
+    if blob[:4] != KEY_MAGIC or blob[4:5] != bytes([FORMAT]):
+        raise SyncAuthError("not a mem sync key")
+    nonce, ct = blob[5:5 + envelope.NONCE_LEN], blob[5 + envelope.NONCE_LEN:]
+    try:
+        body = json.loads(envelope.open_raw(kek, nonce, ct, envelope.lp(TAG_KEY, ns, kid)))
+        return bytes.fromhex(body["key"]), str(body["at"])
+    except envelope.AuthError as exc:
+        raise SyncAuthError("the key does not open under this master key") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SyncAuthError("a malformed key") from exc
+
+
+def padded_size(size: int) -> int:
+    if size <= PAD_LARGE:
+        return -(-size // PAD) * PAD
+    step = (1 << (size - 1).bit_length()) // 8
+    return -(-size // step) * step
+
+
+def seal_object(key: bytes, ns: str, kid: str, oid: str, body: dict[str, Any]) -> bytes:
+    """JSON, compressed, length-prefixed and padded (the whole object is a padded size),
+    sealed with its full name as AAD."""
+    raw = zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 6)
+    framed = len(raw).to_bytes(4, "big") + raw
+    overhead = 5 + envelope.NONCE_LEN + 16  # magic, format, nonce; the tag
+    plain = framed + bytes(padded_size(len(framed) + overhead) - len(framed) - overhead)
+    nonce, ct = envelope.seal_raw(key, plain, envelope.lp(TAG_OBJECT, ns, kid, oid))
+    return OBJECT_MAGIC + bytes([FORMAT]) + nonce + ct
+
+
+def open_object(key: bytes, ns: str, kid: str, oid: str, blob: bytes) -> dict[str, Any]:
+    if blob[:4] != OBJECT_MAGIC or blob[4:5] != bytes([FORMAT]):
+        raise SyncAuthError("not a mem sync object")
+    nonce, ct = blob[5:5 + envelope.NONCE_LEN], blob[5 + envelope.NONCE_LEN:]
+    try:
+        plain = envelope.open_raw(key, nonce, ct, envelope.lp(TAG_OBJECT, ns, kid, oid))
+        size = int.from_bytes(plain[:4], "big")
+        body = json.loads(zlib.decompress(plain[4:4 + size]))
+    except envelope.AuthError as exc:
+        raise SyncAuthError("the object does not open") from exc
+    except (ValueError, zlib.error) as exc:
+        raise SyncAuthError("a malformed object") from exc
+    if not isinstance(body, dict):
+        raise SyncAuthError("a malformed object")
+    return body
+
+
+def cache_mac(kek: bytes, body: bytes) -> str:
+    """The MAC of this machine's sync cache: a cache edited by hand must not make a sync
+    push forgets of records it never saw go."""
+    return envelope.keyed_hash(envelope.hkdf(kek, "mem/sync/cache/v1"), body, 32)

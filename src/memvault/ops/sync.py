@@ -1,0 +1,665 @@
+"""`mem sync`: one user's memory merged with a folder or S3-compatible remote, sealed
+end to end (docs/sync.md).
+
+The remote holds immutable sealed operations (add, archive, forget, freeze, destroy)
+under opaque names; their merge is a union of grow-only sets, so the order in which
+machines sync does not matter. What each listed object holds is cached on this machine
+(MAC'd), so a sync reads only the objects it has not seen, and pushes whatever the
+remote as listed now lacks: a remote that was rolled back or emptied is filled again.
+Pulled operations go through the vault's Transaction; derived data is rebuilt here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memvault.crypto import syncseal
+from memvault.errors import DataError, NotFound, Refused
+from memvault.index.base import file_entries
+from memvault.model.location import session_file
+from memvault.model.records import DOC_FILES, Record, now_iso
+from memvault.model.results import SyncAllResult, SyncResult
+from memvault.storage import fsio
+from memvault.storage.remote import Remote
+from memvault.storage.state import Superseded
+from memvault.vault.vault import Transaction, Vault
+
+PAGE = 2000  # records per add object: an upload resumes from the last page sent
+CACHE_FORMAT = 1
+
+
+def cache_path(vault: Vault) -> Path:
+    """Beside the locks, outside the user's directory: a destroy leaves it, so the next
+    sync knows to push the destroy."""
+    return vault.layout.org_dir / ".sync" / f"{vault.user}.json"
+
+
+@dataclass
+class Cache:
+    """What this machine knows of the remote and of itself at its last sync."""
+
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> summary
+    local: set[str] = field(default_factory=set)  # ids held here at the last sync
+    epoch: int = 0  # the local key epoch at the last sync
+    keys: set[str] = field(default_factory=set)  # remote key ids seen
+    frozen: bool = False
+    destroyed: set[str] = field(default_factory=set)  # destroy objects applied
+    last_sync: str | None = None
+    remote: str | None = None
+    # relpath -> [size, mtime_ns, ids] of the line files at the last sync
+    files: dict[str, Any] = field(default_factory=dict)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"format": CACHE_FORMAT, "objects": self.objects, "local": sorted(self.local),
+                "epoch": self.epoch, "keys": sorted(self.keys), "frozen": self.frozen,
+                "destroyed": sorted(self.destroyed), "last_sync": self.last_sync,
+                "remote": self.remote, "files": self.files}
+
+
+def load_cache(path: Path, kek: bytes) -> Cache:
+    """The cache, or an empty one (absent, from another key, or edited: all of these
+    only make the next sync read more)."""
+    try:
+        raw = json.loads(fsio.read_regular(path))
+        body = json.dumps(raw["body"], sort_keys=True).encode()
+        if raw.get("mac") != syncseal.cache_mac(kek, body):
+            return Cache()
+        doc = raw["body"]
+        return Cache(objects=dict(doc["objects"]), local=set(doc["local"]),
+                     epoch=int(doc["epoch"]), keys=set(doc["keys"]),
+                     frozen=bool(doc["frozen"]), destroyed=set(doc["destroyed"]),
+                     last_sync=doc.get("last_sync"), remote=doc.get("remote"),
+                     files=dict(doc.get("files") or {}))
+    except (OSError, ValueError, KeyError, TypeError, DataError):
+        return Cache()
+
+
+def save_cache(path: Path, kek: bytes, cache: Cache) -> None:
+    doc = cache.to_doc()
+    body = json.dumps(doc, sort_keys=True).encode()
+    fsio.ensure_dir(path.parent)
+    fsio.atomic_write(path, json.dumps({"body": doc,
+                                        "mac": syncseal.cache_mac(kek, body)}).encode())
+
+
+def last_sync(vault: Vault) -> dict[str, Any] | None:
+    """When this user last synced and with which remote (for doctor and stats); no key
+    is needed to read it, and nothing in it is checked."""
+    try:
+        doc = json.loads(fsio.read_regular(cache_path(vault)))["body"]
+        return {"at": doc.get("last_sync"), "remote": doc.get("remote")}
+    except (OSError, ValueError, KeyError, TypeError, DataError):
+        return None
+
+
+def waiting(vault: Vault) -> int:
+    """Records held here that the last sync did not see (what the next one pushes)."""
+    try:
+        doc = json.loads(fsio.read_regular(cache_path(vault)))["body"]
+        seen = set(doc["local"])
+    except (OSError, ValueError, KeyError, TypeError, DataError):
+        seen = set()
+    return len(set(scan_local(vault)) - seen)
+
+
+def scan_local(vault: Vault, memo: dict[str, Any] | None = None) -> dict[str, bool]:
+    """Every record id this machine holds, and whether it is archived: clear ids only
+    (line headers, the two small documents), nothing else decrypted. `memo` (relpath ->
+    [size, mtime_ns, ids]) spares the headers of line files unchanged since it was
+    filled, so a sync reads O(what changed)."""
+    if not vault.exists():
+        return {}
+    store, layout, out = vault.store, vault.layout, {}
+    for home in DOC_FILES:
+        for r in store.doc_records(home):
+            out[r.memory_id] = False
+    seen: set[str] = set()
+    for archived in (False, True):  # archived last: a record caught in both is archived
+        for relpath in layout.line_files(archived=archived):
+            seen.add(relpath)
+            for memory_id in _line_ids(vault, relpath, memo):
+                out[memory_id] = archived
+    if memo is not None:
+        for gone in set(memo) - seen:
+            del memo[gone]
+    return out
+
+
+def _line_ids(vault: Vault, relpath: str, memo: dict[str, Any] | None) -> list[str]:
+    if memo is None:
+        return list(vault.store.line_ids(relpath))
+    try:
+        st = vault.layout.path(relpath).stat()
+    except FileNotFoundError:
+        return []
+    known = memo.get(relpath)
+    if known is not None and known[0] == st.st_size and known[1] == st.st_mtime_ns:
+        return list(known[2])
+    ids = list(vault.store.line_ids(relpath))
+    memo[relpath] = [st.st_size, st.st_mtime_ns, ids]
+    return ids
+
+
+def _summary(body: dict[str, Any]) -> dict[str, Any]:
+    """What the cache keeps of an object: its kind and the ids it names, no content."""
+    kind = str(body.get("kind"))
+    out: dict[str, Any] = {"kind": kind, "at": str(body.get("at", ""))}
+    if kind == "add":
+        out["ids"] = [str(item["r"]["memory_id"]) for item in body["records"]]
+        out["archived"] = [str(item["r"]["memory_id"]) for item in body["records"]
+                           if item.get("a")]
+    elif kind in ("archive", "forget"):
+        out["ids"] = [str(i) for i in body["ids"]]
+        if kind == "forget":
+            out["marks"] = [str(m) for m in body.get("marks", [])]
+    elif kind == "freeze":
+        out["frozen"] = bool(body["frozen"])
+    elif kind != "destroy":
+        raise DataError(f"an object of unknown kind {kind!r}")
+    return out
+
+
+class Session:
+    """One user's sync against one remote: the keys checked, the listing read."""
+
+    def __init__(self, vault: Vault, remote: Remote) -> None:
+        self.vault, self.remote = vault, remote
+        self.kek = syncseal.sync_kek(vault.master.key)
+        self.ns = syncseal.namespace(self.kek, vault.org, vault.user)
+        self.keys: dict[str, tuple[bytes, str]] = {}
+        self.damaged = 0
+        self.deleted = 0
+        self.uploaded = 0
+
+    # --- the remote -----------------------------------------------------------------------
+
+    def listing(self) -> tuple[list[str], list[str]]:
+        keys, objects = [], []
+        for name in self.remote.list(self.ns + "/"):
+            if name.startswith(f"{self.ns}/k/"):
+                keys.append(name.rsplit("/", 1)[1])
+            elif name.startswith(f"{self.ns}/o/"):
+                objects.append(name)
+        return keys, objects
+
+    def check_keys(self, kids: Iterable[str]) -> None:
+        """Unwrap every key before anything changes: a key made under another master key
+        means another vault's remote (or a tampered one), and nothing is touched."""
+        for kid in kids:
+            if kid in self.keys:
+                continue
+            try:
+                blob = self.remote.get(f"{self.ns}/k/{kid}")
+            except NotFound:
+                continue
+            try:
+                self.keys[kid] = syncseal.unwrap_key(self.kek, self.ns, kid, blob)
+            except syncseal.SyncAuthError:
+                raise Refused(f"the remote {self.remote.url} holds keys this master key does "
+                              "not open: it is another vault's remote, or was tampered "
+                              "with; nothing was changed", field="remote") from None
+
+    def newest_key(self) -> str | None:
+        if not self.keys:
+            return None
+        return max(self.keys, key=lambda kid: (self.keys[kid][1], kid))
+
+    def new_key(self) -> str:
+        import os
+
+        kid, key, at = syncseal.new_key_id(), os.urandom(32), now_iso()
+        self.remote.put(f"{self.ns}/k/{kid}",
+                        syncseal.wrap_key(self.kek, self.ns, kid, key, at))
+        self.keys[kid] = (key, at)
+        return kid
+
+    def read(self, name: str) -> dict[str, Any] | None:
+        """An object's body, or None (counted as damaged) when it is gone, under a key
+        this remote no longer has, cut short or altered."""
+        kid, _, oid = name.rsplit("/", 1)[1].partition("-")
+        if kid not in self.keys:
+            self.damaged += 1
+            return None
+        try:
+            body = syncseal.open_object(self.keys[kid][0], self.ns, kid, oid,
+                                        self.remote.get(name))
+            _summary(body)
+            return body
+        except (syncseal.SyncAuthError, NotFound, DataError, KeyError, TypeError):
+            self.damaged += 1
+            return None
+
+    def write(self, kid: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        body = {**body, "at": body.get("at") or now_iso()}
+        oid = syncseal.new_object_id()
+        name = f"{self.ns}/o/{kid}-{oid}"
+        self.remote.put(name, syncseal.seal_object(self.keys[kid][0], self.ns, kid, oid, body))
+        self.uploaded += 1
+        return name, _summary(body)
+
+
+def _pages(items: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    for at in range(0, len(items), PAGE):
+        yield items[at:at + PAGE]
+
+
+def sync(vault: Vault, remote: Remote) -> SyncResult:
+    """Merge this user's memory with the remote, both ways."""
+    session = Session(vault, remote)
+    path = cache_path(vault)
+    fsio.ensure_dir(path.parent)
+    with fsio.locked(path.with_suffix(".lock"), vault.settings.lock_timeout,
+                     f"the sync of user {vault.who}"):
+        return _sync(session, path)
+
+
+def _sync(s: Session, path: Path) -> SyncResult:
+    vault, remote = s.vault, s.remote
+    cache = load_cache(path, s.kek)
+    if cache.remote not in (None, remote.url):
+        cache = Cache()  # another remote: what this cache says of it is not true there
+    kids, names = s.listing()
+    s.check_keys(kids)  # first, before anything changes
+
+    current: dict[str, dict[str, Any]] = {}
+    bodies: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if name in cache.objects:
+            current[name] = cache.objects[name]
+            continue
+        body = s.read(name)
+        if body is not None:
+            bodies[name] = body
+            current[name] = _summary(body)
+
+    # Destroys: one seen here for the first time ends this machine's copy of the user;
+    # a user gone here since the last sync was destroyed here and is pushed.
+    destroys = {n: i for n, i in current.items() if i["kind"] == "destroy"}
+    fresh_destroys = set(destroys) - cache.destroyed
+    if fresh_destroys:
+        last = max(destroys[n]["at"] for n in fresh_destroys)
+        if vault.exists():
+            _destroy_here(vault)
+        cache = Cache(destroyed=cache.destroyed | set(destroys), remote=remote.url)
+        current = {n: i for n, i in current.items() if i["at"] > last or n in destroys}
+    elif cache.local and not vault.exists():
+        return _push_destroy(s, path, cache, names)
+
+    memo = cache.files
+    local0 = scan_local(vault, memo)
+    state = vault.state() if vault.exists() else None
+    epoch0 = state.key_version if state else 0
+    deleted_here = cache.local - set(local0)
+
+    remote_ids: dict[str, str] = {}  # id -> an object that holds it
+    remote_archived: set[str] = set()
+    remote_tombs: set[str] = set()
+    remote_marks: set[str] = set()
+    for name, info in current.items():
+        if info["kind"] == "add":
+            for i in info["ids"]:
+                remote_ids.setdefault(i, name)
+            remote_archived.update(info["archived"])
+        elif info["kind"] == "archive":
+            remote_archived.update(info["ids"])
+        elif info["kind"] == "forget":
+            remote_tombs.update(info["ids"])
+            remote_marks.update(info.get("marks", []))
+    tombs = remote_tombs | deleted_here
+
+    # --- pull ---------------------------------------------------------------------------
+    pulled = _pull_adds(s, bodies, remote_ids, set(local0), tombs)
+    local = scan_local(vault, memo) if pulled else local0
+    archive_here = {i for i, a in local.items() if not a} & remote_archived - tombs
+    if archive_here:
+        _archive_here(vault, archive_here)
+    forget_here = (remote_tombs & set(local)) - deleted_here
+    forgotten = _forget_here(vault, forget_here) if forget_here else 0
+    state = vault.state() if vault.exists() else None
+    if state is not None and remote_marks - state.forgotten:
+        with vault.transaction(allow_frozen=True) as tx:
+            tx.state.forgotten |= remote_marks
+            tx.touch()
+    freezes = sorted(((i["at"], n, i["frozen"]) for n, i in current.items()
+                      if i["kind"] == "freeze"))
+    frozen_changed_here = state is not None and state.frozen != cache.frozen
+    if freezes and not frozen_changed_here and state is not None \
+            and freezes[-1][2] != state.frozen:
+        _set_frozen(vault, freezes[-1][2])
+
+    # A newer remote key made by another machine's new epoch: this machine's old data
+    # keys go too (re-encrypt under a new epoch of its own).
+    newest = s.newest_key()
+    rotated_here = bool(cache.epoch) and epoch0 > cache.epoch
+    if newest and cache.keys and newest not in cache.keys and not rotated_here \
+            and vault.exists():
+        from memvault.ops import keys
+
+        with vault.transaction(allow_frozen=True) as tx:
+            keys.reencrypt(tx, rewrite=True)
+    rebuild_derived(vault, bool(pulled or archive_here or forgotten))
+
+    # --- push ---------------------------------------------------------------------------
+    local1 = scan_local(vault, memo)
+    state = vault.state() if vault.exists() else None
+    tombs |= set(local0) - set(local1)  # erased while applying (summaries made from them)
+    if newest is None or rotated_here:
+        newest = s.new_key()
+    push_ids = set(local1) - set(remote_ids) - tombs
+    push_tombs = tombs - remote_tombs
+    push_marks = (state.forgotten if state else set()) - remote_marks
+    push_archived = {i for i, a in local1.items() if a} & set(remote_ids) - remote_archived
+
+    written: dict[str, dict[str, Any]] = {}
+    items = [{"r": r.stored(), "a": r.archived} for r in _records(vault, push_ids, memo)]
+    for page in _pages(items):
+        name, info = s.write(newest, {"kind": "add", "records": page})
+        written[name] = info
+    if push_archived:
+        name, info = s.write(newest, {"kind": "archive", "ids": sorted(push_archived)})
+        written[name] = info
+    if push_tombs or push_marks:
+        name, info = s.write(newest, {"kind": "forget", "ids": sorted(push_tombs),
+                                      "marks": sorted(push_marks)})
+        written[name] = info
+    if state is not None and frozen_changed_here:
+        name, info = s.write(newest, {"kind": "freeze", "frozen": state.frozen})
+        written[name] = info
+    current.update(written)
+    # Erasure and new epochs: every object that holds a forgotten record, or is sealed
+    # under an older key, is written again without it under the newest key, then deleted.
+    current = _repack(s, newest, current, bodies, tombs)
+
+    cache.objects = current
+    cache.local = set(local1)
+    cache.epoch = state.key_version if state else 0
+    cache.keys = set(s.keys)
+    cache.frozen = state.frozen if state else False
+    cache.last_sync, cache.remote = now_iso(), remote.url
+    save_cache(path, s.kek, cache)
+    _retire_keys(s, newest)
+    return SyncResult(len(push_ids), pulled, forgotten, remote.url, s.damaged,
+                      len(push_tombs))
+
+
+def rebuild_derived(vault: Vault, changed: bool) -> None:
+    """Derived data is never synced: rebuilt here after a sync that changed records.
+    The index is kept by each Transaction already; vectors, when a vault has them,
+    are refreshed from this one point."""
+    del vault, changed
+
+
+def _records(vault: Vault, ids: set[str], memo: dict[str, Any]) -> list[Record]:
+    """The records with these ids, each file read once; only files that hold one."""
+    if not ids:
+        return []
+    store, out = vault.store, []
+    for home in DOC_FILES:
+        out += [r for r in store.doc_records(home) if r.memory_id in ids]
+    for archived in (False, True):
+        for relpath in vault.layout.line_files(archived=archived):
+            if any(i in ids for i in _line_ids(vault, relpath, memo)):
+                for r in store.read_lines(relpath):
+                    if r.memory_id in ids:
+                        r.archived = archived
+                        out.append(r)
+    return out
+
+
+def _pull_adds(s: Session, bodies: dict[str, dict[str, Any]], remote_ids: dict[str, str],
+               local: set[str], tombs: set[str]) -> int:
+    """Add the records the remote holds and this machine lacks (never a forgotten one)."""
+    wanted = set(remote_ids) - local - tombs
+    if not wanted:
+        return 0
+    found: dict[str, tuple[Record, bool]] = {}
+    for name in sorted({remote_ids[i] for i in wanted}):
+        body = bodies.get(name) or s.read(name)
+        if body is None:
+            continue
+        for item in body["records"]:
+            if item["r"]["memory_id"] in wanted:
+                found[item["r"]["memory_id"]] = (Record.from_stored(item["r"]), bool(item["a"]))
+    return _add_records(s.vault, list(found.values()))
+
+
+def _add_records(vault: Vault, items: list[tuple[Record, bool]]) -> int:
+    """Store pulled records with their ids, through one transaction. They were admitted
+    on the machine that made them (same owner, same key): screening them again would
+    change their content and part them from their id. A transcript message that is
+    already here under another id (the same session ingested on two machines) is kept
+    once, under the smaller id, so that every machine ends with the same one."""
+    if not items:
+        return 0
+    added = 0
+    with vault.transaction(allow_frozen=True) as tx:
+        by_home: dict[str, list[Record]] = {}
+        for record, archived in items:
+            record.org_id, record.user_id = vault.org, vault.user
+            record.key_version = tx.epoch
+            home = record.home if record.home in DOC_FILES else \
+                session_file(str(record.session_id), archived)
+            record.archived = archived
+            by_home.setdefault(home, []).append(record)
+        new: list[Record] = []
+        for home, records in sorted(by_home.items()):
+            if home in DOC_FILES:
+                tx.add_to_doc(home, records)
+                new += records
+                continue
+            records = _merge_duplicates(tx, home, records)
+            records.sort(key=lambda r: (r.created_at, r.memory_id))
+            locations = tx.append(home, records)
+            tx.index(file_entries(records, locations), created=[r.memory_id for r in records])
+            new += records
+        present = {r.memory_id for r in new}
+        for r in new:
+            tx.state.count(r.type, +1, archived=r.archived)
+            if r.supersedes and (r.supersedes in present or
+                                 tx.store.layout.path(r.home).exists()):
+                tx.state.superseded[r.supersedes] = Superseded(r.memory_id, False)
+        added = len(new)
+        tx.touch()
+        tx.audit("sync.pull", sorted(present), pulled=added)
+    return added
+
+
+def _merge_duplicates(tx: Transaction, relpath: str, records: list[Record]) -> list[Record]:
+    """Of a pulled message and one here with the same transcript id, keep the smaller
+    memory id: the pulled one is dropped, or replaces the one here in its file."""
+    pulled_msgs = {r.message_id: r for r in records if r.type == "message" and r.message_id}
+    if not pulled_msgs or not tx.store.layout.path(relpath).exists():
+        return records
+    lines = tx.store.read_lines(relpath)
+    drop: set[str] = set()
+    replaced = False
+    for at, here in enumerate(lines):
+        other = pulled_msgs.get(here.message_id or "")
+        if other is None or other.memory_id == here.memory_id:
+            continue
+        drop.add(other.memory_id)
+        if other.memory_id < here.memory_id:
+            lines[at] = other
+            replaced = True
+            tx.state.count(here.type, -1, archived=here.archived)
+            tx.state.count(other.type, +1, archived=other.archived)
+    if replaced:
+        tx.rewrite(relpath, lines)
+        tx.rebuild_indexes(changed={relpath})
+    return [r for r in records if r.memory_id not in drop]
+
+
+def _archive_here(vault: Vault, ids: set[str]) -> None:
+    """Move records another machine archived to archive/ here: appended there before
+    they leave the live file, so a kill between leaves a copy, never none."""
+    with vault.transaction(allow_frozen=True) as tx:
+        changed: set[str] = set()
+        for relpath in vault.layout.line_files():
+            if not ids & set(tx.store.line_ids(relpath)):
+                continue
+            lines = tx.store.read_lines(relpath)
+            moving = [r for r in lines if r.memory_id in ids]
+            target = relpath.replace("sessions/", "archive/", 1)
+            there = set(tx.store.line_ids(target)) if tx.store.layout.path(target).exists() \
+                else set()
+            tx.append(target, [r for r in moving if r.memory_id not in there])
+            tx.rewrite(relpath, [r for r in lines if r.memory_id not in ids])
+            for r in moving:
+                tx.state.count(r.type, -1)
+                tx.state.count(r.type, +1, archived=True)
+            changed |= {relpath, target}
+        tx.touch()
+        tx.audit("sync.archive", sorted(ids))
+        tx.rebuild_indexes(changed=changed)
+
+
+def _forget_here(vault: Vault, ids: set[str]) -> int:
+    from memvault.ops import forget
+
+    plan = forget.select(vault, sorted(ids))
+    return forget.forget(vault, plan).deleted_count
+
+
+def _set_frozen(vault: Vault, frozen: bool) -> None:
+    from memvault.ops import admin
+
+    admin.set_frozen(vault, frozen)
+
+
+def _destroy_here(vault: Vault) -> None:
+    from memvault.ops import admin
+
+    if vault.state().frozen:
+        admin.set_frozen(vault, False)
+    admin.destroy(vault, vault.user)
+
+
+def _push_destroy(s: Session, path: Path, cache: Cache, names: list[str]) -> SyncResult:
+    """This user was destroyed here: a destroy under a new key, then every other object
+    and key deleted, so no copy on the remote opens any more."""
+    kid = s.new_key()
+    name, _ = s.write(kid, {"kind": "destroy"})
+    for old in names:
+        s.remote.delete(old)
+        s.deleted += 1
+    for old_kid in list(s.keys):
+        if old_kid != kid:
+            s.remote.delete(f"{s.ns}/k/{old_kid}")
+    forgotten = len(cache.local)
+    save_cache(path, s.kek, Cache(destroyed={name}, keys={kid}, last_sync=now_iso(),
+                                  remote=s.remote.url))
+    return SyncResult(0, 0, 0, s.remote.url, s.damaged, forgotten)
+
+
+def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
+            bodies: dict[str, dict[str, Any]], tombs: set[str]) -> dict[str, dict[str, Any]]:
+    stale = [n for n, i in current.items() if i["kind"] != "destroy" and (
+        not n.rsplit("/", 1)[1].startswith(newest + "-") or
+        (i["kind"] == "add" and tombs & set(i["ids"])))]
+    if not stale:
+        return current
+    records: dict[str, dict[str, Any]] = {}
+    archived: set[str] = set()
+    gone: set[str] = set()
+    marks: set[str] = set()
+    freeze: tuple[str, bool] | None = None
+    readable: list[str] = []
+    for name in stale:
+        body = bodies.get(name) or s.read(name)
+        if body is None:
+            continue  # not ours to drop: a later sync retries it
+        readable.append(name)
+        kind = body["kind"]
+        if kind == "add":
+            for item in body["records"]:
+                if item["r"]["memory_id"] not in tombs:
+                    records[item["r"]["memory_id"]] = item
+        elif kind == "archive":
+            archived.update(body["ids"])
+        elif kind == "forget":
+            gone.update(body["ids"])
+            marks.update(body.get("marks", []))
+        elif kind == "freeze" and (freeze is None or body["at"] > freeze[0]):
+            freeze = (body["at"], bool(body["frozen"]))
+    out = {n: i for n, i in current.items() if n not in readable}
+    for page in _pages(list(records.values())):
+        name, info = s.write(newest, {"kind": "add", "records": page})
+        out[name] = info
+    if archived - tombs:
+        name, info = s.write(newest, {"kind": "archive", "ids": sorted(archived - tombs)})
+        out[name] = info
+    if gone or marks:
+        name, info = s.write(newest, {"kind": "forget", "ids": sorted(gone),
+                                      "marks": sorted(marks)})
+        out[name] = info
+    if freeze is not None:
+        name, info = s.write(newest, {"kind": "freeze", "frozen": freeze[1],
+                                      "at": freeze[0]})
+        out[name] = info
+    for name in readable:  # only once what replaces them is written
+        s.remote.delete(name)
+        s.deleted += 1
+    return out
+
+
+def _retire_keys(s: Session, newest: str) -> None:
+    """Delete the older remote keys that a fresh listing shows no object under (another
+    machine may still be writing under one: that key then waits for a later sync)."""
+    kids, names = s.listing()
+    used = {n.rsplit("/", 1)[1].partition("-")[0] for n in names}
+    made = s.keys[newest][1]
+    for kid in kids:
+        # A key this sync did not check may be another machine's newest: never touched.
+        if kid in s.keys and s.keys[kid][1] < made and kid not in used:
+            s.remote.delete(f"{s.ns}/k/{kid}")
+            s.keys.pop(kid, None)
+
+
+def run(vault: Vault, url: str, endpoint_url: str | None = None,
+        all_users: bool = False) -> SyncResult | SyncAllResult:
+    """Sync one user, or (`all_users`) every user of the vault this machine holds or
+    synced before (a destroyed one included, so that the destroy is pushed)."""
+    from memvault.storage.layout import users
+    from memvault.storage.remote import open_remote
+
+    remote = open_remote(url, endpoint_url)
+    if not all_users:
+        return sync(vault, remote)
+    from memvault.errors import MemError
+
+    who = set(users(vault.root))
+    for org_dir in sorted(p for p in vault.root.iterdir() if p.is_dir()):
+        who |= {(org_dir.name, f.stem) for f in (org_dir / ".sync").glob("*.json")}
+    results: list[SyncResult] = []
+    done: list[str] = []
+    failed: list[str] = []
+    for org, user in sorted(who):
+        from dataclasses import replace
+
+        settings = replace(vault.settings, values={**vault.settings.values, "org": org,
+                                                   "user": user})
+        one = Vault(settings, master=vault.master, actor=vault.actor)
+        try:
+            results.append(sync(one, remote))
+            done.append(f"{org}/{user}")
+        except MemError:
+            failed.append(f"{org}/{user}")
+    return SyncAllResult(sum(r.pushed for r in results), sum(r.pulled for r in results),
+                         sum(r.forgotten for r in results), url, tuple(done), tuple(failed))
+
+
+def remember_remote(url: str, endpoint_url: str | None) -> str | None:
+    """Write the remote into config.yaml's `sync:` section (the path, when written)."""
+    from memvault.config import file_with_sync
+
+    change = file_with_sync(url, endpoint_url)
+    if change is None:
+        return None
+    path, data = change
+    fsio.ensure_dir(path.parent)
+    fsio.atomic_write(path, data)
+    return str(path)

@@ -1,0 +1,147 @@
+"""Where a sync's objects live: a folder, or S3-compatible object storage.
+
+A remote is a flat set of named, immutable byte strings: list under a prefix, get,
+create, delete. Nothing here reads what the bytes mean (crypto/syncseal.py seals them).
+boto3 is imported only when an S3 remote is opened (the optional extra `memvault[s3]`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import unquote, urlparse
+
+from memvault.errors import ConfigError, NotFound, StorageError
+from memvault.storage import fsio
+
+
+class Remote(Protocol):
+    url: str
+
+    def list(self, prefix: str) -> Iterator[str]: ...
+
+    def get(self, name: str) -> bytes: ...
+
+    def put(self, name: str, data: bytes) -> None: ...
+
+    def delete(self, name: str) -> None: ...
+
+
+class FolderRemote:
+    """A directory (a NAS, a synced folder, a USB disk). An object is written under a
+    temporary name, fsynced and renamed: a reader sees it whole or not at all."""
+
+    def __init__(self, url: str, root: Path) -> None:
+        self.url = url
+        self.root = root
+        if not root.is_dir():
+            raise NotFound(f"the sync folder {root} does not exist", field="remote")
+
+    def _path(self, name: str) -> Path:
+        return self.root.joinpath(*name.split("/"))
+
+    def list(self, prefix: str) -> Iterator[str]:
+        base = self._path(prefix) if prefix else self.root
+        if not base.is_dir():
+            return
+        for dirpath, _, files in os.walk(base):
+            rel = Path(dirpath).relative_to(self.root).as_posix()
+            for f in sorted(files):
+                if not f.startswith(".tmp-"):
+                    yield f if rel == "." else f"{rel}/{f}"
+
+    def get(self, name: str) -> bytes:
+        try:
+            return fsio.read_regular(self._path(name))
+        except FileNotFoundError:
+            raise NotFound(f"the remote object {name} is gone") from None
+
+    def put(self, name: str, data: bytes) -> None:
+        path = self._path(name)
+        fsio.ensure_dir(path.parent)
+        fsio.atomic_write(path, data)
+
+    def delete(self, name: str) -> None:
+        try:
+            self._path(name).unlink()
+        except FileNotFoundError:
+            pass
+
+
+class S3Remote:
+    """An S3-compatible bucket through boto3, credentials from the standard chain."""
+
+    def __init__(self, url: str, bucket: str, prefix: str, endpoint_url: str | None) -> None:
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError:
+            raise ConfigError("an s3:// remote needs boto3: install memvault[s3]",
+                              field="remote") from None
+        self.url = url
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        config = Config(retries={"max_attempts": 5, "mode": "standard"},
+                        connect_timeout=10, read_timeout=60)
+        self.client: Any = boto3.session.Session().client("s3", endpoint_url=endpoint_url,
+                                                          config=config)
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        self._errors = (BotoCoreError, ClientError)
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def _fail(self, what: str, exc: Exception) -> StorageError:
+        return StorageError(f"the remote {self.url}: {what} failed ({exc})")
+
+    def list(self, prefix: str) -> Iterator[str]:
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self._key(prefix))
+            for page in pages:
+                for item in page.get("Contents", []):
+                    yield str(item["Key"])[cut:]
+        except self._errors as exc:
+            raise self._fail("listing", exc) from None
+
+    def get(self, name: str) -> bytes:
+        try:
+            body: bytes = self.client.get_object(Bucket=self.bucket,
+                                                 Key=self._key(name))["Body"].read()
+            return body
+        except self._errors as exc:
+            if getattr(exc, "response", {}).get("Error", {}).get("Code") in ("NoSuchKey",
+                                                                             "404"):
+                raise NotFound(f"the remote object {name} is gone") from None
+            raise self._fail("a download", exc) from None
+
+    def put(self, name: str, data: bytes) -> None:
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=data)
+        except self._errors as exc:
+            raise self._fail("an upload", exc) from None
+
+    def delete(self, name: str) -> None:
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(name))
+        except self._errors as exc:
+            raise self._fail("a delete", exc) from None
+
+
+def open_remote(url: str, endpoint_url: str | None = None) -> Remote:
+    """The remote a URL names: `s3://bucket/prefix`, `file:///path`, or a plain path."""
+    parsed = urlparse(url)
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise ConfigError(f"the remote {url} names no bucket", field="remote")
+        return S3Remote(url, parsed.netloc, parsed.path, endpoint_url)
+    if parsed.scheme == "file":
+        return FolderRemote(url, Path(unquote(parsed.path)))
+    if parsed.scheme and len(parsed.scheme) > 1:
+        raise ConfigError(f"the remote {url}: only s3:// and folders (file:// or a path) "
+                          "are supported", field="remote")
+    return FolderRemote(url, Path(url).expanduser())

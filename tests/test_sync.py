@@ -1,0 +1,249 @@
+"""`mem sync`: machines sharing one master key converge through a folder remote (and an
+S3-compatible server: test_sync_s3.py); the remote holds only ciphertext."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memvault.config import resolve
+from memvault.errors import Refused
+from memvault.ops import forget as forget_ops
+from memvault.ops import sync as sync_ops
+from memvault.ops.admin import init, set_frozen
+from memvault.ops.ingest import ingest_text
+from memvault.ops.keys import rotate_key
+from memvault.ops.remember import add
+from memvault.storage.remote import FolderRemote
+from memvault.vault.vault import Vault
+from tests.conftest import examples
+from tests.sync_oracle import MASTER, read_remote
+
+CANARY = "zebracanary"
+
+
+def machine(tmp: Path, name: str, key: bytes = MASTER) -> Vault:
+    """A machine's vault for user alice, under the shared master key."""
+    os.environ["MEM_MASTER_KEY"] = base64.b64encode(key).decode()
+    settings = resolve(vault=tmp / name)
+    if not (tmp / name / "vault.json").exists():
+        init(settings)
+    return Vault(settings)
+
+
+def ids(v: Vault) -> set[str]:
+    return set(sync_ops.scan_local(v))
+
+
+def contents(v: Vault) -> dict[str, str]:
+    return {r.memory_id: r.content for r in v.store.records()} if v.exists() else {}
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> FolderRemote:
+    (tmp_path / "remote").mkdir()
+    return FolderRemote(str(tmp_path / "remote"), tmp_path / "remote")
+
+
+def transcript(session: str, n: int, start: int = 0) -> str:
+    return "\n".join(json.dumps({"id": f"m{i}", "role": "user" if i % 2 else "assistant",
+                                 "content": f"{CANARY} message {i} about topic{i}",
+                                 "timestamp": f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z"})
+                     for i in range(start, n))
+
+
+def test_two_machines_union_and_nothing_plain_on_the_remote(
+        tmp_path: Path, remote: FolderRemote) -> None:
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    add(a, f"Prefers green tea {CANARY}", "preference", tags=["secrettag"])
+    ingest_text(b, transcript("s1", 6), None, "jsonl", session="projectsession")
+    ra = sync_ops.sync(a, FolderRemote(remote.url, remote.root))
+    rb = sync_ops.sync(b, remote)
+    ra2 = sync_ops.sync(a, remote)
+    assert (ra.pushed, rb.pushed, rb.pulled, ra2.pulled) == (1, 6, 1, 6)
+    assert contents(a) == contents(b) and len(contents(a)) == 7
+    # A second round moves nothing: converged.
+    assert (sync_ops.sync(b, remote).pushed, sync_ops.sync(a, remote).pulled) == (0, 0)
+    # Nothing on the remote names or holds what the memory says.
+    for path in remote.root.rglob("*"):
+        text = str(path.relative_to(remote.root)).encode()
+        data = path.read_bytes() if path.is_file() else b""
+        for needle in (CANARY, "secrettag", "projectsession", "alice", "green tea"):
+            assert needle.encode() not in data + text, (path, needle)
+    assert set(read_remote(remote.root)["records"]) == ids(a)
+
+
+def test_forget_reaches_every_machine_and_leaves_the_remote(
+        tmp_path: Path, remote: FolderRemote) -> None:
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    gone = add(a, "Lives at 12 Canary Lane", "fact").record.memory_id
+    kept = add(a, "Likes hiking", "fact").record.memory_id
+    ingest_text(a, transcript("s1", 4), None, "jsonl", session="s1")
+    sync_ops.sync(a, remote)
+    sync_ops.sync(b, remote)
+    message = next(r for r in b.store.records() if r.message_id == "m1").memory_id
+    forget_ops.forget(b, forget_ops.select(b, [gone, message]))
+    assert sync_ops.sync(b, remote).erasures_pushed == 2
+    assert sync_ops.sync(a, remote).forgotten == 2
+    assert gone not in ids(a) and message not in ids(a) and kept in ids(a)
+    seen = read_remote(remote.root)
+    assert gone not in seen["records"] and message not in seen["records"]
+    assert "Canary Lane" not in json.dumps(seen["records"])
+    # A re-ingest of the transcript on the other machine does not bring it back.
+    ingest_text(a, transcript("s1", 4), None, "jsonl", session="s1")
+    sync_ops.sync(a, remote)
+    sync_ops.sync(b, remote)
+    assert not any(r.message_id == "m1" for r in a.store.records())
+    assert ids(a) == ids(b)
+
+
+def test_another_vaults_remote_is_refused_before_anything_changes(
+        tmp_path: Path, remote: FolderRemote) -> None:
+    a = machine(tmp_path, "a")
+    add(a, "Likes hiking", "fact")
+    sync_ops.sync(a, remote)
+    before = sorted(p.name for p in remote.root.rglob("*"))
+    stranger = machine(tmp_path, "s", key=bytes(32))
+    add(stranger, "Something else", "fact")
+    # The stranger's namespace differs; pointing it at a's keys is the attack.
+    ns_a = next(remote.root.iterdir()).name
+    fake = Vault(stranger.settings, master=stranger.master)
+    session = sync_ops.Session(fake, remote)
+    session.ns = ns_a
+    with pytest.raises(Refused):
+        session.check_keys(session.listing()[0])
+    assert sorted(p.name for p in remote.root.rglob("*")) == before
+
+
+def test_damaged_duplicated_and_emptied_remote_objects(
+        tmp_path: Path, remote: FolderRemote) -> None:
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    for i in range(3):
+        add(a, f"fact number {i}", "fact")
+    sync_ops.sync(a, remote)
+    obj = next(remote.root.rglob("o/*"))
+    (obj.parent / (obj.name[:-1] + ("0" if obj.name[-1] != "0" else "1"))).write_bytes(
+        obj.read_bytes())  # a copy under another name does not open (its name is AAD)
+    result = sync_ops.sync(b, remote)
+    assert result.pulled == 3 and result.damaged == 1
+    # A remote rolled back to empty is filled again by a machine that holds the records.
+    for path in sorted(remote.root.rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    assert sync_ops.sync(b, remote).pushed == 3
+    assert len(read_remote(remote.root)["records"]) == 3
+
+
+def test_freeze_and_rotation_travel(tmp_path: Path, remote: FolderRemote) -> None:
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    add(a, "Likes hiking", "fact")
+    sync_ops.sync(a, remote)
+    sync_ops.sync(b, remote)
+    set_frozen(a, True)
+    sync_ops.sync(a, remote)
+    sync_ops.sync(b, remote)
+    assert b.state().frozen
+    set_frozen(b, False)
+    sync_ops.sync(b, remote)
+    sync_ops.sync(a, remote)
+    assert not a.state().frozen
+    old_keys = {p.name for p in remote.root.rglob("k/*")}
+    epoch_b = b.state().key_version
+    rotate_key(a, now=True)
+    sync_ops.sync(a, remote)
+    assert not old_keys & {p.name for p in remote.root.rglob("k/*")}  # old key deleted
+    sync_ops.sync(b, remote)
+    assert b.state().key_version > epoch_b  # b re-encrypted under a new epoch of its own
+    assert contents(a) == contents(b)
+
+
+def test_destroy_reaches_every_machine(tmp_path: Path, remote: FolderRemote) -> None:
+    from memvault.ops.admin import destroy
+
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    add(a, f"Likes {CANARY}", "fact")
+    sync_ops.sync(a, remote)
+    sync_ops.sync(b, remote)
+    destroy(a, "alice")
+    sync_ops.sync(a, remote)
+    sync_ops.sync(b, remote)
+    assert not b.exists()
+    assert read_remote(remote.root)["records"] == {}
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["add", "ingest", "supersede", "forget", "sync",
+                                          "compact", "rotate"]),
+                         st.integers(0, 2), st.integers(0, 5)), min_size=1, max_size=14)
+
+
+@settings(max_examples=examples(12), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                 HealthCheck.too_slow])
+@given(OPS)
+def test_three_machines_converge(tmp_path_factory: pytest.TempPathFactory,
+                                 steps: list[tuple[str, int, int]]) -> None:
+    from memvault.ops.compact import compact_user
+
+    tmp = tmp_path_factory.mktemp("three")
+    (tmp / "remote").mkdir()
+    remote = FolderRemote(str(tmp / "remote"), tmp / "remote")
+    machines = [machine(tmp, n) for n in "abc"]
+    forgotten: set[str] = set()
+    for step, (op, m, n) in enumerate(steps):
+        v = machines[m]
+        if op == "add":
+            add(v, f"fact {step} {n}", "fact")
+        elif op == "ingest":
+            ingest_text(v, transcript("s", 3 + n), None, "jsonl", session=f"s{n % 2}")
+        elif op == "supersede" and ids(v):
+            old = sorted(r.memory_id for r in v.store.records() if r.type == "fact")
+            if old:
+                add(v, f"fact {step} replaces", "fact", supersedes=old[n % len(old)])
+        elif op == "forget" and ids(v):
+            target = sorted(ids(v))[n % len(ids(v))]
+            plan = forget_ops.select(v, [target])
+            forgotten |= {r.memory_id for r in plan.targets}
+            forget_ops.forget(v, plan, now=bool(n % 2))
+        elif op == "compact" and v.exists():
+            cfg = v.settings.compaction
+            compact_user(v, cfg, sessions=[s for s in ("s0", "s1")
+                                           if v.layout.path(f"sessions/{s}.jsonl").exists()])
+        elif op == "rotate" and v.exists():
+            rotate_key(v, now=True)
+        elif op == "sync":
+            sync_ops.sync(v, remote)
+    for _ in range(2):
+        for v in machines:
+            sync_ops.sync(v, remote)
+    held = [ids(v) for v in machines]
+    assert held[0] == held[1] == held[2]
+    assert not forgotten & held[0]
+    seen = read_remote(remote.root) if any(held) else {"records": {}}
+    assert not forgotten & set(seen["records"])
+    assert set(seen["records"]) == held[0]
+
+
+def test_doctor_shows_the_last_sync_and_what_waits(
+        tmp_path: Path, remote: FolderRemote, script_runner: Any) -> None:
+    from tests.conftest import mem
+
+    a = machine(tmp_path, "a")
+    add(a, "Likes hiking", "fact")
+    env = {"MEM_VAULT": str(tmp_path / "a"), "MEM_SYNC_REMOTE": str(remote.root)}
+
+    def finding() -> str:
+        done = mem(script_runner, "doctor", "--json", **env)
+        return next(f["what"] for f in json.loads(done.stdout)["findings"]
+                    if f["what"].startswith("sync:"))
+
+    assert finding().startswith("sync: never synced")
+    sync_ops.sync(a, remote)
+    assert "0 records waiting" in finding()
+    add(a, "Likes climbing", "fact")
+    assert "1 record waiting" in finding()

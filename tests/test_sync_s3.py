@@ -1,0 +1,111 @@
+"""`mem sync` against a real S3-compatible server: moto's server mode, started on a free
+port of 127.0.0.1 for this module and stopped at its end."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memvault.ops import forget as forget_ops
+from memvault.ops import sync as sync_ops
+from memvault.ops.ingest import ingest_text
+from memvault.ops.remember import add
+from memvault.storage.remote import open_remote
+from tests.conftest import mem
+from tests.test_sync import CANARY, contents, machine, transcript
+
+pytest.importorskip("moto")
+boto3 = pytest.importorskip("boto3")
+
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                             "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("the S3 test server did not start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def bucket(s3_server: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+           ) -> str:
+    for k, v in CREDENTIALS.items():
+        monkeypatch.setenv(k, v)
+    name = "mem-" + request.node.name.lower().replace("_", "-")[:40]
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket=name)
+    return name
+
+
+def objects(endpoint: str, bucket: str) -> dict[str, bytes]:
+    client: Any = boto3.client("s3", endpoint_url=endpoint)
+    out = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for item in page.get("Contents", []):
+            out[item["Key"]] = client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+    return out
+
+
+def test_two_machines_through_s3(tmp_path: Path, s3_server: str, bucket: str) -> None:
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    add(a, f"Prefers green tea {CANARY}", "preference", tags=["secrettag"])
+    ingest_text(b, transcript("s1", 5), None, "jsonl", session="projectsession")
+    url = f"s3://{bucket}/mem"
+    for v in (a, b, a):
+        sync_ops.sync(v, open_remote(url, s3_server))
+    assert contents(a) == contents(b) and len(contents(a)) == 6
+    gone = next(r.memory_id for r in a.store.records() if r.type == "preference")
+    forget_ops.forget(a, forget_ops.select(a, [gone]))
+    sync_ops.sync(a, open_remote(url, s3_server))
+    assert sync_ops.sync(b, open_remote(url, s3_server)).forgotten == 1
+    stored = objects(s3_server, bucket)
+    assert stored and all(key.startswith("mem/") for key in stored)
+    for key, data in stored.items():
+        for needle in (CANARY, "secrettag", "projectsession", "alice", "green tea"):
+            assert needle.encode() not in key.encode() + data
+
+
+def test_the_command_saves_the_remote_and_speaks_json(
+        tmp_path: Path, s3_server: str, bucket: str, script_runner: Any) -> None:
+    a = machine(tmp_path, "a")
+    add(a, "Likes hiking", "fact")
+    env = {"MEM_VAULT": str(tmp_path / "a"), "MEM_MASTER_KEY": os.environ["MEM_MASTER_KEY"]}
+    first = mem(script_runner, "sync", "--remote", f"s3://{bucket}/p", "--endpoint-url",
+                s3_server, "--json", **env)
+    assert first.returncode == 0, first.stderr
+    doc = json.loads(first.stdout)
+    assert {"pushed", "pulled", "forgotten", "remote"} <= set(doc) and doc["pushed"] == 1
+    again = mem(script_runner, "sync", "--json", **env)  # the remote from config.yaml
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["pushed"] == 0

@@ -39,6 +39,12 @@ def sync(
     endpoint = endpoint_url or cfg["endpoint_url"]
     out = Output(json)
     result = core.run(v, url, endpoint, all_users)
+    if v.written:
+        # What another machine stored gets its vectors here, as a local write does:
+        # vectors are derived, never synced.
+        from memvault.ops import background
+
+        background.start(v.settings, v.written)
     if remote is not None:
         saved = core.remember_remote(remote, endpoint_url)
         if saved:

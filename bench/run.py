@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 BENCHES = ["startup", "retrieval", "longmemeval", "search", "redact", "sanitize", "lifecycle",
-           "ingest", "scan", "scale", "compact", "agents", "brief"]
+           "ingest", "scan", "scale", "compact", "agents", "brief", "vectors"]
 
 
 def main(argv: list[str]) -> None:

@@ -3,7 +3,7 @@ key file format. No file is read here: where the master key comes from is the va
 business (vault/keysource.py).
 
     master ─HKDF(org, user, epoch)→ KEK ─wraps→ DEK (random, per user and epoch)
-    DEK ─HKDF→ record key, index key ─HKDF→ location key
+    DEK ─HKDF→ record key, vector key, index key ─HKDF→ location key
     master ─HKDF(org, user)→ meta key (audit chain, state MAC, marks)
 """
 
@@ -48,6 +48,11 @@ def record_key(dek: bytes) -> bytes:
 
 def index_key(dek: bytes) -> bytes:
     return envelope.hkdf(dek, "mem/v1/index")
+
+
+def vector_key(dek: bytes) -> bytes:
+    """Seals the vector store (vectors can be inverted back to text: sealed like records)."""
+    return envelope.hkdf(dek, "mem/v1/vectors")
 
 
 def location_key(index_key: bytes) -> bytes:

@@ -29,7 +29,7 @@ from memvault.storage.layout import AUDIT, INDEX, KEYS, STATE
 from memvault.storage.state import UserState
 from memvault.storage.userstore import StateMissing
 from memvault.vault import migrations
-from memvault.vault.vault import Vault
+from memvault.vault.vault import Transaction, Vault
 
 
 def id_digest(memory_id: str) -> int:
@@ -194,6 +194,8 @@ def verify(vault: Vault, repaired: tuple[str, ...] | None = None,
                              "interrupted rotation)", severity="warning", repairable=True)
         except DataError:
             pass  # unreadable files are already reported above
+    if state is not None:
+        _check_vectors(vault, state, problems)
     if state is not None and state.retire_through is not None:
         problems.add(STATE, f"an interrupted forget --now or rotate-key --now: data keys up "
                      f"to version {state.retire_through} are still to be deleted (the next "
@@ -237,6 +239,33 @@ def _check_audit(vault: Vault, state: UserState | None, problems: _Problems) -> 
         problems.add(AUDIT, text, line)
     for line, text in chain.warnings:
         problems.add(AUDIT, text, line, "warning", repairable=True)
+
+
+def _check_vectors(vault: Vault, state: UserState, problems: _Problems) -> None:
+    """Every frame of the vector store opens, in its place, and none is missing. Derived
+    data: repair drops a damaged store, and the records are embedded again."""
+    if not vault.layout.vectors_dir.exists():
+        return
+    try:
+        found = vault.vector_store(state.key_version).verify()
+    except DataError:
+        return  # the data key is reported above
+    for text in found:
+        rel, _, problem = text.partition(" ")
+        problems.add(rel, problem, repairable=True)
+
+
+def drop_damaged_vectors(tx: Transaction) -> list[str]:
+    """Drop the vector store when any of it fails to verify (the records are embedded
+    again by the next `embed`)."""
+    if not tx.store.layout.vectors_dir.exists():
+        return []
+    store = tx.vault.vector_store(tx.epoch)
+    found = store.verify()
+    if not found:
+        return []
+    store.clear()
+    return [f"dropped the damaged vector store ({found[0]}); its records are embedded again"]
 
 
 def _current_index(vault: Vault, state: UserState | None) -> SearchIndex | None:
@@ -307,6 +336,7 @@ def repair(vault: Vault) -> RepairResult:
                 actions.append(f"left {relpath} alone: {exc.message}")
         if fsio.drop_torn_tail(vault.audit.path):
             actions.append("cut a torn last audit entry")
+        actions += drop_damaged_vectors(tx)
         # What follows reads every record: a damaged file stops it, and verify names it.
         try:
             retired = retire_unused_keys(tx)

@@ -6,7 +6,7 @@
                                           outlives what it protects (destroy removes it)
     <vault>/<org>/.locks/<user>.destroy   a destroy under way (its counts), until its org
                                           audit record is written: a re-run resumes it
-    <vault>/<org>/<user>/{CLAUDE.md, preferences.json, sessions/, archive/, index/,
+    <vault>/<org>/<user>/{CLAUDE.md, preferences.json, sessions/, archive/, index/, vectors/,
                           keys/<epoch>.dek, audit.jsonl, state.json, reads.json}
 """
 
@@ -23,6 +23,7 @@ from memvault.storage.fsio import TMP_PREFIX
 VAULT_FILE = "vault.json"
 KEYS = "keys"
 INDEX = "index"
+VECTORS = "vectors"
 STATE = "state.json"
 READS = "reads.json"
 AUDIT = "audit.jsonl"
@@ -95,6 +96,10 @@ class UserLayout:
     def index_dir(self) -> Path:
         return self.dir / INDEX
 
+    @property
+    def vectors_dir(self) -> Path:
+        return self.dir / VECTORS
+
     def dek_path(self, epoch: int) -> Path:
         return self.keys_dir / f"{epoch}.dek"
 
@@ -110,7 +115,7 @@ class UserLayout:
     def temp_dirs(self) -> list[Path]:
         """Every folder a writer puts its temp files in (fsio: a temp beside the file)."""
         return [self.dir, self.dir / SESSIONS, self.dir / ARCHIVE, self.keys_dir,
-                self.index_dir]
+                self.index_dir, self.vectors_dir]
 
     def written(self) -> list[str]:
         """What shows that the user has written before: documents, session or archive

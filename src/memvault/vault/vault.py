@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from memvault.config import Settings
 from memvault.crypto import envelope
-from memvault.crypto.keys import MasterKey, index_key
+from memvault.crypto.keys import MasterKey, index_key, vector_key
 from memvault.errors import DataError, NotFound, Refused, StorageError
 from memvault.index.base import STAMP_FILE, DerivedIndex, Entry, IndexUnavailable, file_entries
 from memvault.model.location import Location
@@ -35,6 +35,7 @@ from memvault.vault.keysource import load_master_key
 
 if TYPE_CHECKING:
     from memvault.index.keyed import SearchIndex
+    from memvault.index.vectors import VectorStore
 
 VAULT_FORMAT = 1
 
@@ -126,6 +127,7 @@ class Vault:
         self.reads = ReadLog(self.layout.reads_path, self.layout.reads_lock_path,
                              self.store.meta_key, settings.lock_timeout)
         self._search: tuple[int, SearchIndex] | None = None
+        self._vectors: tuple[int, VectorStore] | None = None
         self._scratch: Path | None = None  # an index outside a vault that takes no writes
         if migrations.pending(self.meta):
             try:
@@ -216,8 +218,42 @@ class Vault:
                                                index_key(self.store.dek(epoch))))
         return self._search[1]
 
+    def vector_store(self, epoch: int) -> VectorStore:
+        """The sealed vector store (its key derives from the data key of `epoch`)."""
+        if self._vectors is None or self._vectors[0] != epoch:
+            from memvault.index.vectors import VectorStore
+
+            def locate(memory_ids: Sequence[str]) -> dict[str, Location]:
+                return self.search_index(epoch).locate(memory_ids)
+
+            self._vectors = (epoch, VectorStore(
+                self.layout.vectors_dir, vector_key(self.store.dek(epoch)), epoch,
+                owner=self.who, locate=locate))
+        return self._vectors[1]
+
+    def settle_vectors(self, epoch: int) -> None:
+        """Bring a vector store sealed under another epoch to `epoch` (caller holds the
+        lock): resealed while that epoch's data key is there, else dropped (derived
+        data: embedded again). Runs before any older key is deleted."""
+        from memvault.index.vectors import VectorStore
+
+        store = self.vector_store(epoch)
+        try:
+            stored = store.stored_epoch()
+        except IndexUnavailable:
+            store.clear()
+            return
+        if stored is None or stored == epoch:
+            return
+        try:
+            old = VectorStore(store.dir, vector_key(self.store.dek(stored)), stored,
+                              owner=self.who)
+            old.reseal(store.key, epoch)
+        except (DataError, IndexUnavailable):
+            store.clear()
+
     def indexes(self, epoch: int) -> tuple[DerivedIndex, ...]:
-        return (self.search_index(epoch),)
+        return (self.search_index(epoch), self.vector_store(epoch))
 
     def entries(self, state: UserState, include_archive: bool = True) -> Iterator[Entry]:
         """What every index is built from: each record (with its supersede link), where
@@ -228,10 +264,13 @@ class Vault:
             yield from file_entries(records, locations)
 
     def rebuild_indexes(self, state: UserState) -> int:
-        """Rebuild every derived index from the vault (caller holds the lock)."""
+        """Rebuild every derived index from the vault (caller holds the lock); how many
+        records the search index holds. The vector store is pruned, never embedded."""
+        self.settle_vectors(state.key_version)
         count = 0
-        for index in self.indexes(state.key_version):
-            count = index.rebuild(self.entries(state))
+        for n, index in enumerate(self.indexes(state.key_version)):
+            built = index.rebuild(self.entries(state))
+            count = built if n == 0 else count
         return count
 
     def rewrite_indexes(self, state: UserState, changed: set[str]) -> int:
@@ -249,10 +288,12 @@ class Vault:
                     self.linked(record, state)
                 yield from file_entries(records, locations)
 
+        self.settle_vectors(state.key_version)
         count = 0
-        for index in self.indexes(state.key_version):
-            count = index.rewrite(changed_entries(), changed, kept,
+        for n, index in enumerate(self.indexes(state.key_version)):
+            built = index.rewrite(changed_entries(), changed, kept,
                                   lambda memory_id: state.superseded_by(memory_id) is not None)
+            count = built if n == 0 else count
         return count
 
     def ready_index(self, state: UserState | None = None) -> SearchIndex:
@@ -567,6 +608,8 @@ class Transaction:
         self.store.new_epoch(epoch)
         self.state.key_version = epoch
         self.save_state()
+        # Vectors follow at once, while the old data key is still there to open them.
+        self.vault.settle_vectors(epoch)
         self._stale = False
         self._changing()  # the new epoch's index has no stamp either
         return epoch

@@ -1,0 +1,1041 @@
+"""The sealed vector store: one user's embeddings, derived like the index, sealed like
+the records (a vector can be inverted back to text).
+
+    <user>/vectors/manifest        sealed: model, epoch, segments and their counts
+    <user>/vectors/<name>.seg      an immutable segment: a sealed meta block (ids,
+                                   digests, flags, files, 1-bit sign codes), then sealed
+                                   chunks of CHUNK int8 vectors with their scales
+    <user>/vectors/stamp           present while the store matches the vault
+
+Every frame is AES-256-GCM (crypto/envelope.py) with associated data naming the user,
+the epoch, the segment, the frame's position and the frame count: a frame moved, replayed
+from another segment or cut off does not open. Segments are never changed in place: an
+add writes a new one, a removal writes the survivors to a new one, and the manifest
+(atomically replaced) says which exist; what a killed writer left is removed by the next.
+A search reads the manifest, decrypts every meta block once (kept in an in-process
+cache), ranks by Hamming distance over the sign codes, refines the best with the query
+against the codes' signs, and re-ranks the last few exactly, decrypting only the chunks
+that hold them (an LRU cache bounded in bytes). The byte format is in
+docs/vault-format.md.
+
+numpy is imported only by what reads or writes vectors: a store with no manifest answers
+everything (is_current, apply, rebuild) without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import struct
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memvault.crypto import envelope
+from memvault.embed.base import ModelId
+from memvault.errors import UsageError
+from memvault.index.base import Entry, IndexUnavailable, Stamp
+from memvault.model.location import Location
+from memvault.model.records import ARCHIVE, Record
+from memvault.storage import fsio
+
+FORMAT = 1
+MANIFEST = "manifest"
+SEGMENT_SUFFIX = ".seg"
+MANIFEST_MAGIC = b"memvecm1"
+SEGMENT_MAGIC = b"memvecs1"
+HEADER = struct.Struct(">8sI")  # magic, epoch (clear, like a record's key version)
+FRAME_LEN = struct.Struct(">I")
+META_HEAD = struct.Struct("<IHHH")  # vectors, dims, id width, code bytes
+DIGEST_LEN = 8
+CHUNK = 64  # vectors per sealed chunk: what a re-rank decrypts for one candidate
+SEGMENT_MAX = 65536  # a removal rewrites at most this many vectors
+SMALL = 8192  # segments below this size are merged ...
+MERGE_AT = 8  # ... once there are this many of them
+CACHE_BYTES = 128 << 20  # decrypted chunks kept for warm searches (meta blocks: all)
+# The search's passes: how many candidates the Hamming pass keeps (at least FIRST_MIN,
+# FIRST_PER_HIT per hit asked for, one in FIRST_SHARE of the store) and how many the
+# asymmetric pass hands to the exact re-rank.
+FIRST_MIN, FIRST_PER_HIT, FIRST_SHARE = 4096, 64, 100
+SECOND_MIN, SECOND_PER_HIT = 1024, 32
+NAME_LEN = 32  # hex characters of a segment's random name
+
+ARCHIVED = 1  # flag bit: the record is an archived original (left the active set)
+
+
+@dataclass(frozen=True)
+class VectorItem:
+    memory_id: str
+    digest: bytes  # text_digest(embed_text(record)): a changed record is embedded again
+    archived: bool  # archived originals leave the active set; found with include_archive
+    vector: Any  # np.ndarray float32 (dims,), unit length
+    file: str = ""  # where the record lives (found through the index when empty)
+
+
+@dataclass(frozen=True)
+class VectorHit:
+    memory_id: str
+    score: float  # cosine similarity of the exact (re-ranked) vectors
+
+
+def embed_text(record: Record) -> str:
+    """The text a record is embedded from (the one place that says so)."""
+    return record.content
+
+
+def text_digest(text: str) -> bytes:
+    """What VectorItem.digest is made with: 8 bytes of SHA-256 of the exact text."""
+    return hashlib.sha256(text.encode()).digest()[:DIGEST_LEN]
+
+
+def record_digest(record: Record) -> bytes:
+    return text_digest(embed_text(record))
+
+
+def _file_of(entry: Entry) -> str:
+    return entry.location.file
+
+
+def _archived(entry: Entry) -> bool:
+    return entry.record.archived or entry.location.file.startswith(ARCHIVE + "/")
+
+
+# --- segments in memory -----------------------------------------------------------------
+
+
+class _Rows:
+    """Vectors as columns (what a segment holds), all numpy arrays of one length."""
+
+    def __init__(self, ids: Any, digests: Any, flags: Any, files: list[str],
+                 codes: Any, scales: Any | None, q: Any | None) -> None:
+        self.ids = ids  # S<w>
+        self.digests = digests  # (n, 8) uint8
+        self.flags = flags  # (n,) uint8
+        self.files = files  # one per row
+        self.codes = codes  # (n, code bytes) uint8
+        self.scales = scales  # (n,) float32, or None when not loaded
+        self.q = q  # (n, dims) int8, or None when not loaded
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def take(self, keep: Any) -> _Rows:
+        assert self.scales is not None and self.q is not None
+        return _Rows(self.ids[keep], self.digests[keep], self.flags[keep],
+                     [self.files[i] for i in keep.nonzero()[0]] if keep.dtype == bool
+                     else [self.files[i] for i in keep],
+                     self.codes[keep], self.scales[keep], self.q[keep])
+
+    @staticmethod
+    def concat(parts: Sequence[_Rows], dims: int) -> _Rows:
+        import numpy as np
+
+        width = max([p.ids.dtype.itemsize for p in parts] + [1])
+        return _Rows(
+            np.concatenate([p.ids.astype(f"S{width}") for p in parts]) if parts
+            else np.zeros(0, dtype="S1"),
+            np.concatenate([p.digests for p in parts]) if parts
+            else np.zeros((0, DIGEST_LEN), np.uint8),
+            np.concatenate([p.flags for p in parts]) if parts else np.zeros(0, np.uint8),
+            [f for p in parts for f in p.files],
+            np.concatenate([p.codes for p in parts]) if parts
+            else np.zeros((0, _code_bytes(dims)), np.uint8),
+            None if any(p.scales is None for p in parts)
+            else np.concatenate([p.scales for p in parts if p.scales is not None]) if parts
+            else np.zeros(0, np.float32),
+            None if any(p.q is None for p in parts)
+            else np.concatenate([p.q for p in parts if p.q is not None]) if parts
+            else np.zeros((0, dims), np.int8))
+
+
+def _code_bytes(dims: int) -> int:
+    """Sign bits, padded to whole 64-bit words (the Hamming pass works on words)."""
+    return (dims + 63) // 64 * 8
+
+
+def _quantise(vectors: Any) -> tuple[Any, Any, Any]:
+    """int8 vectors with a scale each (max |x| maps to 127), and the sign codes."""
+    import numpy as np
+
+    v = np.asarray(vectors, dtype=np.float32)
+    peak = np.abs(v).max(axis=1)
+    scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+    q = np.clip(np.rint(v / scales[:, None]), -127, 127).astype(np.int8)
+    return scales, q, _codes(v)
+
+
+def _byte_table(q: Any, width: int) -> Any:
+    """For each code byte position and each byte value, the sum of the query's
+    components whose sign bits that byte sets (a matrix product avoided: BLAS threads
+    cost more than the work on a busy machine)."""
+    import numpy as np
+
+    padded = np.zeros(width * 8, np.float32)
+    padded[:q.shape[0]] = q
+    bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float32)
+    return np.einsum("bk,pk->pb", bits, padded.reshape(width, 8))
+
+
+def _codes(v: Any) -> Any:
+    import numpy as np
+
+    bits = np.packbits(v > 0, axis=1)
+    width = _code_bytes(v.shape[1])
+    if bits.shape[1] < width:
+        bits = np.pad(bits, ((0, 0), (0, width - bits.shape[1])))
+    return np.ascontiguousarray(bits)
+
+
+@dataclass
+class _Meta:
+    """A segment's meta block, decrypted (kept in the process cache)."""
+
+    name: str
+    rows: _Rows  # without scales/q
+    dims: int
+    chunk_offset: int  # where the first chunk frame starts in the file
+    frames: int
+
+
+class _Cache:
+    """What this process decrypted: meta blocks by segment (all of a store's, while it
+    lists them) and chunks by (segment, index), least recently used first out past
+    CACHE_BYTES. Segments never change under a name, so nothing here goes stale."""
+
+    def __init__(self) -> None:
+        self.metas: dict[tuple[str, str], _Meta] = {}
+        self.chunks: OrderedDict[tuple[str, str, int], tuple[Any, Any]] = OrderedDict()
+        self.chunk_bytes = 0
+        self.views: dict[str, tuple[tuple[str, ...], Any]] = {}
+        self.manifests: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+
+    def chunk(self, key: tuple[str, str, int]) -> tuple[Any, Any] | None:
+        found = self.chunks.get(key)
+        if found is not None:
+            self.chunks.move_to_end(key)
+        return found
+
+    def keep_chunk(self, key: tuple[str, str, int], value: tuple[Any, Any]) -> None:
+        self.chunks[key] = value
+        self.chunk_bytes += value[0].nbytes + value[1].nbytes
+        while self.chunk_bytes > CACHE_BYTES and self.chunks:
+            _, (s, q) = self.chunks.popitem(last=False)
+            self.chunk_bytes -= s.nbytes + q.nbytes
+
+    def forget(self, directory: str, keep: Collection[str] = ()) -> None:
+        """Drop what is cached for a store's segments not in `keep`."""
+        for key in [k for k in self.metas if k[0] == directory and k[1] not in keep]:
+            del self.metas[key]
+        for ck in [k for k in self.chunks if k[0] == directory and k[1] not in keep]:
+            s, q = self.chunks.pop(ck)
+            self.chunk_bytes -= s.nbytes + q.nbytes
+        if not keep:
+            self.views.pop(directory, None)
+            self.manifests.pop(directory, None)
+
+
+_CACHE = _Cache()
+
+
+class _View:
+    """Every meta block of a store side by side (the first pass's input), and the
+    vectors decrypted so far: a dense array filled chunk by chunk when the whole store
+    fits in CACHE_BYTES (pages never touched take no memory), else the chunk cache."""
+
+    def __init__(self, metas: Sequence[_Meta], dims: int) -> None:
+        import numpy as np
+
+        self.metas = list(metas)
+        self.dims = dims
+        rows = _Rows.concat([m.rows for m in metas], dims) if metas else None
+        self.ids = rows.ids if rows is not None else np.zeros(0, "S1")
+        self.flags = rows.flags if rows is not None else np.zeros(0, np.uint8)
+        codes = rows.codes if rows is not None else np.zeros((0, _code_bytes(dims)), np.uint8)
+        self.bits = np.ascontiguousarray(codes)
+        # One contiguous row of 64-bit words per word position: the Hamming pass reads
+        # each once, with no temporary the size of the store.
+        self.words = np.ascontiguousarray(self.bits.view(np.uint64).T)
+        self.active = (self.flags & ARCHIVED) == 0
+        self.all_active = bool(self.active.all())
+        sizes = [len(m.rows) for m in metas]
+        counts = [(n + CHUNK - 1) // CHUNK for n in sizes]
+        # Per chunk (numbered across the store): its segment, its index there, its first row.
+        self.chunk_segment = np.repeat(np.arange(len(metas), dtype=np.int64), counts)
+        self.chunk_index = np.concatenate(
+            [np.arange(c, dtype=np.int64) for c in counts]) if metas else np.zeros(0, np.int64)
+        seg_start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) \
+            if metas else np.zeros(0, np.int64)
+        self.chunk_start = seg_start[self.chunk_segment] + self.chunk_index * CHUNK
+        row_chunk = [np.arange(n, dtype=np.int64) // CHUNK + base for n, base in
+                     zip(sizes, np.concatenate([[0], np.cumsum(counts)[:-1]]), strict=True)]
+        self.row_chunk = np.concatenate(row_chunk) if metas else np.zeros(0, np.int64)
+        n = len(self.ids)
+        self.dense: Any = np.zeros((n, dims), np.int8) if n * dims <= CACHE_BYTES else None
+        self.loaded = np.zeros(len(self.chunk_start), bool)
+        self._positions: dict[bytes, int] | None = None
+
+    def positions(self) -> dict[bytes, int]:
+        if self._positions is None:
+            self._positions = {bytes(i): n for n, i in enumerate(self.ids.tolist())}
+        return self._positions
+
+
+# --- the store ------------------------------------------------------------------------
+
+
+class VectorStore:
+    """One user's sealed vectors (also a DerivedIndex, named "vectors")."""
+
+    name = "vectors"
+
+    def __init__(self, directory: Path, key: bytes, epoch: int, *, owner: str = "",
+                 locate: Callable[[Sequence[str]], Mapping[str, Location]] | None = None
+                 ) -> None:
+        self.dir = directory
+        self.key = key
+        self.epoch = epoch
+        self.owner = owner  # "org/user": bound into every frame's associated data
+        self._locate = locate  # where records live, for vectors added without a file
+        self.stamp = Stamp(directory)
+        self._where = str(directory)  # the cache's name for this store
+
+    # --- paths and frames ---------------------------------------------------------------
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.dir / MANIFEST
+
+    def _segment_path(self, name: str) -> Path:
+        return self.dir / f"{name}{SEGMENT_SUFFIX}"
+
+    def _manifest_aad(self, epoch: int) -> bytes:
+        return envelope.lp("mem/vectors/manifest/v1", self.owner, str(epoch))
+
+    def _frame_aad(self, epoch: int, name: str, index: int, frames: int) -> bytes:
+        return envelope.lp("mem/vectors/segment/v1", self.owner, str(epoch), name,
+                           str(index), str(frames))
+
+    def _seal(self, plain: bytes, aad: bytes, key: bytes | None = None) -> bytes:
+        nonce, ct = envelope.seal_raw(key or self.key, plain, aad)
+        body = nonce + ct
+        return FRAME_LEN.pack(len(body)) + body
+
+    def _open(self, body: bytes, aad: bytes, what: str) -> bytes:
+        try:
+            return envelope.open_raw(self.key, body[:envelope.NONCE_LEN],
+                                     body[envelope.NONCE_LEN:], aad)
+        except envelope.AuthError:
+            raise IndexUnavailable(f"{what} fails authentication") from None
+
+    # --- the manifest -------------------------------------------------------------------
+
+    def stored_epoch(self) -> int | None:
+        """The epoch the store is sealed under (its clear header); None when empty."""
+        try:
+            with fsio.open_regular(self.manifest_path) as f:
+                magic, epoch = HEADER.unpack(f.read(HEADER.size))
+        except FileNotFoundError:
+            return None
+        except (OSError, struct.error, ValueError) as exc:
+            raise IndexUnavailable("vectors/manifest is unreadable") from exc
+        if magic != MANIFEST_MAGIC:
+            raise IndexUnavailable("vectors/manifest is not a vector manifest")
+        return int(epoch)
+
+    def _manifest(self) -> dict[str, Any] | None:
+        """The manifest (None: no store); IndexUnavailable when it does not open or is
+        sealed under another epoch. Parsed once per version of the file."""
+        where = str(self.dir)
+        try:
+            st = os.stat(self.manifest_path)
+        except FileNotFoundError:
+            _CACHE.forget(where)
+            return None
+        except OSError as exc:
+            raise IndexUnavailable("vectors/manifest is unreadable") from exc
+        sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = _CACHE.manifests.get(where)
+        if cached is not None and cached[0] == sig and cached[1]["epoch"] == self.epoch \
+                and cached[1]["_key"] == self.key:
+            return cached[1]
+        try:
+            raw = fsio.read_regular(self.manifest_path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise IndexUnavailable("vectors/manifest is unreadable") from exc
+        if len(raw) < HEADER.size + FRAME_LEN.size:
+            raise IndexUnavailable("vectors/manifest is truncated")
+        magic, epoch = HEADER.unpack_from(raw)
+        if magic != MANIFEST_MAGIC:
+            raise IndexUnavailable("vectors/manifest is not a vector manifest")
+        if epoch != self.epoch:
+            raise IndexUnavailable(f"vectors/manifest is sealed under key version {epoch}, "
+                                   f"not {self.epoch}")
+        (length,) = FRAME_LEN.unpack_from(raw, HEADER.size)
+        body = raw[HEADER.size + FRAME_LEN.size:]
+        if len(body) != length:
+            raise IndexUnavailable("vectors/manifest is truncated")
+        plain = self._open(body, self._manifest_aad(epoch), "vectors/manifest")
+        try:
+            doc: dict[str, Any] = json.loads(plain)
+            if doc.get("format") != FORMAT or doc.get("epoch") != epoch:
+                raise ValueError("format")
+            for seg in doc["segments"]:
+                int(seg["count"]), int(seg["frames"]), str(seg["name"])
+        except (ValueError, KeyError, TypeError):
+            raise IndexUnavailable("vectors/manifest is malformed") from None
+        doc["_key"] = self.key
+        _CACHE.manifests[where] = (sig, doc)
+        return doc
+
+    def _readable(self) -> dict[str, Any] | None:
+        """The manifest, or None when there is nothing this key can read."""
+        try:
+            return self._manifest()
+        except IndexUnavailable:
+            return None
+
+    def _write_manifest(self, model: ModelId, segments: list[dict[str, Any]],
+                        key: bytes | None = None, epoch: int | None = None) -> None:
+        epoch = self.epoch if epoch is None else epoch
+        doc = {"format": FORMAT, "epoch": epoch, "model": model.to_dict(),
+               "count": sum(int(s["count"]) for s in segments), "chunk": CHUNK,
+               "segments": segments}
+        plain = json.dumps(doc, separators=(",", ":")).encode()
+        data = HEADER.pack(MANIFEST_MAGIC, epoch) + self._seal(
+            plain, self._manifest_aad(epoch), key)
+        fsio.atomic_write(self.manifest_path, data)
+
+    # --- segments -----------------------------------------------------------------------
+
+    def _write_segment(self, rows: _Rows, dims: int, key: bytes | None = None,
+                       epoch: int | None = None) -> dict[str, Any]:
+        """A new segment file holding `rows` (fsynced, under a fresh name)."""
+        import numpy as np
+
+        assert rows.scales is not None and rows.q is not None
+        epoch = self.epoch if epoch is None else epoch
+        name = os.urandom(NAME_LEN // 2).hex()
+        n = len(rows)
+        chunks = (n + CHUNK - 1) // CHUNK
+        frames = 1 + chunks
+        table = sorted(set(rows.files))
+        where = {f: i for i, f in enumerate(table)}
+        width = max(rows.ids.dtype.itemsize, 1)
+        files_json = json.dumps(table, separators=(",", ":")).encode()
+        meta = b"".join((
+            META_HEAD.pack(n, dims, width, _code_bytes(dims)),
+            FRAME_LEN.pack(len(files_json)), files_json,
+            rows.ids.astype(f"S{width}").tobytes(),
+            np.ascontiguousarray(rows.digests, dtype=np.uint8).tobytes(),
+            np.ascontiguousarray(rows.flags, dtype=np.uint8).tobytes(),
+            np.array([where[f] for f in rows.files], dtype="<u4").tobytes(),
+            np.ascontiguousarray(rows.codes, dtype=np.uint8).tobytes(),
+        ))
+        parts = [HEADER.pack(SEGMENT_MAGIC, epoch),
+                 self._seal(meta, self._frame_aad(epoch, name, 0, frames), key)]
+        scales = rows.scales.astype("<f4")
+        for j in range(chunks):
+            lo, hi = j * CHUNK, min(n, (j + 1) * CHUNK)
+            plain = scales[lo:hi].tobytes() + np.ascontiguousarray(rows.q[lo:hi]).tobytes()
+            parts.append(self._seal(plain, self._frame_aad(epoch, name, j + 1, frames), key))
+        fsio.ensure_dir(self.dir)
+        fsio.atomic_write(self._segment_path(name), b"".join(parts))
+        return {"name": name, "count": n, "frames": frames,
+                "archived": int(np.count_nonzero(rows.flags & ARCHIVED))}
+
+    def _read_meta(self, seg: Mapping[str, Any]) -> _Meta:
+        """A segment's meta block (cached)."""
+        import numpy as np
+
+        name = str(seg["name"])
+        key = (str(self.dir), name)
+        found = _CACHE.metas.get(key)
+        if found is not None:
+            return found
+        what = f"vectors/{name}{SEGMENT_SUFFIX}"
+        frames = int(seg["frames"])
+        try:
+            with fsio.open_regular(self._segment_path(name)) as f:
+                head = f.read(HEADER.size + FRAME_LEN.size)
+                if len(head) < HEADER.size + FRAME_LEN.size:
+                    raise IndexUnavailable(f"{what} is truncated")
+                magic, epoch = HEADER.unpack_from(head)
+                (length,) = FRAME_LEN.unpack_from(head, HEADER.size)
+                body = f.read(length)
+        except FileNotFoundError:
+            raise IndexUnavailable(f"{what} is missing") from None
+        except OSError as exc:
+            raise IndexUnavailable(f"{what} is unreadable") from exc
+        if magic != SEGMENT_MAGIC or epoch != self.epoch:
+            raise IndexUnavailable(f"{what} is not a segment of this store")
+        if len(body) != length:
+            raise IndexUnavailable(f"{what} is truncated")
+        plain = self._open(body, self._frame_aad(epoch, name, 0, frames), what)
+        try:
+            n, dims, width, cb = META_HEAD.unpack_from(plain)
+            at = META_HEAD.size
+            (flen,) = FRAME_LEN.unpack_from(plain, at)
+            at += FRAME_LEN.size
+            table = json.loads(plain[at:at + flen])
+            at += flen
+
+            def take(size: int) -> bytes:
+                nonlocal at
+                out = plain[at:at + size]
+                if len(out) != size:
+                    raise ValueError("short")
+                at += size
+                return out
+
+            ids = np.frombuffer(take(n * width), dtype=f"S{width}")
+            digests = np.frombuffer(take(n * DIGEST_LEN), np.uint8).reshape(n, DIGEST_LEN)
+            flags = np.frombuffer(take(n), np.uint8)
+            where = np.frombuffer(take(n * 4), "<u4")
+            codes = np.frombuffer(take(n * cb), np.uint8).reshape(n, cb)
+            files = [table[i] for i in where.tolist()]
+            if at != len(plain) or n != int(seg["count"]) or \
+                    frames != 1 + (n + CHUNK - 1) // CHUNK:
+                raise ValueError("counts")
+        except (ValueError, IndexError, struct.error, TypeError):
+            raise IndexUnavailable(f"{what} has a malformed meta block") from None
+        meta = _Meta(name, _Rows(ids, digests, flags, files, codes, None, None), dims,
+                     HEADER.size + FRAME_LEN.size + length, frames)
+        _CACHE.metas[key] = meta
+        return meta
+
+    def _chunk_frame_size(self, dims: int, count: int) -> int:
+        return FRAME_LEN.size + envelope.NONCE_LEN + count * (4 + dims) + 16
+
+    def _read_chunk(self, meta: _Meta, j: int, fd: int | None = None,
+                    cache: bool = True) -> tuple[Any, Any]:
+        """Chunk `j` of a segment: (scales, int8 vectors), cached unless told not to."""
+        import numpy as np
+
+        ckey = (self._where, meta.name, j)
+        found = _CACHE.chunk(ckey) if cache else None
+        if found is not None:
+            return found
+        n = len(meta.rows)
+        count = min(CHUNK, n - j * CHUNK)
+        offset = meta.chunk_offset + j * self._chunk_frame_size(meta.dims, CHUNK)
+        size = self._chunk_frame_size(meta.dims, count)
+        what = f"vectors/{meta.name}{SEGMENT_SUFFIX}"
+        try:
+            if fd is None:
+                with fsio.open_regular(self._segment_path(meta.name)) as f:
+                    raw = os.pread(f.fileno(), size, offset)
+            else:
+                raw = os.pread(fd, size, offset)
+        except FileNotFoundError:
+            raise IndexUnavailable(f"{what} is missing") from None
+        except OSError as exc:
+            raise IndexUnavailable(f"{what} is unreadable") from exc
+        if len(raw) != size or FRAME_LEN.unpack_from(raw)[0] != size - FRAME_LEN.size:
+            raise IndexUnavailable(f"{what} is truncated")
+        plain = self._open(raw[FRAME_LEN.size:],
+                           self._frame_aad(self.epoch, meta.name, j + 1, meta.frames), what)
+        scales = np.frombuffer(plain[:4 * count], "<f4").astype(np.float32)
+        q = np.frombuffer(plain[4 * count:], np.int8).reshape(count, meta.dims)
+        if cache:
+            _CACHE.keep_chunk(ckey, (scales, q))
+        return scales, q
+
+    def _full_rows(self, seg: Mapping[str, Any]) -> _Rows:
+        """Every vector of a segment (to write its survivors elsewhere)."""
+        import numpy as np
+
+        meta = self._read_meta(seg)
+        chunks = (len(meta.rows) + CHUNK - 1) // CHUNK
+        with fsio.open_regular(self._segment_path(meta.name)) as f:
+            parts = [self._read_chunk(meta, j, f.fileno()) for j in range(chunks)]
+        r = meta.rows
+        return _Rows(r.ids, r.digests, r.flags, list(r.files), r.codes,
+                     np.concatenate([p[0] for p in parts]) if parts
+                     else np.zeros(0, np.float32),
+                     np.concatenate([p[1] for p in parts]) if parts
+                     else np.zeros((0, meta.dims), np.int8))
+
+    def _metas(self, doc: Mapping[str, Any]) -> list[_Meta]:
+        return [self._read_meta(seg) for seg in doc["segments"]]
+
+    def _view(self, doc: Mapping[str, Any]) -> _View:
+        names = tuple(str(s["name"]) for s in doc["segments"])
+        where = str(self.dir)
+        cached = _CACHE.views.get(where)
+        if cached is not None and cached[0] == names:
+            view: _View = cached[1]
+            return view
+        _CACHE.forget(where, keep=names)
+        view = _View(self._metas(doc), int(doc["model"]["dims"]))
+        _CACHE.views[where] = (names, view)
+        return view
+
+    # --- committing a change (caller holds the user's lock) ---------------------------
+
+    def _commit(self, model: ModelId, segments: list[dict[str, Any]],
+                dropped: Collection[str]) -> None:
+        """The manifest names `segments` from now on; then the dropped segments' files
+        (and anything else a killed writer left) are deleted."""
+        if segments:
+            self._write_manifest(model, segments)
+        else:
+            fsio.remove(self.manifest_path)
+        self._remove_unlisted({str(s["name"]) for s in segments})
+        _CACHE.forget(str(self.dir), keep={str(s["name"]) for s in segments})
+
+    def _remove_unlisted(self, listed: Collection[str]) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            for entry in self.dir.iterdir():
+                name = entry.name
+                if name.endswith(SEGMENT_SUFFIX) and name[:-len(SEGMENT_SUFFIX)] not in listed:
+                    fsio.remove(entry)
+        fsio.remove_stale_temps(self.dir)
+
+    # --- the store's API ----------------------------------------------------------------
+
+    def model(self) -> ModelId | None:
+        doc = self._readable()
+        if doc is None:
+            return None
+        m = doc["model"]
+        return ModelId(str(m["provider"]), str(m["model"]), int(m["dims"]))
+
+    def count(self) -> int:
+        """Vectors stored (the manifest only)."""
+        doc = self._readable()
+        return int(doc["count"]) if doc is not None else 0
+
+    def has(self) -> dict[str, bytes]:
+        """memory_id -> digest for every stored vector."""
+        doc = self._readable()
+        if doc is None:
+            return {}
+        out: dict[str, bytes] = {}
+        for meta in self._metas(doc):
+            for i, d in zip(meta.rows.ids.tolist(), meta.rows.digests, strict=True):
+                out[i.decode()] = d.tobytes()
+        return out
+
+    def add(self, model: ModelId, items: Sequence[VectorItem]) -> None:
+        """Store vectors (replacing any stored for the same ids) in a new segment."""
+        import numpy as np
+
+        if not items:
+            return
+        doc = self._readable()
+        if doc is not None:
+            stored = self._model_of(doc)
+            if stored != model:
+                raise UsageError(f"the vector store holds vectors of {stored.key()}, not "
+                                 f"{model.key()}: clear it before storing another model's",
+                                 field="model")
+        vectors = np.stack([np.asarray(it.vector, dtype=np.float32) for it in items])
+        if vectors.ndim != 2 or vectors.shape[1] != model.dims:
+            raise UsageError(f"vectors of {model.key()} have {model.dims} dimensions, "
+                             f"not {vectors.shape[-1]}", field="model")
+        latest = {it.memory_id: n for n, it in enumerate(items)}  # the last one wins
+        order = sorted(latest.values())
+        items = [items[n] for n in order]
+        vectors = vectors[order]
+        files = [it.file for it in items]
+        missing = [it.memory_id for it in items if not it.file]
+        if missing and self._locate is not None:
+            with contextlib.suppress(IndexUnavailable):
+                found = self._locate(missing)
+                files = [it.file or (found[it.memory_id].file if it.memory_id in found
+                                     else "") for it in items]
+        scales, q, codes = _quantise(vectors)
+        rows = _Rows(np.array([it.memory_id.encode() for it in items]),
+                     np.frombuffer(b"".join(it.digest[:DIGEST_LEN].ljust(DIGEST_LEN, b"\0")
+                                            for it in items), np.uint8).reshape(-1, DIGEST_LEN),
+                     np.array([ARCHIVED if it.archived else 0 for it in items], np.uint8),
+                     files, codes, scales, q)
+        segments = list(doc["segments"]) if doc is not None else []
+        dropped: list[str] = []
+        if doc is not None:
+            segments, dropped = self._without(doc, set(latest))
+        for lo in range(0, len(rows), SEGMENT_MAX):
+            keep = np.zeros(len(rows), bool)
+            keep[lo:lo + SEGMENT_MAX] = True
+            segments.append(self._write_segment(rows.take(keep), model.dims))
+        segments, merged = self._merge_small(segments, model.dims)
+        self._commit(model, segments, [*dropped, *merged])
+        if doc is None:
+            self.stamp.write()  # an empty store was current, and vectors of live records keep it so
+
+    def _merge_small(self, segments: list[dict[str, Any]], dims: int
+                     ) -> tuple[list[dict[str, Any]], list[str]]:
+        small = [s for s in segments if int(s["count"]) < SMALL]
+        if len(small) < MERGE_AT:
+            return segments, []
+        merged = self._write_segment(
+            _Rows.concat([self._full_rows(s) for s in small], dims), dims)
+        names = {str(s["name"]) for s in small}
+        return [s for s in segments if str(s["name"]) not in names] + [merged], sorted(names)
+
+    def _without(self, doc: Mapping[str, Any], ids: Collection[str],
+                 update: Mapping[str, tuple[int, str]] | None = None
+                 ) -> tuple[list[dict[str, Any]], list[str]]:
+        """The segments with `ids` taken out (and `update`: id -> (flags, file) set),
+        each segment that holds one rewritten to a new one; and the names dropped."""
+        import numpy as np
+
+        dims = int(doc["model"]["dims"])
+        wanted = np.array(sorted(i.encode() for i in ids)) if ids else None
+        changes = np.array(sorted(i.encode() for i in update)) if update else None
+        out: list[dict[str, Any]] = []
+        dropped: list[str] = []
+        for seg in doc["segments"]:
+            meta = self._read_meta(seg)
+            ids_here = meta.rows.ids
+            gone = np.isin(ids_here, wanted) if wanted is not None else \
+                np.zeros(len(ids_here), bool)
+            touched = np.isin(ids_here, changes) if changes is not None else \
+                np.zeros(len(ids_here), bool)
+            if update and touched.any():
+                touched_rows = touched.nonzero()[0]
+                real = [int(i) for i in touched_rows
+                        if (int(meta.rows.flags[i]), meta.rows.files[i])
+                        != update[ids_here[i].decode()]]
+                touched[:] = False
+                touched[real] = True
+            if not gone.any() and not touched.any():
+                out.append(dict(seg))
+                continue
+            rows = self._full_rows(seg).take(~gone)
+            if update and touched.any():
+                flags = rows.flags.copy()
+                for n, i in enumerate(rows.ids.tolist()):
+                    change = update.get(i.decode())
+                    if change is not None:
+                        flags[n], rows.files[n] = change[0], change[1]
+                rows.flags = flags
+            dropped.append(meta.name)
+            if len(rows):
+                out.append(self._write_segment(rows, dims))
+        return out, dropped
+
+    def remove(self, memory_ids: Collection[str]) -> int:
+        """Take these ids' vectors out: every segment that holds one is written again
+        without it and its old file deleted. How many were removed."""
+        doc = self._readable() if memory_ids else None
+        if doc is None:
+            return 0
+        before = int(doc["count"])
+        segments, dropped = self._without(doc, set(memory_ids))
+        if not dropped:
+            return 0
+        self._commit(self._model_of(doc), segments, dropped)
+        return before - sum(int(s["count"]) for s in segments)
+
+    @staticmethod
+    def _model_of(doc: Mapping[str, Any]) -> ModelId:
+        m = doc["model"]
+        return ModelId(str(m["provider"]), str(m["model"]), int(m["dims"]))
+
+    def clear(self) -> None:
+        """Delete every vector: the manifest first (the store is then empty), then the
+        segments, then the stamp."""
+        fsio.remove(self.manifest_path)
+        self._remove_unlisted(())
+        self.stamp.drop_quietly()
+        _CACHE.forget(str(self.dir))
+
+    def reseal(self, key: bytes, epoch: int) -> None:
+        """Seal every segment again under a new key and epoch (the old files deleted
+        once the new manifest names the new ones); this store then uses them."""
+        doc = self._readable()
+        if doc is not None:
+            model = self._model_of(doc)
+            segments = [self._write_segment(self._full_rows(s), model.dims, key, epoch)
+                        for s in doc["segments"]]
+            self._write_manifest(model, segments, key, epoch)
+            self._remove_unlisted({str(s["name"]) for s in segments})
+        _CACHE.forget(str(self.dir))
+        self.key, self.epoch = key, epoch
+
+    def search(self, query: Any, k: int, *, include_archive: bool = False,
+               allowed: Collection[str] | None = None,
+               model: ModelId | None = None) -> list[VectorHit]:
+        """The k stored vectors nearest the query (cosine), best first."""
+        import numpy as np
+
+        doc = self._readable()
+        if doc is None or k <= 0:
+            return []
+        stored = self._model_of(doc)
+        if model is not None and model != stored:
+            raise UsageError(f"the vector store holds vectors of {stored.key()}, not "
+                             f"{model.key()}: they cannot be compared", field="model")
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        if q.shape[0] != stored.dims:
+            raise UsageError(f"a query of {q.shape[0]} dimensions against vectors of "
+                             f"{stored.dims}", field="model")
+        norm = float(np.linalg.norm(q))
+        if norm == 0.0:
+            return []
+        q = q / norm
+        for attempt in (1, 2):
+            try:
+                return self._search(doc, q, k, include_archive, allowed)
+            except IndexUnavailable:
+                # A writer replaced a segment meanwhile: read the new manifest once.
+                fresh = self._readable()
+                if attempt == 2 or fresh is None or fresh is doc:
+                    raise
+                doc = fresh
+        return []
+
+    def _search(self, doc: Mapping[str, Any], q: Any, k: int, include_archive: bool,
+                allowed: Collection[str] | None) -> list[VectorHit]:
+        import numpy as np
+
+        view = self._view(doc)
+        n = len(view.ids)
+        mask: Any = None
+        if not include_archive and not view.all_active:
+            mask = view.active
+        if allowed is not None:
+            pos = view.positions()
+            keep = np.zeros(n, bool)
+            keep[[p for p in (pos.get(a.encode()) for a in allowed) if p is not None]] = True
+            mask = keep if mask is None else mask & keep
+        first = max(FIRST_MIN, FIRST_PER_HIT * k, n // FIRST_SHARE)
+        if mask is not None and int(np.count_nonzero(mask)) <= first:
+            candidates = mask.nonzero()[0]
+        elif n <= first:
+            candidates = np.arange(n)
+        else:
+            # 1. Hamming distance between sign codes, a 64-bit word position at a time.
+            qwords = _codes(q[None, :]).view(np.uint64)[0]
+            dist = np.zeros(n, np.uint16)
+            for w in range(view.words.shape[0]):
+                dist += np.bitwise_count(view.words[w] ^ qwords[w])
+            if mask is not None:
+                dist[~mask] = np.iinfo(np.uint16).max
+            candidates = np.argpartition(dist, first)[:first]
+            if mask is not None:
+                candidates = candidates[mask[candidates]]
+        if len(candidates) == 0:
+            return []
+        # 2. The exact query against the candidates' signs (asymmetric distance).
+        second = max(SECOND_MIN, SECOND_PER_HIT * k)
+        if len(candidates) > second:
+            # b·q (which orders as (2b - 1)·q does) by a table of each code byte's share.
+            table = _byte_table(q, view.bits.shape[1])
+            approx = table[np.arange(table.shape[0]), view.bits[candidates]].sum(axis=1)
+            candidates = candidates[np.argpartition(-approx, second)[:second]]
+        # 3. Exact cosine of the stored vectors, decrypting only the chunks that hold them.
+        vecs = self._vectors_of(view, candidates).astype(np.float32)
+        norms = np.linalg.norm(vecs, axis=1)
+        scores = (vecs @ q) / np.where(norms > 0, norms, 1.0)  # a vector's scale cancels
+        best = np.argsort(-scores, kind="stable")[:k]
+        return [VectorHit(view.ids[candidates[i]].decode(), float(scores[i])) for i in best]
+
+    def _vectors_of(self, view: _View, rows: Any) -> Any:
+        """The int8 vectors of these rows (of the view), from what was decrypted before
+        or from their chunks now."""
+        import numpy as np
+
+        chunks = view.row_chunk[rows]
+        with contextlib.ExitStack() as files:
+            fds: dict[int, int] = {}
+
+            def chunk(c: int, cache: bool) -> Any:
+                segment = int(view.chunk_segment[c])
+                meta = view.metas[segment]
+                if segment not in fds:
+                    try:
+                        f = files.enter_context(fsio.open_regular(self._segment_path(meta.name)))
+                    except FileNotFoundError:
+                        raise IndexUnavailable(f"vectors/{meta.name}{SEGMENT_SUFFIX} is "
+                                               "missing") from None
+                    fds[segment] = f.fileno()
+                return self._read_chunk(meta, int(view.chunk_index[c]), fds[segment], cache)[1]
+
+            if view.dense is not None:
+                for c in np.unique(chunks[~view.loaded[chunks]]).tolist():
+                    qv = chunk(c, False)
+                    start = int(view.chunk_start[c])
+                    view.dense[start:start + len(qv)] = qv
+                    view.loaded[c] = True
+                return view.dense[rows]
+            out = np.empty((len(rows), view.dims), np.int8)
+            order = np.argsort(chunks, kind="stable")
+            bounds = np.flatnonzero(np.diff(chunks[order])) + 1
+            for group in np.split(order, bounds):
+                c = int(chunks[group[0]])
+                out[group] = chunk(c, True)[rows[group] - int(view.chunk_start[c])]
+            return out
+
+    # --- the derived-index protocol ----------------------------------------------------
+
+    def is_current(self) -> bool:
+        """An empty store is always current (it claims nothing); else its stamp."""
+        if not self.manifest_path.exists():
+            return True
+        return self.stamp.present() and self.stored_epoch_or_none() == self.epoch
+
+    def stored_epoch_or_none(self) -> int | None:
+        try:
+            return self.stored_epoch()
+        except IndexUnavailable:
+            return None
+
+    def mark_stale(self) -> None:
+        if self.dir.exists():
+            self.stamp.remove()
+
+    def mark_current(self) -> None:
+        if self.manifest_path.exists():
+            self.stamp.write()
+
+    def apply(self, upserts: Sequence[Entry], deletes: Sequence[str],
+              created: Collection[str] = ()) -> None:
+        """Deletes leave; an upsert whose text changed loses its vector (it is embedded
+        again); an upsert that moved (to the archive) gets its flag and file. New
+        records have no vector yet: nothing to do. Nothing is embedded here."""
+        changed = [e for e in upserts if e.record.memory_id not in created]
+        if not deletes and not changed:
+            return
+        doc = self._manifest()
+        if doc is None:
+            return
+        stored = self.has()
+        gone = {i for i in deletes if i in stored}
+        update: dict[str, tuple[int, str]] = {}
+        for entry in changed:
+            memory_id = entry.record.memory_id
+            if memory_id not in stored:
+                continue
+            if stored[memory_id] != record_digest(entry.record):
+                gone.add(memory_id)
+            else:
+                update[memory_id] = (ARCHIVED if _archived(entry) else 0, _file_of(entry))
+        if not gone and not update:
+            return
+        segments, dropped = self._without(doc, gone, update)
+        if dropped:
+            self._commit(self._model_of(doc), segments, dropped)
+
+    def rebuild(self, entries: Iterable[Entry]) -> int:
+        """Prune to the records there are (never embeds): a vector whose record is gone
+        or changed leaves; flags and files follow the records."""
+        return self._prune(entries, None)
+
+    def rewrite(self, entries: Iterable[Entry], changed: set[str], kept_line_files: list[str],
+                superseded: Callable[[str], bool]) -> int:
+        """Prune the vectors of the files in `changed` to `entries` (theirs, re-read);
+        vectors of other files stay. A vector whose file is unknown goes unless found."""
+        return self._prune(entries, changed)
+
+    def _prune(self, entries: Iterable[Entry], changed: set[str] | None) -> int:
+        if not self.manifest_path.exists():
+            return 0
+        try:
+            doc = self._manifest()
+        except IndexUnavailable:
+            self.clear()  # it cannot be read with this key: derived data, made again
+            return 0
+        if doc is None:
+            return 0
+        try:
+            stored = self.has()
+            metas = self._metas(doc)
+        except IndexUnavailable:
+            self.clear()
+            return 0
+        live: dict[str, Entry] = {e.record.memory_id: e for e in entries
+                                  if e.record.memory_id in stored}
+        gone: set[str] = set()
+        update: dict[str, tuple[int, str]] = {}
+        for meta in metas:
+            for i, f in zip(meta.rows.ids.tolist(), meta.rows.files, strict=True):
+                memory_id = i.decode()
+                entry = live.get(memory_id)
+                if entry is None:
+                    if changed is None or f in changed or not f:
+                        gone.add(memory_id)
+                elif stored[memory_id] != record_digest(entry.record):
+                    gone.add(memory_id)
+                else:
+                    update[memory_id] = (ARCHIVED if _archived(entry) else 0, _file_of(entry))
+        segments, dropped = self._without(doc, gone, update)
+        if dropped:
+            self._commit(self._model_of(doc), segments, dropped)
+        return sum(int(s["count"]) for s in segments)
+
+    def locate(self, memory_ids: Sequence[str]) -> dict[str, Location]:
+        return {}
+
+    # --- verify -------------------------------------------------------------------------
+
+    def verify(self) -> list[str]:
+        """What is wrong with the store (a frame that fails authentication, a segment
+        cut short or missing, counts that disagree); never raises on damage."""
+        problems: list[str] = []
+        if not self.dir.exists():
+            return problems
+        try:
+            doc = self._manifest()
+        except IndexUnavailable as exc:
+            return [str(exc)]
+        if doc is None:
+            if any(p.name.endswith(SEGMENT_SUFFIX) for p in self.dir.iterdir()):
+                problems.append("vectors/ holds segments but no manifest")
+            return problems
+        total = 0
+        for seg in doc["segments"]:
+            problems += self._verify_segment(seg)
+            total += int(seg["count"])
+        if total != int(doc["count"]):
+            problems.append(f"vectors/manifest counts {doc['count']} vectors, its segments "
+                            f"{total}")
+        return problems
+
+    def _verify_segment(self, seg: Mapping[str, Any]) -> list[str]:
+        name = str(seg["name"])
+        what = f"vectors/{name}{SEGMENT_SUFFIX}"
+        _CACHE.metas.pop((str(self.dir), name), None)  # read it from the file again
+        try:
+            meta = self._read_meta(seg)
+            chunks = meta.frames - 1
+            for j in range(chunks):
+                _CACHE.chunks.pop((str(self.dir), name, j), None)
+            with fsio.open_regular(self._segment_path(name)) as f:
+                for j in range(chunks):
+                    self._read_chunk(meta, j, f.fileno())
+                size = os.fstat(f.fileno()).st_size
+            last = len(meta.rows) - (chunks - 1) * CHUNK if chunks else 0
+            end = meta.chunk_offset + max(chunks - 1, 0) * self._chunk_frame_size(
+                meta.dims, CHUNK) + (self._chunk_frame_size(meta.dims, last) if chunks else 0)
+            if size != end:
+                return [f"{what} has {size - end} bytes past its last chunk"]
+        except IndexUnavailable as exc:
+            return [str(exc)]
+        except OSError:
+            return [f"{what} is unreadable"]
+        return []
+
+
+def stored_vectors(store: VectorStore) -> Iterable[tuple[str, Any]]:
+    """(memory_id, float32 vector) of every stored vector, segment by segment (tests and
+    the bench compare search with brute force through it)."""
+    import numpy as np
+
+    doc = store._readable()
+    if doc is None:
+        return
+    for seg in doc["segments"]:
+        rows = store._full_rows(seg)
+        assert rows.scales is not None and rows.q is not None
+        vecs = rows.q.astype(np.float32) * rows.scales[:, None]
+        for i, v in zip(rows.ids.tolist(), vecs, strict=True):
+            yield i.decode(), v
+

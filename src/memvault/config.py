@@ -103,6 +103,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("mcp", "", dict, None,
             "the MCP server's limits per session: max_stores, max_supersedes, max_deletes, "
             "max_result_chars"),
+    Setting("embeddings", "", dict, None,
+            "the embeddings provider that recall by meaning uses (see EMBEDDINGS)"),
     Setting("log_dir", "MEM_LOG_DIR", Path, None, "where hooks log their failures"),
     Setting("actor", "MEM_ACTOR", str, None,
             "who the audit log names (default: the login name; hooks and cron set it)"),
@@ -184,6 +186,92 @@ BRIEF: tuple[Setting, ...] = (
             "most estimated tokens of the brief an agent receives (its frame included)",
             BRIEF_MIN_TOKENS, 1_000_000),
 )
+
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# The `embeddings:` mapping: which model turns texts into vectors (memvault.embed).
+EMBEDDING_PROVIDERS = ("builtin", "openai", "none")
+EMBEDDINGS: tuple[Setting, ...] = (
+    Setting("provider", "MEM_EMBEDDINGS_PROVIDER", str, "builtin",
+            "'builtin' (offline, shipped with mem), 'openai' (any OpenAI-compatible "
+            "/v1/embeddings endpoint) or 'none' (search by words only)",
+            choices=EMBEDDING_PROVIDERS),
+    Setting("url", "MEM_EMBEDDINGS_URL", str, None,
+            "the endpoint's base URL, e.g. http://localhost:11434/v1 (openai only)"),
+    Setting("model", "MEM_EMBEDDINGS_MODEL", str, None,
+            "the endpoint's model name (openai only)"),
+    Setting("dimensions", "MEM_EMBEDDINGS_DIMENSIONS", int, None,
+            "the vectors' length: sent to the endpoint and checked in its answers "
+            "(default: whatever the model gives)", 1, 65_536),
+    Setting("key_command", "MEM_EMBEDDINGS_KEY_COMMAND", str, None,
+            "a command (run without a shell) that prints the endpoint's API key"),
+    Setting("key_env", "MEM_EMBEDDINGS_KEY_ENV", str, None,
+            "the name of an environment variable that holds the endpoint's API key"),
+    Setting("batch_size", "MEM_EMBEDDINGS_BATCH_SIZE", int, 64,
+            "texts sent in one request", 1, 2048),
+    Setting("timeout", "MEM_EMBEDDINGS_TIMEOUT", float, 30.0,
+            "seconds one request (or the key command) may take", 0.05, 600),
+    Setting("retries", "MEM_EMBEDDINGS_RETRIES", int, 4,
+            "retries of a request refused for load (429), failed on the server (5xx), "
+            "timed out or not connected", 0, 20),
+    Setting("backoff", "", float, 0.5,
+            "seconds before the first retry, doubled at each (with jitter)", 0, 60),
+    Setting("max_wait", "", float, 120.0,
+            "the most seconds one batch may take, retries and waits included", 0.1, 3600),
+    Setting("background", "MEM_EMBEDDINGS_BACKGROUND", bool, True,
+            "embed what ingest, add and the hooks store in the background"),
+)
+
+
+@dataclass(frozen=True)
+class EmbeddingsConfig:
+    """The resolved `embeddings:` settings. The API key itself is never here: only where
+    to get it (`key_command`, `key_env`)."""
+
+    provider: str = "builtin"
+    url: str | None = None
+    model: str | None = None
+    dimensions: int | None = None
+    key_command: str | None = None
+    key_env: str | None = None
+    batch_size: int = 64
+    timeout: float = 30.0
+    retries: int = 4
+    backoff: float = 0.5
+    max_wait: float = 120.0
+    background: bool = True
+
+
+def _embeddings(raw: Any, origin: str) -> dict[str, Any]:
+    if isinstance(raw, dict) and any(str(k).lower() in ("key", "api_key", "token")
+                                     for k in raw):
+        raise ConfigError(f"embeddings ({origin}) must not hold the API key itself: name a "
+                          "command that prints it (key_command) or an environment variable "
+                          "that holds it (key_env)")
+    out = _section("embeddings", EMBEDDINGS, raw, origin)
+    if out["provider"] == "openai":
+        for name in ("url", "model"):
+            if not str(out[name] or "").strip():
+                raise ConfigError(f"embeddings.{name} is needed for the openai provider "
+                                  f"({origin})")
+        from urllib.parse import urlsplit
+
+        url = urlsplit(str(out["url"]))
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ConfigError(f"embeddings.url must be an http:// or https:// URL ({origin})")
+        if url.username is not None or url.password is not None:
+            raise ConfigError(f"embeddings.url must not hold credentials ({origin}): use "
+                              "key_command or key_env")
+    if out["key_command"] is not None and out["key_env"] is not None:
+        raise ConfigError(f"embeddings sets both key_command and key_env ({origin}): "
+                          "keep one")
+    if out["key_command"] is not None and not str(out["key_command"]).strip():
+        raise ConfigError(f"embeddings.key_command is empty ({origin})")
+    if out["key_env"] is not None and not ENV_NAME_RE.fullmatch(str(out["key_env"])):
+        raise ConfigError(f"embeddings.key_env must be the name of an environment variable "
+                          f"({origin})")
+    return out
 
 
 def _section(name: str, table: tuple[Setting, ...], raw: Any, origin: str) -> dict[str, Any]:
@@ -286,6 +374,11 @@ class Settings:
         return int(self.values["brief"]["max_tokens"])
 
     @property
+    def embeddings(self) -> EmbeddingsConfig:
+        """The resolved `embeddings:` settings (every key present: see resolve())."""
+        return EmbeddingsConfig(**(self.values.get("embeddings") or {}))
+
+    @property
     def redaction(self) -> dict[str, Any]:
         """The `redaction:` mapping of the config file (ops/admission.py reads it)."""
         value = self.values.get("redaction")
@@ -377,6 +470,8 @@ def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
             return Path(os.path.expanduser(str(raw)))
         if setting.kind in (float, int):
             return _number(setting, raw)
+        if setting.kind is bool:
+            return _boolean(raw)
         if setting.kind is dict:
             if not isinstance(raw, dict):
                 raise ValueError("not a mapping")
@@ -388,6 +483,18 @@ def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
         shown = repr(raw) if len(repr(raw)) <= 40 else repr(raw)[:39] + "…"
         raise ConfigError(f"invalid value {shown} for {setting.name} ({origin}): "
                           f"{_expected(setting)}") from None
+
+
+def _boolean(raw: Any) -> bool:
+    """YAML's true/false, or their usual spellings in an environment variable."""
+    if isinstance(raw, bool):
+        return raw
+    word = str(raw).strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("not true or false")
 
 
 def _number(setting: Setting, raw: Any) -> float | int:
@@ -411,6 +518,8 @@ def _expected(setting: Setting) -> str:
     if setting.kind in (float, int):
         kind = "a whole number" if setting.kind is int else "a number"
         return f"expected {kind} from {setting.low:g} to {setting.high:g}"
+    if setting.kind is bool:
+        return "expected true or false"
     return f"expected {'a mapping' if setting.kind is dict else 'text'}"
 
 
@@ -436,7 +545,10 @@ def resolve(**flags: Any) -> Settings:
                                       settings.sources["mcp"])
     settings.values["brief"] = _section("brief", BRIEF, settings.values["brief"],
                                         settings.sources["brief"])
-    for name, table in (("compaction", COMPACTION), ("mcp", MCP), ("brief", BRIEF)):
+    settings.values["embeddings"] = _embeddings(settings.values["embeddings"],
+                                                settings.sources["embeddings"])
+    for name, table in (("compaction", COMPACTION), ("mcp", MCP), ("brief", BRIEF),
+                        ("embeddings", EMBEDDINGS)):
         # A mapping's key set by its own variable: say so where the mapping's source is.
         given = [f"env {s.env}" for s in table if s.env and os.environ.get(s.env)]
         if given:

@@ -23,17 +23,20 @@ EXIT_CODES = (
     (EX_FAILURE, "unexpected failure (a bug: MEM_DEBUG=1 shows the traceback)"),
     (EX_USAGE, "usage error: an unknown option, an invalid name, date, tag or value"),
     (EX_DATAERR, "data error: a vault file fails authentication or is corrupt; a malformed "
-                 "transcript or import file; `verify` or `audit` found an error"),
+                 "transcript or import file; `verify` or `audit` found an error; an embeddings "
+                 "endpoint's answer that is not the embeddings asked for"),
     (EX_NOINPUT, "not found: a memory id, session, vault or input file; a user with no "
                  "memory in that org, or an org with no users"),
     (EX_IOERR, "cannot write: a full disk, a vault mounted read-only; nothing was changed"),
     (EX_TEMPFAIL, "retry later: a user's lock was not obtained in time; a compaction unit "
-                  "whose summariser failed on it"),
+                  "whose summariser failed on it; an embeddings endpoint overloaded, failing "
+                  "or not reachable"),
     (EX_NOPERM, "refused: a wrong key or passphrase, a secret, a frozen user, an "
                 "unconfirmed destroy, a key backup of another vault"),
     (EX_CONFIG, "configuration: no key, an unsafe key file, a failing key command, an OS "
                 "keyring missing or locked, a bad config file, a summariser that cannot be "
-                "started or fails before it answers"),
+                "started or fails before it answers; an embeddings endpoint that refuses "
+                "the key or has no such model"),
     (EX_INTERRUPTED, "interrupted (Ctrl-C): one line says what was kept; every write is "
                      "atomic or journalled, and the same command run again resumes"),
 )
@@ -78,6 +81,10 @@ HINTS = {
     "first-write": "a first `mem add`, `mem ingest`, `mem pref set` or `mem import` "
                    "creates it",
     "summarizer": "check --summarizer or compaction.summarizer in the config file",
+    "embeddings": "check the embeddings: settings (`mem config show`), or set "
+                  "MEM_EMBEDDINGS_PROVIDER=none to search by words only",
+    "embeddings-key": "check embeddings.key_command or embeddings.key_env in the config file",
+    "reinstall": "reinstall mem",
 }
 
 

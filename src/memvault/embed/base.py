@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from memvault.errors import ConfigError
+from memvault.errors import EX_CONFIG, EX_DATAERR, EX_TEMPFAIL, ConfigError, DataError, MemError
 
 if TYPE_CHECKING:  # numpy is imported only where vectors are made or compared
     import numpy as np
@@ -43,7 +43,12 @@ class ModelId:
 
 
 class Embedder(Protocol):
-    model: ModelId
+    @property
+    def model(self) -> ModelId:
+        """What the vectors are made by. An endpoint whose dimensions are not configured
+        learns them from its first answer (asking for one when nothing was embedded yet):
+        embed first where a request is to be spared."""
+        ...
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """One row per text, float32, each of unit length (all zeros for a text with
@@ -51,5 +56,24 @@ class Embedder(Protocol):
         ...
 
 
-class EmbeddingsUnavailable(ConfigError):
-    """The configured provider cannot be used at all (not installed, no key, bad url)."""
+class EmbeddingsError(MemError):
+    """Any failure of an embeddings provider; as itself, a passing one (the endpoint is
+    overloaded, failing, slow or not reachable: exit 75, try again later). A caller that
+    can do without vectors (search) catches this one class."""
+
+    exit_code = EX_TEMPFAIL
+
+
+class EmbeddingsUnavailable(EmbeddingsError, ConfigError):
+    """The configured provider cannot be used at all (not installed, no key, a key
+    refused, a wrong url or model): the configuration must change."""
+
+    exit_code = EX_CONFIG
+
+
+class EmbeddingsDataError(EmbeddingsError, DataError):
+    """A provider answered something that is not the embeddings asked for (wrong
+    dimensions, a count or index that does not match, malformed JSON), or the built-in
+    model's files are damaged."""
+
+    exit_code = EX_DATAERR

@@ -17,8 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memvault.embed.base import MAX_CHARS, EmbeddingsUnavailable, ModelId
-from memvault.errors import DataError
+from memvault.embed.base import MAX_CHARS, EmbeddingsDataError, EmbeddingsUnavailable, ModelId
 
 if TYPE_CHECKING:
     import numpy as np
@@ -63,7 +62,7 @@ def read_tensor(path: Path, name: str) -> npt.NDArray[Any]:
         table = np.memmap(path, dtype=dtype, mode="r", offset=8 + size + start,
                           shape=(rows, cols))
     except (OSError, ValueError, KeyError, TypeError, struct.error) as e:
-        raise DataError(f"the built-in embeddings model is damaged ({path.name}: {e})",
+        raise EmbeddingsDataError(f"the built-in embeddings model is damaged ({path.name}: {e})",
                         hint="reinstall") from e
     return table
 
@@ -78,12 +77,12 @@ class StaticModel:
 
         self.table = read_tensor(weights, TENSOR)
         if self.table.shape[1] != self.model.dims:
-            raise DataError(f"the built-in embeddings model has {self.table.shape[1]} "
+            raise EmbeddingsDataError(f"the built-in embeddings model has {self.table.shape[1]} "
                             f"dimensions, not {self.model.dims}", hint="reinstall")
         try:
             self.tokenizer = Tokenizer.from_file(str(tokenizer))
         except Exception as e:  # the library raises a bare Exception on a bad file
-            raise DataError(f"the built-in embeddings tokenizer is damaged ({e})",
+            raise EmbeddingsDataError(f"the built-in embeddings tokenizer is damaged ({e})",
                             hint="reinstall") from e
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
@@ -94,14 +93,19 @@ class StaticModel:
         out = np.zeros((len(texts), self.model.dims), dtype=np.float32)
         if not texts:
             return out
-        encodings = self.tokenizer.encode_batch([t[:MAX_CHARS] for t in texts],
+        # Blank text is a zero row, as every provider gives it (an endpoint refuses it).
+        kept = [i for i, t in enumerate(texts) if t.strip()]
+        encodings = self.tokenizer.encode_batch([texts[i][:MAX_CHARS] for i in kept],
                                                 add_special_tokens=False)
         vocab = self.table.shape[0]
-        for i, enc in enumerate(encodings):
+        for i, enc in zip(kept, encodings, strict=True):
             ids = np.asarray(enc.ids, dtype=np.int64)
             ids = ids[(ids >= 0) & (ids < vocab)]
             if ids.size:
                 out[i] = self.table[ids].astype(np.float32).mean(axis=0)
+        if not np.isfinite(out).all():  # a weights file damaged past its header
+            raise EmbeddingsDataError("the built-in embeddings model is damaged (its weights "
+                                      "hold values that are not numbers)", hint="reinstall")
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         np.divide(out, norms, out=out, where=norms > 0)
         return out
@@ -112,3 +116,13 @@ def load() -> StaticModel:
     """The built-in model, loaded once per process."""
     root = package_dir()
     return StaticModel(root / WEIGHTS, root / TOKENIZER)
+
+
+class Lazy:
+    """The built-in model, its files read at the first `embed` (its identity is known
+    without them)."""
+
+    model = MODEL
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return load().embed(texts)

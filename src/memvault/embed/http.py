@@ -1,0 +1,361 @@
+"""Any OpenAI-compatible embeddings endpoint: OpenAI itself, Ollama, llama.cpp's server,
+vLLM, Text Embeddings Inference. One protocol: `POST {url}/embeddings` with
+`{"model", "input": [texts], "encoding_format": "float"[, "dimensions"]}`, answered by
+`{"data": [{"index", "embedding": [floats]}, ...]}`.
+
+The standard library's http.client is enough for one POST and costs a few milliseconds
+to import (an HTTP library costs tens), and only a process that embeds imports it. Every
+failure is one error of three kinds: the configuration must change (EmbeddingsUnavailable,
+78), the endpoint answered nonsense (EmbeddingsDataError, 65), or try again later
+(EmbeddingsError, 75) after retries with back-off within a bounded time.
+
+The API key is fetched once per process, from a command or a named environment variable,
+kept in this object only, sent only in the Authorization header, and never shown in an
+error or passed to any child process.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from memvault.embed.base import (
+    MAX_CHARS,
+    EmbeddingsDataError,
+    EmbeddingsError,
+    EmbeddingsUnavailable,
+    ModelId,
+)
+
+if TYPE_CHECKING:
+    import http.client
+
+    import numpy as np
+    import numpy.typing as npt
+
+    from memvault.config import EmbeddingsConfig
+
+KEY_OUTPUT_LIMIT = 64 * 1024  # what a key command may print: a key is far shorter
+KEY_RE = re.compile(r"^[\x21-\x7e]{1,8192}$")  # what an HTTP header can carry as a token
+RETRY_AFTER_CAP = 60.0  # the longest wait an endpoint's Retry-After is granted, seconds
+# An answer's size: a float in JSON takes ~20 bytes; 4,096 dimensions per text at most.
+BYTES_PER_TEXT = 4096 * 24
+ANSWER_BASE = 1 << 20
+MESSAGE_CHARS = 200  # the most of an endpoint's own error message repeated in ours
+
+
+class OpenAIEmbedder:
+    """Embeddings from an OpenAI-compatible endpoint. `sleep` waits between retries
+    (tests pass one that records instead)."""
+
+    def __init__(self, cfg: EmbeddingsConfig,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if not cfg.url or not cfg.model:  # config.resolve refuses this already
+            raise EmbeddingsUnavailable("the openai embeddings provider needs a url and a "
+                                        "model", hint="embeddings")
+        self.cfg = cfg
+        self.name = cfg.model
+        base = cfg.url.rstrip("/")
+        self.where = base
+        parts = urlsplit(base if base.endswith("/embeddings") else base + "/embeddings")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname or ""
+        self._port = parts.port
+        self._path = parts.path + (f"?{parts.query}" if parts.query else "")
+        self._dims = cfg.dimensions
+        self._sleep = sleep
+        self._key: str | None = None
+        self._key_read = False
+        self._conn: http.client.HTTPConnection | None = None
+
+    def __repr__(self) -> str:  # never the key
+        return f"OpenAIEmbedder({self.where!r}, {self.name!r})"
+
+    @property
+    def model(self) -> ModelId:
+        if self._dims is None:
+            self.embed(["dimensions"])  # the model's length, learned from one answer
+        assert self._dims is not None
+        return ModelId("openai", self.name, self._dims)
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        import numpy as np
+
+        cut = [t[:MAX_CHARS] for t in texts]
+        # An endpoint refuses an empty input: a text with nothing in it is a zero row.
+        sent = [i for i, t in enumerate(cut) if t.strip()]
+        rows: list[npt.NDArray[np.float64]] = []
+        size = self.cfg.batch_size
+        try:
+            for start in range(0, len(sent), size):
+                rows.append(self._batch([cut[i] for i in sent[start:start + size]]))
+        finally:
+            self.close()
+        if self._dims is None:
+            return np.zeros((len(texts), self.model.dims), dtype=np.float32)
+        out = np.zeros((len(texts), self._dims), dtype=np.float32)
+        if sent:
+            out[sent] = np.concatenate(rows)
+        return out
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- one batch, with retries ------------------------------------------------------
+
+    def _batch(self, batch: list[str]) -> npt.NDArray[np.float64]:
+        """The batch's unit vectors, in its order; retried on a passing failure until
+        `retries` or `max_wait` runs out."""
+        cfg = self.cfg
+        doc: dict[str, Any] = {"model": cfg.model, "input": batch, "encoding_format": "float"}
+        if cfg.dimensions is not None:
+            doc["dimensions"] = cfg.dimensions
+        body = json.dumps(doc).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        key = self._api_key()
+        if key is not None:
+            headers["Authorization"] = f"Bearer {key}"
+        deadline = time.monotonic() + cfg.max_wait
+        limit = ANSWER_BASE + BYTES_PER_TEXT * len(batch)
+        tries = 0
+        while True:
+            tries += 1
+            wait: float | None = None
+            timeout = max(0.01, min(cfg.timeout, deadline - time.monotonic()))
+            try:
+                status, retry_after, data = self._post(body, headers, timeout, limit)
+            except TimeoutError:
+                failure = f"did not answer within {timeout:g}s"
+            except ConnectionRefusedError:
+                failure = "refused the connection (is it running?)"
+            except OSError as exc:  # no route, reset, a name not found
+                if type(exc).__name__ == "SSLCertVerificationError":  # no use retrying
+                    raise EmbeddingsUnavailable(
+                        f"the embeddings endpoint {self.where} has a certificate that "
+                        f"cannot be verified ({getattr(exc, 'verify_message', '') or exc})",
+                        hint="embeddings") from None
+                failure = f"could not be reached ({exc.strerror or type(exc).__name__})"
+            else:
+                if status == 200:
+                    return self._parse(data, len(batch))
+                message = self._said(data, key)
+                if status in (401, 403):
+                    raise EmbeddingsUnavailable(
+                        f"the embeddings endpoint {self.where} refused the API key "
+                        f"(HTTP {status}{message})", hint="embeddings-key")
+                if status == 404:
+                    raise EmbeddingsUnavailable(
+                        f"the embeddings endpoint {self.where} has no model {cfg.model!r} "
+                        f"or no such path (HTTP 404{message})", hint="embeddings")
+                if status != 429 and status < 500:
+                    raise EmbeddingsUnavailable(
+                        f"the embeddings endpoint {self.where} refused the request "
+                        f"(HTTP {status}{message})", hint="embeddings")
+                failure = (f"is overloaded (HTTP 429{message})" if status == 429
+                           else f"failed (HTTP {status}{message})")
+                wait = retry_after
+            if tries > cfg.retries:
+                raise EmbeddingsError(f"the embeddings endpoint {self.where} {failure}; "
+                                      f"gave up after {tries} tries")
+            if wait is None:  # exponential, with jitter so that clients spread out
+                wait = cfg.backoff * 2 ** (tries - 1) * (0.5 + random.random())  # noqa: S311
+            wait = min(wait, RETRY_AFTER_CAP)
+            if time.monotonic() + wait >= deadline:
+                raise EmbeddingsError(f"the embeddings endpoint {self.where} {failure}; "
+                                      f"gave up after {tries} tries in {cfg.max_wait:g}s")
+            self._sleep(wait)
+
+    def _post(self, body: bytes, headers: dict[str, str], timeout: float, limit: int
+              ) -> tuple[int, float | None, bytes]:
+        """One request: the status, the Retry-After it asked for and the body (at most
+        `limit` bytes: a larger answer is not the embeddings asked for)."""
+        import http.client
+
+        reused = self._conn is not None
+        conn = self._conn or self._connect(timeout)
+        self._conn = None
+        try:
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            conn.request("POST", self._path, body, headers)
+            response = conn.getresponse()
+            data = response.read(limit + 1)
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            conn.close()
+            if reused:  # a kept connection the server had closed: once more, afresh
+                return self._post(body, headers, timeout, limit)
+            raise
+        except http.client.HTTPException as exc:  # a status line that is not HTTP
+            conn.close()
+            raise OSError(f"not an HTTP answer: {type(exc).__name__}") from None
+        except BaseException:
+            conn.close()
+            raise
+        if len(data) > limit:
+            conn.close()
+            raise EmbeddingsDataError(f"the embeddings endpoint {self.where} answered more "
+                                      f"than {limit >> 20} MiB for one batch",
+                                      hint="embeddings")
+        if response.will_close:
+            conn.close()
+        else:
+            self._conn = conn
+        return response.status, retry_after(response.getheader("Retry-After")), data
+
+    def _connect(self, timeout: float) -> http.client.HTTPConnection:
+        import http.client
+
+        if self._https:
+            import ssl
+
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
+                                               context=ssl.create_default_context())
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def _parse(self, data: bytes, count: int) -> npt.NDArray[np.float64]:
+        """The answer's vectors in input order, of unit length (EmbeddingsDataError for
+        anything else)."""
+        import numpy as np
+
+        def bad(what: str) -> EmbeddingsDataError:
+            return EmbeddingsDataError(f"the embeddings endpoint {self.where} answered "
+                                       f"{what}", hint="embeddings")
+
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            raise bad("something that is not JSON") from None
+        items = doc.get("data") if isinstance(doc, dict) else None
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise bad("JSON without a list of embeddings (\"data\")")
+        if len(items) != count:
+            raise bad(f"{len(items)} embeddings for {count} texts")
+        indexes = [i.get("index") for i in items]
+        given = [n for n in indexes if isinstance(n, int) and not isinstance(n, bool)]
+        if len(given) == count:  # put back in input order
+            if sorted(given) != list(range(count)):
+                raise bad("indexes that do not match the texts sent")
+            items = [items[j] for j in sorted(range(count), key=given.__getitem__)]
+        elif any(n is not None for n in indexes):
+            raise bad("indexes that do not match the texts sent")
+        vectors: list[Any] = [i.get("embedding") for i in items]
+        if not all(isinstance(v, list) and v and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+                for v in vectors):
+            raise bad("an embedding that is not a list of numbers")
+        lengths = {len(v) for v in vectors}
+        expected = self._dims
+        if len(lengths) != 1 or (expected is not None and lengths != {expected}):
+            shown = ", ".join(str(n) for n in sorted(lengths))
+            raise bad(f"vectors of {shown} dimensions, not {expected or 'one length'}")
+        array = np.asarray(vectors, dtype=np.float64)
+        if not np.isfinite(array).all():
+            raise bad("an embedding with values that are not finite numbers")
+        norms = np.linalg.norm(array, axis=1, keepdims=True)
+        np.divide(array, norms, out=array, where=norms > 0)
+        self._dims = array.shape[1]
+        return array
+
+    def _said(self, data: bytes, key: str | None) -> str:
+        """The endpoint's own error message, short, without the key (some echo it)."""
+        try:
+            doc = json.loads(data)
+            error = doc.get("error") if isinstance(doc, dict) else None
+            said = error.get("message") if isinstance(error, dict) else error
+        except (ValueError, UnicodeDecodeError):
+            said = None
+        if not isinstance(said, str) or not said.strip():
+            return ""
+        said = " ".join(said.split())
+        if key:
+            said = said.replace(key, "***")
+        return ": " + (said if len(said) <= MESSAGE_CHARS else said[:MESSAGE_CHARS] + "…")
+
+    # -- the key ----------------------------------------------------------------------
+
+    def _api_key(self) -> str | None:
+        if not self._key_read:
+            self._key = self._read_key()
+            self._key_read = True
+        return self._key
+
+    def _read_key(self) -> str | None:
+        import os
+
+        cfg = self.cfg
+        if cfg.key_env:
+            key = os.environ.get(cfg.key_env, "").strip()
+            if not key:
+                raise EmbeddingsUnavailable(f"the environment variable {cfg.key_env} "
+                                            "(embeddings.key_env) is not set",
+                                            hint="embeddings-key")
+            return check_key(key, f"the environment variable {cfg.key_env}")
+        if cfg.key_command:
+            return check_key(run_key_command(cfg.key_command, cfg.timeout),
+                             "embeddings.key_command's output")
+        return None
+
+
+def run_key_command(command: str, timeout: float) -> str:
+    """What the key command prints: run without a shell, with the minimal environment
+    (no MEM_* variable, no other key), for at most `timeout` seconds and a bounded
+    output; nothing it starts outlives it. Errors never carry its output."""
+    from memvault.process import minimal_env, run_bounded
+
+    def fail(why: str) -> EmbeddingsUnavailable:
+        return EmbeddingsUnavailable(f"embeddings.key_command {why}", hint="embeddings-key")
+
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise fail(f"cannot be parsed: {exc}") from None
+    if not argv:
+        raise fail("is empty")
+    try:
+        done = run_bounded(argv, None, timeout, KEY_OUTPUT_LIMIT, minimal_env())
+    except (OSError, ValueError) as exc:
+        raise fail(f"cannot be started: {getattr(exc, 'strerror', None) or exc}") from None
+    if done.problem == "timeout":
+        raise fail(f"did not answer within {timeout:g}s; it was stopped")
+    if done.problem is not None:
+        raise fail(f"printed more than {KEY_OUTPUT_LIMIT} bytes; that is not a key")
+    if done.returncode != 0:
+        raise fail(f"exited with status {done.returncode}")
+    return done.output.decode(errors="replace").strip()
+
+
+def check_key(key: str, where: str) -> str:
+    """A key that an Authorization header can carry (never shown when it cannot)."""
+    if not KEY_RE.fullmatch(key):
+        raise EmbeddingsUnavailable(f"{where} is not an API key (one word of printable "
+                                    "characters)", hint="embeddings-key")
+    return key
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a Retry-After header: a number of seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        seconds = when.timestamp() - time.time()
+    if seconds != seconds:  # NaN
+        return None
+    return max(0.0, seconds)

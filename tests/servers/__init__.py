@@ -1,0 +1,1 @@
+"""Real servers the tests start as processes, each runnable with `python -m`."""

@@ -1,0 +1,422 @@
+"""The embeddings providers: one contract run against the built-in model and against a
+real OpenAI-compatible server process (tests/servers/openai_embeddings.py, serving the
+built-in model's vectors); every failure of an endpoint as its one documented error and
+exit code; the API key kept out of errors, logs and children; the built-in model's own
+loading code on damaged files; the `embeddings:` configuration."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from email.utils import formatdate
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pytest_console_scripts import ScriptRunner
+
+from memvault.config import EmbeddingsConfig, resolve
+from memvault.embed import builtin, open_embedder
+from memvault.embed.base import (
+    EmbeddingsDataError,
+    EmbeddingsError,
+    EmbeddingsUnavailable,
+    ModelId,
+)
+from memvault.embed.http import RETRY_AFTER_CAP, OpenAIEmbedder
+from memvault.errors import ConfigError, DataError
+from tests.conftest import mem, one_error_line
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = "sk-test-Zq8vN3pL0wXr5T"  # what the key command prints: found nowhere but the header
+
+SIMILAR = ("my cat sleeps on the sofa all afternoon", "the kitten naps on the couch")
+UNRELATED = "quarterly corporate tax filing deadline for the accounting department"
+TEXTS = ["the deploy script needs the staging credentials first", "", SIMILAR[0],
+         "prefer tabs over spaces in the Makefile", UNRELATED, SIMILAR[1]]
+
+
+class Server:
+    """The test server process: its URL, and what to do with the next requests."""
+
+    def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
+        self.proc, self.port = proc, port
+        self.base = f"http://127.0.0.1:{port}"
+        self.url = self.base + "/v1"
+
+    def call(self, method: str, path: str, doc: Any = None) -> Any:
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request(method, path, json.dumps(doc) if doc is not None else None)
+            return json.loads(conn.getresponse().read())
+        finally:
+            conn.close()
+
+    def control(self, *script: str, key: str | None = None, retry_after: str = "0",
+                hang: float = 3.0) -> None:
+        self.call("POST", "/control", {"script": list(script), "key": key,
+                                       "retry_after": retry_after, "hang": hang})
+
+    def log(self) -> list[dict[str, Any]]:
+        return list(self.call("GET", "/log")["requests"])
+
+
+@pytest.fixture(scope="session")
+def server_process() -> Iterator[Server]:
+    proc = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-m", "tests.servers.openai_embeddings"], cwd=ROOT,
+        stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.strip().isdigit():
+        proc.kill()
+        pytest.fail(f"the embeddings test server did not start: {line!r}")
+    yield Server(proc, int(line))
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture
+def server(server_process: Server) -> Server:
+    server_process.control()  # every test starts with a server that answers, no key
+    return server_process
+
+
+def http_config(server: Server, **changes: Any) -> EmbeddingsConfig:
+    """Short time-outs and back-offs: a failing endpoint costs a test a fraction of a
+    second."""
+    cfg = EmbeddingsConfig(provider="openai", url=server.url, model="test-model",
+                           timeout=2.0, retries=2, backoff=0.01, max_wait=10.0)
+    return replace(cfg, **changes)
+
+
+class Waits:
+    """Stands in for time.sleep between retries: records each wait, waits none."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
+@pytest.fixture(params=["builtin", "openai"])
+def embedder(request: pytest.FixtureRequest) -> Any:
+    if request.param == "builtin":
+        found = open_embedder(EmbeddingsConfig())
+    else:
+        found = open_embedder(http_config(request.getfixturevalue("server"), batch_size=2))
+    assert found is not None
+    return found
+
+
+# -- the contract every provider keeps ------------------------------------------------
+
+def test_rows_are_unit_vectors_and_empty_text_a_zero_row(embedder: Any) -> None:
+    out = embedder.embed(TEXTS + ["   "])
+    assert out.dtype == np.float32 and out.shape == (len(TEXTS) + 1, embedder.model.dims)
+    norms = np.linalg.norm(out, axis=1)
+    assert np.allclose(norms[[0, 2, 3, 4, 5]], 1.0, atol=1e-5)
+    assert not out[1].any() and not out[-1].any()
+    assert embedder.embed([]).shape == (0, embedder.model.dims)
+
+
+def test_similar_texts_score_above_unrelated_ones(embedder: Any) -> None:
+    a, b, c = embedder.embed([*SIMILAR, UNRELATED])
+    assert float(a @ b) > float(a @ c) + 0.05 and float(b @ a) > float(b @ c) + 0.05
+
+
+def test_deterministic_and_independent_of_batch_and_order(embedder: Any) -> None:
+    together = embedder.embed(TEXTS)
+    again = embedder.embed(TEXTS)
+    one_by_one = np.stack([embedder.embed([t])[0] for t in TEXTS])
+    backwards = embedder.embed(TEXTS[::-1])[::-1]
+    assert np.array_equal(together, again)
+    assert np.allclose(together, one_by_one, atol=1e-6)
+    assert np.allclose(together, backwards, atol=1e-6)
+
+
+def test_the_endpoint_gives_the_vectors_it_serves(server: Server) -> None:
+    """Sent in batches, answered in another order: each vector is its own text's."""
+    served = open_embedder(http_config(server, batch_size=4))
+    assert served is not None
+    server.control("shuffle", "shuffle")
+    assert np.allclose(served.embed(TEXTS), builtin.load().embed(TEXTS), atol=1e-6)
+    log = server.log()
+    assert [r["inputs"] for r in log] == [4, 1]  # the empty text is never sent
+    assert all(r["dimensions"] is None and r["encoding_format"] == "float" for r in log)
+    assert all(not r["sent_authorization"] for r in log)
+
+
+def test_model_identity_and_dimensions(server: Server) -> None:
+    assert open_embedder(EmbeddingsConfig()).model == builtin.MODEL  # type: ignore[union-attr]
+    learned = OpenAIEmbedder(http_config(server))
+    assert learned.model == ModelId("openai", "test-model", 256)  # from its first answer
+    asked = OpenAIEmbedder(http_config(server, dimensions=64))
+    assert asked.embed(["hello"]).shape == (1, 64)
+    assert asked.model == ModelId("openai", "test-model", 64)
+    assert server.log()[-1]["dimensions"] == 64
+    assert open_embedder(EmbeddingsConfig(provider="none")) is None
+
+
+def test_the_official_sdk_reads_the_test_server(server: Server) -> None:
+    """The test server speaks the protocol mem claims to speak: OpenAI's own client
+    parses its answers, in both encodings."""
+    import openai
+
+    client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+    want = builtin.load().embed(SIMILAR)
+    default = client.embeddings.create(model="test-model", input=list(SIMILAR))
+    floats = client.embeddings.create(model="test-model", input=list(SIMILAR),
+                                      encoding_format="float", dimensions=32)
+    assert [d.index for d in default.data] == [0, 1]
+    assert np.allclose([d.embedding for d in default.data], want, atol=1e-6)
+    assert len(floats.data[0].embedding) == 32 and floats.usage.total_tokens > 0
+    server.control("401")
+    with pytest.raises(openai.AuthenticationError):
+        client.embeddings.create(model="test-model", input="x")
+
+
+# -- each failure: one error, its exit code, nothing half-done ------------------------
+
+FAILURES = [
+    # (the server's behaviour for every try, the error, its exit code)
+    ("401", EmbeddingsUnavailable, 78),
+    ("403", EmbeddingsUnavailable, 78),
+    ("404", EmbeddingsUnavailable, 78),
+    ("429", EmbeddingsError, 75),
+    ("500", EmbeddingsError, 75),
+    ("503", EmbeddingsError, 75),
+    ("hang", EmbeddingsError, 75),
+    ("close", EmbeddingsError, 75),
+    ("dims", EmbeddingsDataError, 65),
+    ("count", EmbeddingsDataError, 65),
+    ("dup-index", EmbeddingsDataError, 65),
+    ("malformed", EmbeddingsDataError, 65),
+    ("huge", EmbeddingsDataError, 65),  # an answer is bounded in size
+]
+
+
+@pytest.mark.parametrize(("behaviour", "error", "code"), FAILURES)
+def test_each_failure_is_one_documented_error(server: Server, behaviour: str,
+                                              error: type[Exception], code: int) -> None:
+    waits = Waits()
+    served = OpenAIEmbedder(http_config(server, batch_size=2, timeout=0.3, dimensions=256),
+                            sleep=waits)
+    # The second batch fails: nothing of the first is returned either.
+    server.control("ok", *[behaviour] * 6)
+    with pytest.raises(EmbeddingsError) as caught:
+        served.embed(TEXTS)
+    assert type(caught.value) is error and caught.value.exit_code == code
+    assert "\n" not in caught.value.message and server.base in caught.value.message
+    passing = code == 75
+    # Retried only what may pass (a kept connection closed is tried once more afresh).
+    assert len(server.log()) == (2 if not passing else 5 if behaviour == "close" else 4)
+    assert len(waits.waits) == (2 if passing else 0)
+    # Nothing is lost: the same embedder, asked again, gives every vector.
+    server.control()
+    assert np.allclose(served.embed(TEXTS), builtin.load().embed(TEXTS), atol=1e-6)
+
+
+def test_an_endpoint_not_running_is_try_again_later(server: Server) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = http_config(server, url=f"http://127.0.0.1:{port}/v1")
+    with pytest.raises(EmbeddingsError) as caught:
+        OpenAIEmbedder(cfg, sleep=Waits()).embed(["hello"])
+    assert type(caught.value) is EmbeddingsError and caught.value.exit_code == 75
+    assert "refused the connection" in caught.value.message
+
+
+def test_retries_back_off_and_honour_retry_after(server: Server) -> None:
+    waits = Waits()
+    served = OpenAIEmbedder(http_config(server, retries=4, backoff=0.5, max_wait=100),
+                            sleep=waits)
+    server.control("429", "500", "429", retry_after="7")
+    assert served.embed(["hello"]).shape == (1, 256)
+    assert waits.waits[0] == 7.0 and waits.waits[2] == 7.0
+    assert 0.5 <= waits.waits[1] <= 1.5  # the second back-off, 2 × 0.5 s, with jitter
+    waits.waits.clear()
+    server.control("429", retry_after=formatdate(time.time() + 30, usegmt=True))
+    served.embed(["hello"])
+    assert 20 <= waits.waits[0] <= 31  # an HTTP date
+    waits.waits.clear()
+    server.control("429", retry_after="86400")
+    served.embed(["hello"])
+    assert waits.waits == [RETRY_AFTER_CAP]  # capped
+
+
+def test_retries_stop_within_max_wait(server: Server) -> None:
+    served = OpenAIEmbedder(http_config(server, retries=10, max_wait=5.0), sleep=Waits())
+    server.control("429", retry_after="30")  # a wait past max_wait: give up at once
+    with pytest.raises(EmbeddingsError, match="gave up after 1 tries in 5s"):
+        served.embed(["hello"])
+
+
+# -- the API key ----------------------------------------------------------------------
+
+def key_command(tmp_path: Path, key: str) -> tuple[str, Path]:
+    """A key command that prints `key` and leaves its environment in a file."""
+    seen = tmp_path / "key-command-env.json"
+    script = tmp_path / "print-key"
+    script.write_text(f"#!{sys.executable}\nimport json, os\n"
+                      f"open({str(seen)!r}, 'w').write(json.dumps(dict(os.environ)))\n"
+                      f"print({key!r})\n")
+    script.chmod(0o700)
+    return str(script), seen
+
+
+def test_the_key_reaches_the_endpoint_and_nothing_else(
+        server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("MEM_MASTER_KEY", "not-for-children")
+    server.control(key=KEY)
+    command, seen = key_command(tmp_path, KEY)
+    served = OpenAIEmbedder(http_config(server, key_command=command))
+    assert served.embed(["hello"]).shape == (1, 256)
+    assert server.log()[0]["authorized"]
+    child_env = json.loads(seen.read_text())
+    assert not any(k.startswith("MEM_") for k in child_env)
+    assert KEY not in repr(served) and KEY not in repr(vars(served).get("cfg"))
+
+    # A key the endpoint refuses: it echoes it, mem's error does not.
+    wrong = "sk-wrong-Hq2mS9d"
+    command, seen = key_command(tmp_path, wrong)
+    with pytest.raises(EmbeddingsUnavailable) as caught:
+        OpenAIEmbedder(http_config(server, key_command=command)).embed(["hello"])
+    assert caught.value.exit_code == 78 and "refused the API key" in caught.value.message
+    assert wrong not in str(caught.value) and KEY not in json.loads(seen.read_text()).values()
+    out, err = capfd.readouterr()
+    assert KEY not in caplog.text + out + err and wrong not in caplog.text + out + err
+
+
+def test_the_key_from_a_named_variable(server: Server,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    server.control(key=KEY)
+    cfg = http_config(server, key_env="TEST_EMBEDDINGS_KEY")
+    with pytest.raises(EmbeddingsUnavailable, match="TEST_EMBEDDINGS_KEY"):
+        OpenAIEmbedder(cfg).embed(["hello"])
+    monkeypatch.setenv("TEST_EMBEDDINGS_KEY", KEY)
+    assert OpenAIEmbedder(cfg).embed(["hello"]).shape == (1, 256)
+
+
+@pytest.mark.parametrize(("command", "why"), [
+    ("false", "exited with status 1"), ("no-such-command-here", "cannot be started"),
+    ("echo two words", "is not an API key")])
+def test_a_failing_key_command_is_a_config_error(server: Server, command: str,
+                                                 why: str) -> None:
+    with pytest.raises(EmbeddingsUnavailable, match=why) as caught:
+        OpenAIEmbedder(http_config(server, key_command=command)).embed(["hello"])
+    assert caught.value.exit_code == 78 and server.log() == []  # nothing was sent
+
+
+# -- the built-in model's files ---------------------------------------------------------
+
+@pytest.fixture
+def model_files(tmp_path: Path) -> tuple[Path, Path]:
+    root = builtin.package_dir()
+    weights, tokenizer = tmp_path / "weights.safetensors", tmp_path / "tokenizer.json"
+    shutil.copyfile(root / builtin.WEIGHTS, weights)
+    shutil.copyfile(root / builtin.TOKENIZER, tokenizer)
+    return weights, tokenizer
+
+
+def test_the_copied_model_loads_and_embeds(model_files: tuple[Path, Path]) -> None:
+    model = builtin.StaticModel(*model_files)
+    assert np.array_equal(model.embed(TEXTS), builtin.load().embed(TEXTS))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "header", "tokenizer", "values"])
+def test_damaged_model_files_are_one_data_error(model_files: tuple[Path, Path],
+                                                damage: str) -> None:
+    weights, tokenizer = model_files
+    if damage == "truncated":
+        with weights.open("r+b") as f:
+            f.truncate(weights.stat().st_size // 2)
+    elif damage == "header":
+        with weights.open("r+b") as f:
+            f.seek(8)
+            f.write(b"\x00garbage" * 4)
+    elif damage == "tokenizer":
+        tokenizer.write_text('{"model": {"type": "BPE", "vocab": ')
+    else:  # every weight a NaN (float16 0xFFFF), the header intact
+        size = weights.stat().st_size
+        with weights.open("r+b") as f:
+            (header,) = np.frombuffer(f.read(8), dtype="<u8")
+            f.seek(8 + int(header))
+            f.write(b"\xff" * (size - 8 - int(header)))
+    with pytest.raises(DataError) as caught:
+        builtin.StaticModel(weights, tokenizer).embed(TEXTS)
+    assert isinstance(caught.value, EmbeddingsDataError) and caught.value.exit_code == 65
+    assert "damaged" in caught.value.message and "\n" not in caught.value.message
+
+
+# -- configuration ----------------------------------------------------------------------
+
+def write_config(config_dir: Path, text: str) -> None:
+    config_dir.mkdir(parents=True, exist_ok=True)
+    (config_dir / "config.yaml").write_text(text)
+
+
+def test_embeddings_settings_and_where_they_came_from(
+        config_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = resolve()
+    assert s.embeddings == EmbeddingsConfig() and s.sources["embeddings"] == "default"
+    write_config(config_dir, "embeddings:\n  provider: openai\n"
+                 "  url: http://localhost:11434/v1\n  model: nomic-embed-text\n"
+                 "  key_command: [pass, show, embeddings]\n  background: false\n")
+    s = resolve()
+    assert (s.embeddings.provider, s.embeddings.model, s.embeddings.key_command,
+            s.embeddings.background) == ("openai", "nomic-embed-text",
+                                         "pass show embeddings", False)
+    assert s.sources["embeddings"].startswith("file ")
+    monkeypatch.setenv("MEM_EMBEDDINGS_PROVIDER", "none")
+    monkeypatch.setenv("MEM_EMBEDDINGS_DIMENSIONS", "512")
+    s = resolve()
+    assert (s.embeddings.provider, s.embeddings.dimensions) == ("none", 512)
+    assert s.sources["embeddings"].startswith(
+        "env MEM_EMBEDDINGS_PROVIDER, env MEM_EMBEDDINGS_DIMENSIONS, file ")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("embeddings:\n  provider: openai\n  model: m\n", "url is needed"),
+    ("embeddings:\n  provider: openai\n  url: ftp://x\n  model: m\n", "http://"),
+    ("embeddings:\n  provider: openai\n  url: http://u:pw@x/v1\n  model: m\n",
+     "credentials"),
+    ("embeddings:\n  api_key: sk-123\n", "must not hold the API key"),
+    ("embeddings:\n  key_command: a\n  key_env: B\n", "keep one"),
+    ("embeddings:\n  key_env: 'not a name'\n", "name of an environment variable"),
+    ("embeddings:\n  provider: elsewhere\n", "expected one of builtin, openai, none"),
+    ("embeddings:\n  batch_size: 0\n", "batch_size"),
+    ("embeddings:\n  background: maybe\n", "true or false"),
+])
+def test_bad_embeddings_settings_are_config_errors(config_dir: Path, text: str,
+                                                   said: str) -> None:
+    write_config(config_dir, text)
+    with pytest.raises(ConfigError, match=said) as caught:
+        resolve()
+    assert "sk-123" not in caught.value.message
+
+
+def test_config_show_names_the_provider(config_dir: Path, script_runner: ScriptRunner,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(config_dir, "embeddings:\n  provider: none\n")
+    monkeypatch.setenv("TEST_EMBEDDINGS_KEY", KEY)
+    done = mem(script_runner, "config", "show", "--json")
+    assert done.returncode == 0 and KEY not in done.stdout
+    shown = json.loads(done.stdout)["settings"]["embeddings"]
+    assert shown["value"]["provider"] == "none" and shown["source"].startswith("file ")
+    write_config(config_dir, "embeddings:\n  provider: openai\n")
+    done = mem(script_runner, "config", "show")
+    assert done.returncode == 78
+    assert "embeddings.url is needed" in one_error_line(done.stderr)

@@ -5,6 +5,7 @@ BIN="$(cd "$(dirname "$0")/.." && pwd)/.venv/bin"
 DEMO="$(mktemp -d)"
 trap 'rm -rf "$DEMO"' EXIT
 export MEM_VAULT="$DEMO/vault" MEM_CONFIG_DIR="$DEMO/config" MEM_USER=demo MEM_ORG=acme
+export MEM_EMBEDDINGS_BACKGROUND=false  # no detached child outlives the demo's temp dir
 unset MEM_KEY_FILE MEM_KEY_COMMAND MEM_MASTER_KEY
 mem() { "$BIN/mem" "$@"; }
 step() { printf '\n\033[1m$ mem %s\033[0m\n' "$*"; }
@@ -39,6 +40,14 @@ mem ingest "$DEMO/session.jsonl" --session s2
 step 'search "why does the invoice test fail on mondays?"'
 mem search "why does the invoice test fail on mondays?"
 step 'search --session s2 email'; mem search --session s2 email
+step 'add "Prefers pytest with fixtures" --type preference'
+mem add "Prefers pytest with fixtures" --type preference
+# Writes embed in the background; the demo embeds at once so that what follows is the same
+# every run (the detached child would race it).
+step 'embed  (what the background does after each write, and cron beside compaction)'
+mem embed
+step 'search "how does the user like to test"  (no word in common: found by meaning)'
+mem search "how does the user like to test"
 step brief;                                          mem brief
 step 'compact --session s2  (what cron does nightly: a summary in CLAUDE.md, originals archived)'
 mem compact --session s2

@@ -128,6 +128,8 @@ def sealed_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     monkeypatch.setenv("MEM_VAULT", str(tmp_path / "vault"))
     monkeypatch.setenv("MEM_USER", "alice")
     monkeypatch.setenv("MEM_LOCK_TIMEOUT", "2")
+    # No detached embedding child outlives a test: tests of it turn it on.
+    monkeypatch.setenv("MEM_EMBEDDINGS_BACKGROUND", "false")
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "200")
     # The installed `mem` script lives beside this interpreter, activated or not.

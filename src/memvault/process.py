@@ -228,3 +228,30 @@ def _read_until(proc: subprocess.Popen[bytes], fd: int, deadline: float, limit: 
     except subprocess.TimeoutExpired:
         return bytes(output), "timeout"
     return bytes(output), None
+
+
+def detach(argv: list[str], env: Mapping[str, str], stdin: bytes, log: Path,
+           cwd: str = "/") -> None:
+    """Start `argv` on its own, outliving this process: a session of its own (no signal
+    of this terminal reaches it), `stdin` as its input through a pipe (handed over here
+    in full: at most a pipe's buffer, so that this never waits for the child), its
+    stdout dropped and its stderr appended to `log`, in `cwd`, with `env` as its whole
+    environment. It is never waited for: when this process ends, init reaps it."""
+    if len(stdin) > DETACH_INPUT:
+        raise ValueError("a detached child's input must fit a pipe's buffer")
+    read, write = os.pipe()
+    try:
+        with open(log, "ab") as errors:
+            subprocess.Popen(  # noqa: S603 - mem itself, argv list, no shell
+                argv, stdin=read, stdout=subprocess.DEVNULL, stderr=errors, env=dict(env),
+                cwd=cwd, start_new_session=True, close_fds=True)
+        os.close(read)
+        read = -1
+        os.write(write, stdin)
+    finally:
+        if read >= 0:
+            os.close(read)
+        os.close(write)
+
+
+DETACH_INPUT = 60_000  # bytes: under the smallest pipe buffer of the platforms mem runs on

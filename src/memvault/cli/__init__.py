@@ -29,6 +29,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "lifecycle": ("forget", "export", "import", "destroy", "freeze", "unfreeze", "audit",
                   "rotate-key"),
     "compact": ("compact",),
+    "embed_cmd": ("embed",),
     "machine": ("setup", "doctor"),
     "pref": ("pref",),
     "config_cmd": ("config",),

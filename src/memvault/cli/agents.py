@@ -23,6 +23,7 @@ from memvault.errors import ConfigError, NotFound, UsageError
 if TYPE_CHECKING:
     from memvault.cli.progress import Tracker
     from memvault.model.results import ScanResult
+    from memvault.vault.vault import Vault
 
 FORMATS = ("auto", "claude-code", "codex", "gemini", "jsonl")
 AGENTS = ("claude-code", "codex", "gemini")
@@ -64,6 +65,9 @@ def ingest(
         "--project", help="Tag the messages with the project the session worked in: auto "
         "(the current directory's git work tree) or a directory.", show_default=False)]
     = None,
+    embed_now: Annotated[bool, typer.Option(
+        "--embed-now", hidden=True, help="A hook's detached ingest: embed what was stored "
+        "in this process, not in another one.")] = False,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
@@ -85,6 +89,7 @@ def ingest(
             raise UsageError("--scan takes neither --dry-run, --session nor --project")
         with out.progress("ingesting", _scan_interrupted, show=not quiet) as progress:
             summary = core.scan_dir(v, scan, format_, strict, progress)
+        _embed_stored(v, out, embed_now)
         if not quiet or json:
             out.data(summary, lambda o: o.info(_scanned(summary, scan)))
         for skipped in summary.passed:
@@ -104,6 +109,8 @@ def ingest(
         else:
             result = core.ingest_file(v, Path(source), format_, session, dry_run, strict,
                                       tags=tags, progress=progress)
+    if not dry_run:
+        _embed_stored(v, out, embed_now)
     if quiet and not json:
         return
 
@@ -124,6 +131,27 @@ def ingest(
             o.info(f"  {result.lines_ignored} lines ignored: {reasons}")
 
     out.data(result, human)
+
+
+def _embed_stored(v: "Vault", out: Output, now: bool) -> None:
+    """What the ingest stored gets its vectors after it: in a detached child, or here
+    when this is a hook's ingest (detached already). A failure to embed is said on
+    stderr (a hook's log) and leaves the records pending: the ingest itself stands."""
+    from memvault.ops import background
+
+    if not now:
+        background.start(v.settings, v.written)
+        return
+    if not v.written or not background.wanted(v.settings):
+        return
+    from memvault.errors import MemError
+    from memvault.ops import embed
+
+    background.bound_this_process()
+    try:
+        embed.embed_new(v, embed.open_embedder(v.settings), v.written)
+    except MemError as exc:
+        out.warn(f"embedding after the ingest failed, left pending: {exc.message}")
 
 
 def _scanned(summary: "ScanResult", folder: Path) -> str:

@@ -101,10 +101,12 @@ def add(
 
     if text == "-":
         text = context.stdin_text("the text")
-    result = remember.add(context.open_vault(vault, org, user, key_file, needs=None),
-                          text, type_,
-                          tags=tag, importance=importance, session=session,
+    v = context.open_vault(vault, org, user, key_file, needs=None)
+    result = remember.add(v, text, type_, tags=tag, importance=importance, session=session,
                           supersedes=supersedes)
+    from memvault.ops import background
+
+    background.start(v.settings, v.written)  # its vector, after the answer's work
 
     def human(o: Output) -> None:
         if result.deduplicated:

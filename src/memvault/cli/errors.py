@@ -81,6 +81,11 @@ HINTS = {
     "first-write": "a first `mem add`, `mem ingest`, `mem pref set` or `mem import` "
                    "creates it",
     "summarizer": "check --summarizer or compaction.summarizer in the config file",
+    "embed": "run `mem embed` (or let cron run it beside `mem compact`)",
+    "embed-rebuild": "run `mem embed --rebuild` to embed everything again with the "
+                     "configured model (or configure the model the vectors were made by)",
+    "embeddings-none": "set embeddings.provider in the config file (or "
+                       "MEM_EMBEDDINGS_PROVIDER) to builtin or openai",
     "embeddings": "check the embeddings: settings (`mem config show`), or set "
                   "MEM_EMBEDDINGS_PROVIDER=none to search by words only",
     "embeddings-key": "check embeddings.key_command or embeddings.key_env in the config file",

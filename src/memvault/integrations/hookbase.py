@@ -357,6 +357,7 @@ def _spawn_ingest(agent: Agent, settings: Settings, payload: dict[str, Any], eve
     # Options in their --name=value form, and `--` before the path: a path or a session id
     # that starts with "-" (`--scan=/`) is a value, never an option.
     argv = [*mem_command(), "ingest", f"--format={agent.ingest_format}", "--quiet",
+            "--embed-now",
             f"--vault={settings.vault}", f"--org={settings.org}", f"--user={settings.user}"]
     name = session_name(session) if session else None
     if name:

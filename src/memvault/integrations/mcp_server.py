@@ -273,6 +273,7 @@ def build(vault: Vault, limits: budgets.Limits | None = None) -> Server:
         supersedes: Annotated[MemoryId | None, Field(description=(
             "The id of a memory this one replaces (it stays, marked superseded)."))] = None,
     ) -> Annotated[CallToolResult, StoreOut]:
+        from memvault.ops import background
         from memvault.ops.remember import add
 
         def body() -> CallToolResult:
@@ -282,6 +283,10 @@ def build(vault: Vault, limits: budgets.Limits | None = None) -> Server:
                 added = add(vault, content, type, tags=[*(tags or []), *filter(None, [project])],
                             supersedes=supersedes, channel=AGENT,
                             may_restate=spent.left("supersedes") > 0)
+            # Its vector is made by a detached child, never in the agent's wait.
+            written = set(vault.written)
+            vault.written.clear()  # a long session's server keeps no list of what it stored
+            background.start(vault.settings, written)
             if added.deduplicated:  # nothing was written: the budget is given back
                 spent.refund(*kinds)
             elif added.restated:

@@ -281,6 +281,8 @@ class Stats(Result):
     frozen: bool
     bytes_on_disk: int
     audit_entries: int
+    vectors_pending: int = 0  # records that wait for a vector (`mem embed`)
+    embeddings_model: str | None = None  # what the stored vectors were made by
 
 
 @dataclass(frozen=True)
@@ -328,3 +330,30 @@ class CompactResult(Result):
     problems: tuple[CompactProblem, ...]
     previews: tuple[CompactPreview, ...]
     exit_code: int
+
+
+@dataclass(frozen=True)
+class EmbedProblem(Result):
+    """A user whose embedding was skipped or stopped (no content, only what went wrong)."""
+
+    _internal: ClassVar[frozenset[str]] = frozenset({"hint"})
+    org: str
+    user: str
+    problem: str  # "busy", "failed", "frozen"
+    message: str
+    exit_code: int
+    hint: str | None = None  # the next step, worded by the surface
+
+
+@dataclass(frozen=True)
+class EmbedResult(Result):
+    """What `mem embed` did, for one user or many (SPEC §6): vectors added, records
+    still waiting for one, and the model (`provider:model:dims`)."""
+
+    _internal: ClassVar[frozenset[str]] = frozenset({"exit_code"})
+    users: int
+    embedded: int
+    pending: int
+    model: str | None
+    problems: tuple[EmbedProblem, ...] = ()
+    exit_code: int = 0

@@ -95,7 +95,18 @@ def stats(vault: Vault) -> Stats:
         pref_keys=len(prefs.read(vault)),
         key_version=state.key_version if exists else None, frozen=state.frozen,
         bytes_on_disk=size, audit_entries=vault.audit.last_seq() if exists else 0,
+        **_vectors(vault),
     )
+
+
+def _vectors(vault: Vault) -> dict[str, Any]:
+    """How many records wait for a vector, and the model of those stored (the store's
+    count and its model: nothing decrypted)."""
+    from memvault.ops.embed import configured_model, pending_count, stored_model
+
+    model = stored_model(vault) or configured_model(vault.settings)
+    return {"vectors_pending": pending_count(vault),
+            "embeddings_model": model.key() if model else None}
 
 
 def _sessions(vault: Vault) -> int:

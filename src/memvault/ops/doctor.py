@@ -305,7 +305,40 @@ def key_backup(probe: Probe) -> Iterator[Finding]:
 
 
 # The order they are shown in. A new finding is one function of the probe, added here.
-CHECKS: tuple[Check, ...] = (key_backup, index, compaction, last_compaction, disk)
+def embeddings(probe: Probe) -> Iterator[Finding]:
+    """The vectors: made by the configured model, and how many records wait for one
+    (from the counters and the store's count: nothing decrypted, no model loaded)."""
+    from memvault.ops.embed import configured_model, pending_count, stored_model
+
+    opened = _opened(probe)
+    if opened is None:
+        return
+    settings, vault, _ = opened
+    if settings.embeddings.provider == "none":
+        yield Finding("embeddings", OK, "embeddings: off (provider none); search is lexical")
+        return
+    stored, configured = stored_model(vault), configured_model(settings)
+    if stored is not None and configured is not None and stored != configured:
+        yield Finding("embeddings", WARNING, f"embeddings: the vectors were made by "
+                      f"{stored.key()}, the configured model is {configured.key()}; search "
+                      "by meaning is off until they are made again", "embed-rebuild")
+        return
+    pending = pending_count(vault)
+    known = stored or configured
+    model = known.key() if known is not None else "the configured model"
+    if pending > BACKLOG:
+        yield Finding("embeddings", WARNING, f"embeddings: {_count(pending, 'record')} "
+                      f"wait for a vector ({model}); search ranks them by words only",
+                      "embed")
+    else:
+        waiting = f", {pending} waiting" if pending else ""
+        yield Finding("embeddings", OK, f"embeddings: {model}{waiting}")
+
+
+BACKLOG = 100  # records without a vector that the background is still expected to embed
+
+CHECKS: tuple[Check, ...] = (key_backup, index, compaction, last_compaction, embeddings,
+                             disk)
 
 
 # --- helpers ---------------------------------------------------------------------------------

@@ -129,6 +129,9 @@ class Vault:
         self._search: tuple[int, SearchIndex] | None = None
         self._vectors: tuple[int, VectorStore] | None = None
         self._scratch: Path | None = None  # an index outside a vault that takes no writes
+        # The ids of the records this process's writes stored or changed: what embedding
+        # in the background embeds after a command (ops/embed.py embed_new).
+        self.written: set[str] = set()
         if migrations.pending(self.meta):
             try:
                 migrations.apply(self.root, self.master, settings.lock_timeout, self.actor)
@@ -548,6 +551,7 @@ class Transaction:
         for entry in entries:
             self._deletes.discard(entry.record.memory_id)
             self._upserts[entry.record.memory_id] = entry
+            self.vault.written.add(entry.record.memory_id)
         self._created.update(created)
 
     def unindex(self, memory_ids: Iterable[str]) -> None:

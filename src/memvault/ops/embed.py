@@ -1,0 +1,494 @@
+"""Embedding (SPEC §11): stored records become sealed vectors, after storing and never in
+the time an agent waits on.
+
+The work follows compaction's pattern: plan from what costs nothing (clear line headers
+and the ids the vector store holds), embed without the user's lock (a model, local or
+remote, may take seconds a batch), then add each batch under the lock only if every
+record in it is unchanged since it was read. So a record forgotten, rewritten or moved
+to the archive meanwhile never gets a vector back: its batch item is dropped and the
+next run sees the record as it is then. Each batch added is kept: a run killed or
+stopped half way resumes where it stopped.
+
+A record has a current vector when the store holds one for its id: the store drops a
+record's vector whenever a write changes the text it was embedded from (its digest) and
+when a record is forgotten, so only the records without a vector need reading. A file
+that holds one is decrypted whole and all its records checked against their digests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from memvault.errors import EX_FAILURE, EX_TEMPFAIL, Busy, ConfigError, MemError
+from memvault.model.location import Location
+from memvault.model.progress import NO_PROGRESS, Progress
+from memvault.model.records import ARCHIVE, DOC_FILES, Record
+from memvault.vault.vault import Vault
+
+if TYPE_CHECKING:
+    from memvault.config import Settings
+    from memvault.embed.base import Embedder, ModelId, Vectors
+    from memvault.index.vectors import VectorStore
+    from memvault.model.results import EmbedProblem, EmbedResult
+    from memvault.storage.state import UserState
+
+BATCH = 256  # texts embedded at once, and records added under the lock at once
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A record to embed, as it was read, and what must be unchanged to add its vector:
+    the digest of its line's bytes (a line file; a rewrite draws a new nonce, so any
+    change changes it), or of its text (a document)."""
+
+    memory_id: str
+    file: str
+    mark: str
+    digest: bytes
+    archived: bool
+    text: str
+
+
+@dataclass
+class Outcome:
+    """One user's embedding, summed into the EmbedResult."""
+
+    org: str
+    user: str
+    embedded: int = 0
+    pending: int = 0
+    model: str | None = None
+    problems: list[EmbedProblem] = field(default_factory=list)
+
+    def problem(self, kind: str, message: str, exit_code: int,
+                hint: str | None = None) -> None:
+        from memvault.model.results import EmbedProblem
+
+        self.problems.append(EmbedProblem(self.org, self.user, kind, message, exit_code,
+                                          hint))
+
+
+# --- what is pending ---------------------------------------------------------------------
+
+
+def pending_count(vault: Vault) -> int:
+    """Records that wait for a vector: the state's counters less the vectors stored (no
+    record is decrypted). Vectors of a model other than the configured one are counted
+    as stored: `check_model` says that they must be made again."""
+    if not vault.exists():
+        return 0
+    state = vault.state()
+    records = sum(state.live.values()) + sum(state.archived.values())
+    return max(0, records - vault.vector_store(state.key_version).count())
+
+
+def stored_model(vault: Vault) -> ModelId | None:
+    """The model the user's vectors were made by (None: no vectors yet)."""
+    if not vault.exists():
+        return None
+    return vault.vector_store(vault.state().key_version).model()
+
+
+def configured_model(settings: Settings) -> ModelId | None:
+    """The model the settings name, known without loading it (the built-in one, or an
+    endpoint's model when its dimensions are configured); None when it is not known."""
+    cfg = settings.embeddings
+    if cfg.provider == "builtin":
+        from memvault.embed.builtin import MODEL
+
+        return MODEL
+    if cfg.provider == "none" or not cfg.dimensions:
+        return None
+    from memvault.embed.base import ModelId
+
+    return ModelId(cfg.provider, str(cfg.model), int(cfg.dimensions))
+
+
+def check_model(store: VectorStore, model: ModelId) -> None:
+    """ConfigError when the stored vectors were made by another model than `model`: a
+    vector is only ever compared with vectors of its own model."""
+    stored = store.model()
+    if stored is not None and stored != model:
+        raise ConfigError(f"the vectors of this memory were made by {stored.key()}, the "
+                          f"configured embeddings model is {model.key()}",
+                          hint="embed-rebuild")
+
+
+def _pending_in(vault: Vault, relpath: str, held: dict[str, bytes]) -> Iterator[Pending]:
+    """The records of one file without a current vector. A line file whose ids all have
+    a vector is not decrypted; a document (small, one envelope) always is."""
+    from memvault.index.vectors import embed_text, text_digest
+
+    store = vault.store
+    archived = relpath.startswith(ARCHIVE + "/")
+    if relpath in DOC_FILES:
+        for record in store.doc_records(relpath):
+            digest = text_digest(embed_text(record))
+            if held.get(record.memory_id) != digest:
+                yield Pending(record.memory_id, relpath, digest.hex(), digest, archived,
+                              embed_text(record))
+        return
+    headers = store.line_headers(relpath)
+    if all(h.memory_id in held for h in headers):
+        return
+    marks = {h.memory_id: h.digest for h in headers}
+    for record in store.read_lines(relpath):
+        text = embed_text(record)
+        digest = text_digest(text)
+        mark = marks.get(record.memory_id)
+        if mark is not None and held.get(record.memory_id) != digest:
+            yield Pending(record.memory_id, relpath, mark, digest, archived, text)
+
+
+def _batches(items: Iterable[Pending], size: int) -> Iterator[list[Pending]]:
+    batch: list[Pending] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+# --- adding under the lock, if unchanged ---------------------------------------------------
+
+
+def _unchanged(vault: Vault, batch: Sequence[Pending]) -> list[Pending]:
+    """The items whose record is still what was read (caller holds the lock): the same
+    line bytes in the same file, or the same text in the same document. Line files are
+    read for their clear headers only."""
+    from memvault.index.vectors import embed_text, text_digest
+
+    marks: dict[str, dict[str, str]] = {}
+    for relpath in {item.file for item in batch}:
+        if relpath in DOC_FILES:
+            marks[relpath] = {r.memory_id: text_digest(embed_text(r)).hex()
+                              for r in vault.store.doc_records(relpath)}
+        else:
+            marks[relpath] = {h.memory_id: h.digest
+                              for h in vault.store.line_headers(relpath)}
+    return [item for item in batch if marks[item.file].get(item.memory_id) == item.mark]
+
+
+def _add(vault: Vault, model: ModelId, batch: Sequence[Pending], vectors: Vectors) -> int:
+    """Add the vectors of a batch, under the user's lock, for the records unchanged since
+    they were read; how many were added. A user frozen, being compacted or re-keyed
+    meanwhile gets nothing now (the next run adds them)."""
+    from memvault.index.vectors import VectorItem
+
+    rows = {item.memory_id: vectors[n] for n, item in enumerate(batch)}
+    with vault.lock():
+        state = vault.locked_state()
+        if state.frozen or state.compacting is not None or state.retire_through is not None:
+            return 0
+        store = vault.vector_store(state.key_version)
+        check_model(store, model)
+        held = store.has()
+        kept = [item for item in _unchanged(vault, batch)
+                if held.get(item.memory_id) != item.digest]
+        if not kept:
+            return 0
+        store.add(model, [VectorItem(item.memory_id, item.digest, item.archived,
+                                     rows[item.memory_id]) for item in kept])
+    return len(kept)
+
+
+def _embed_batch(embedder: Embedder, batch: Sequence[Pending]) -> Vectors:
+    return embedder.embed([item.text for item in batch])
+
+
+# --- one user --------------------------------------------------------------------------------
+
+
+def embed_pending(vault: Vault, embedder: Embedder, *, rebuild: bool = False,
+                  progress: Progress = NO_PROGRESS, batch: int = BATCH) -> EmbedResult:
+    """Embed every record of the user without a current vector (archived and superseded
+    ones too: searches that ask for them rank them by meaning as well). `rebuild`: drop
+    every vector first and embed everything again (the way to change model). Batches of
+    `batch` records are embedded without the lock and each added under it if unchanged;
+    `progress` counts the user's files, keeping the records added."""
+    out = embed_user(vault, embedder, rebuild=rebuild, progress=progress, batch=batch)
+    return summarise([out])
+
+
+def embed_user(vault: Vault, embedder: Embedder, *, rebuild: bool = False,
+               progress: Progress = NO_PROGRESS, batch: int = BATCH) -> Outcome:
+    """embed_pending for one user, as an Outcome. Busy and MemError pass to the caller."""
+    model = embedder.model
+    out = Outcome(vault.org, vault.user, model=model.key())
+    if not vault.exists():
+        return out
+    state = vault.state()  # finishes what a killed compaction step left
+    if state.frozen:  # restricted: no processing of the memory, derived or not
+        out.problem("frozen", "the user's memory is frozen; not embedded", 0)
+        out.pending = pending_count(vault)
+        return out
+    if rebuild:
+        with vault.lock():
+            state = vault.locked_state()
+            vault.vector_store(state.key_version).clear()
+    store = vault.vector_store(state.key_version)
+    check_model(store, model)
+    held = store.has()
+    files = list(vault.layout.content_files(include_archive=True))
+    progress.start(len(files), "files")
+
+    def pending() -> Iterator[Pending]:
+        for relpath in files:
+            yield from _pending_in(vault, relpath, held)
+            progress.advance()
+
+    for group in _batches(pending(), batch):
+        added = _add(vault, model, group, _embed_batch(embedder, group))
+        out.embedded += added
+        progress.keep(added)
+        progress.note(f"{out.embedded:,} records embedded")
+    out.pending = pending_count(vault)
+    return out
+
+
+def embed_new(vault: Vault, embedder: Embedder, memory_ids: Collection[str],
+              batch: int = BATCH) -> int:
+    """Embed the records with these ids that have no vector (what an add or an ingest
+    just stored): the index locates each, one line (or one document) is decrypted per
+    record, so the work is proportional to them, never to the user's history. Records
+    gone since are passed over. Returns how many vectors were added; 0 when the stored
+    vectors are of another model (`mem doctor` says so)."""
+    if not memory_ids or not vault.exists():
+        return 0
+    state = vault.state()
+    if state.frozen:
+        return 0
+    store = vault.vector_store(state.key_version)
+    stored = store.model()
+    if stored is not None and stored != embedder.model:
+        return 0
+    held = store.has()
+    wanted = sorted(i for i in memory_ids if i not in held)
+    added = 0
+    for at in range(0, len(wanted), batch):
+        items = list(_located(vault, state, wanted[at:at + batch]))
+        if items:
+            added += _add(vault, embedder.model, items, _embed_batch(embedder, items))
+    return added
+
+
+def _located(vault: Vault, state: UserState, ids: list[str]) -> Iterator[Pending]:
+    """The records with these ids as Pending items, read through the index: the line
+    headers of their files first (then a record read after them is at least as new as
+    the mark it is added under), then one line per record."""
+    from memvault.index.base import IndexUnavailable
+    from memvault.index.vectors import embed_text, text_digest
+
+    index = vault.ready_index(state)
+    try:
+        located: dict[str, Location] = index.locate(ids)
+    except IndexUnavailable:
+        return
+    marks: dict[str, dict[str, str]] = {}
+    docs: dict[str, dict[str, Record]] = {}
+    for memory_id, location in sorted(located.items(), key=lambda kv: kv[1].file):
+        relpath = location.file
+        archived = relpath.startswith(ARCHIVE + "/")
+        if location.is_doc:
+            if relpath not in docs:
+                docs[relpath] = {r.memory_id: r for r in vault.store.doc_records(relpath)}
+            record = docs[relpath].get(memory_id)
+            if record is not None:
+                text = embed_text(record)
+                digest = text_digest(text)
+                yield Pending(memory_id, relpath, digest.hex(), digest, archived, text)
+            continue
+        if relpath not in marks:
+            marks[relpath] = {h.memory_id: h.digest
+                              for h in vault.store.line_headers(relpath)}
+        mark = marks[relpath].get(memory_id)
+        line = vault.store.read_at(location, memory_id) if mark is not None else None
+        if line is not None:
+            assert mark is not None
+            text = embed_text(line)
+            yield Pending(memory_id, relpath, mark, text_digest(text), archived, text)
+
+
+# --- many users --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every worker needs (picklable): the settings and the master key, loaded once
+    by the parent; the embedder is opened in each worker."""
+
+    settings: Settings
+    master: object
+    rebuild: bool
+
+
+def open_user(job: Job, org: str, user: str) -> Vault:
+    values = {**job.settings.values, "org": org, "user": user}
+    return Vault(replace(job.settings, values=values), master=job.master,  # type: ignore[arg-type]
+                 actor=job.settings.actor)
+
+
+def run_one(job: Job, embedder: Embedder, org: str, user: str,
+            progress: Progress = NO_PROGRESS) -> Outcome:
+    """Embed one user, turning what stops them into a reported problem (but a provider
+    that fails: it would fail for every user alike)."""
+    from memvault.embed.base import EmbeddingsError
+
+    out = Outcome(org, user, model=embedder.model.key())
+    try:
+        return embed_user(open_user(job, org, user), embedder, rebuild=job.rebuild,
+                          progress=progress)
+    except EmbeddingsError:
+        raise
+    except Busy:
+        out.problem("busy", "the user's lock is held (a hook or a command is writing); "
+                    "skipped, the next run retries", EX_TEMPFAIL)
+    except MemError as exc:
+        out.problem("failed", exc.message, exc.exit_code, exc.hint)
+    except Exception as exc:  # noqa: BLE001 - one user's failure must not stop the others
+        if os.environ.get("MEM_DEBUG"):
+            raise
+        out.problem("failed", f"unexpected {type(exc).__name__}", EX_FAILURE)
+    return out
+
+
+def users(job: Job, org: str | None, shard: tuple[int, int] | None
+          ) -> list[tuple[str, str]]:
+    """Every user of the org (or of the vault), or of one stable shard of them: the
+    same split as compaction's, so that a host compacts and embeds the same users."""
+    from memvault.ops.compact import shard_of
+    from memvault.storage.layout import users as all_users
+
+    found = list(all_users(job.settings.vault, org))
+    if shard is not None:
+        k, n = shard
+        found = [(o, u) for o, u in found if shard_of(o, u, n) == k]
+    return found
+
+
+_JOB: Job | None = None
+_EMBEDDER: Embedder | None = None  # a worker's own, opened once
+
+
+def _init_worker(job: Job, parent: int, watch: tuple[int, int] | None,
+                 inherited: list[int]) -> None:
+    """A pool worker's start, as compaction's (it dies with the parent, leaves Ctrl-C
+    to it, closes what the parent held before the pool); it opens its embedder once."""
+    global _JOB, _EMBEDDER
+    import contextlib
+    import signal
+
+    from memvault.process import die_with_parent
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if watch is not None:
+        os.close(watch[1])
+    die_with_parent(parent, None if watch is None else watch[0])
+    for fd in inherited:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _JOB = job
+    _EMBEDDER = open_embedder(job.settings)
+
+
+def open_embedder(settings: Settings) -> Embedder:
+    """The configured embedder; EmbeddingsUnavailable when the provider is none."""
+    from memvault.embed import open_embedder as opened
+    from memvault.embed.base import EmbeddingsUnavailable
+
+    embedder = opened(settings.embeddings)
+    if embedder is None:
+        raise EmbeddingsUnavailable("embeddings are turned off (provider: none)",
+                                    hint="embeddings-none")
+    return embedder
+
+
+def _work_many(who: list[tuple[str, str]]) -> list[Outcome]:
+    assert _JOB is not None and _EMBEDDER is not None
+    return [run_one(_JOB, _EMBEDDER, *one) for one in who]
+
+
+def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
+             progress: Progress = NO_PROGRESS) -> Iterator[Outcome]:
+    """Embed each user; with `jobs` > 1 in a pool of forked workers, each with its own
+    embedder (compaction's run_many says why forked, and how a stop ends the pool).
+    `progress` counts users, kept once a user's run is over."""
+    progress.start(len(who), "users")
+    embedded = 0
+
+    def done(out: Outcome) -> None:
+        nonlocal embedded
+        embedded += out.embedded
+        progress.advance()
+        progress.keep()
+        progress.note(f"{embedded:,} records embedded")
+
+    if jobs <= 1 or len(who) <= 1:
+        embedder = open_embedder(job.settings)
+        for org, user in who:
+            progress.note(f"{org}/{user}, {embedded:,} records embedded")
+            out = run_one(job, embedder, org, user)
+            done(out)
+            yield out
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from memvault.ops.compact import _stop
+    from memvault.process import open_fds
+
+    forked = "fork" in multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if forked else None)
+    inherited = open_fds() if forked else []
+    watch = os.pipe() if forked else None
+    try:
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context,
+                                   initializer=_init_worker,
+                                   initargs=(job, os.getpid(), watch, inherited))
+        size = max(1, min(32, len(who) // (jobs * 4)))
+        chunks = [who[at:at + size] for at in range(0, len(who), size)]
+        results: list[list[Outcome]] = [[] for _ in chunks]
+        try:
+            futures = {pool.submit(_work_many, chunk): n for n, chunk in enumerate(chunks)}
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                for out in results[futures[future]]:
+                    done(out)
+        except BaseException:
+            _stop(pool)
+            raise
+        pool.shutdown(wait=True)
+    finally:
+        for fd in watch or ():
+            os.close(fd)
+    for outcomes in results:
+        yield from outcomes
+
+
+def summarise(outcomes: Sequence[Outcome]) -> EmbedResult:
+    from memvault.model.results import EmbedResult
+
+    problems = tuple(p for o in outcomes for p in o.problems)
+    codes = [p.exit_code for p in problems if p.exit_code]
+    models = sorted({o.model for o in outcomes if o.model})
+    return EmbedResult(
+        users=len(outcomes), embedded=sum(o.embedded for o in outcomes),
+        pending=sum(o.pending for o in outcomes),
+        model=models[0] if len(models) == 1 else None, problems=problems,
+        exit_code=_exit_code(codes))
+
+
+def _exit_code(codes: list[int]) -> int:
+    from memvault.errors import EX_DATAERR
+
+    if not codes:
+        return 0
+    if EX_DATAERR in codes:
+        return EX_DATAERR
+    failed = [c for c in codes if c != EX_TEMPFAIL]
+    return failed[0] if failed else EX_TEMPFAIL

@@ -11,7 +11,8 @@ A test steers it with `POST /control` `{"script": [...], "key": ..., "retry_afte
 Behaviours: ok, 401, 403, 404, 429 (with Retry-After), 500, 503, hang (answers after
 `hang` seconds), dims (one dimension short), count (one embedding short), dup-index,
 shuffle (the right embeddings in reverse order, each with its index: valid), malformed
-(not JSON), huge (a valid answer padded past 4 MiB), close (the connection closed with no answer). With a `key`, a request
+(not JSON), huge (a valid answer padded past 4 MiB), close (the connection closed with no
+answer). With a `key`, a request
 without `Authorization: Bearer <key>` is answered 401, its key echoed in the message as
 some endpoints do. `GET /log` lists what was asked (never the key).
 """

@@ -684,6 +684,20 @@ class SearchIndex:
             clauses.append((Occur.MustNot, term("superseded", 1)))
         return Query.boolean_query(clauses), stems
 
+    def matching(self, query: Any) -> set[str]:
+        """The ids of every record the query matches (a filter's set: proportional to
+        the matches)."""
+        searcher = self.searcher()
+        try:
+            found = int(searcher.search(query, 1).count)
+            return {searcher.doc(address).get_first("id")
+                    for _, address in searcher.search(query, max(1, found)).hits}
+        except BaseException as exc:
+            if not _damaged(exc):
+                raise
+            self._index = None
+            raise IndexUnavailable(f"index unreadable: {exc}") from exc
+
     def live_count(self) -> int:
         """How many live documents the index holds, from Tantivy's meta.json (segment
         sizes less their deletes): no segment is opened or mapped."""

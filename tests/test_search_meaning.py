@@ -106,3 +106,16 @@ def test_an_unknown_mode_is_a_usage_error(vault: Vault, script_runner: ScriptRun
     result = mem(script_runner, "search", "basil", "--mode", "fuzzy")
     assert result.returncode == 2  # a usage error, as a mistyped flag is
     assert one_error_line(result.stderr).endswith("lexical, semantic or hybrid (--mode)")
+
+
+def test_a_damaged_vector_store_falls_back_to_words(vault: Vault) -> None:
+    ids = fill(vault)
+    for segment in vault.layout.vectors_dir.glob("*.seg"):
+        data = bytearray(segment.read_bytes())
+        for i in range(len(data) // 2, len(data)):
+            data[i] ^= 0xFF
+        segment.write_bytes(bytes(data))
+    result = recall.search(Vault(vault.settings), "basil balcony", Filters())
+    assert result.mode == "lexical"
+    assert result.notice is not None and "vector store is unreadable" in result.notice
+    assert [h.memory_id for h in result.results] == [ids[HERBS]]

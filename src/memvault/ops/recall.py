@@ -17,13 +17,13 @@ from memvault.storage.state import UserState
 from memvault.vault.vault import Vault
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Collection, Iterable
     from datetime import datetime
     from typing import Any
 
     from memvault.index.fusion import Fused
     from memvault.index.keyed import Analyzer, Hit, SearchIndex
-    from memvault.index.vectors import VectorStore
+    from memvault.index.vectors import VectorHit, VectorStore
 
 SNIPPET_CHARS = 160
 MODES = ("lexical", "semantic", "hybrid")
@@ -76,8 +76,14 @@ def search(vault: Vault, text: str, filters: Filters,
         vector, store, notice = _meaning(vault, state, text, explicit=mode is not None)
         if vector is not None and store is not None:
             used = mode or "hybrid"
-            ranked = _fused(vault, text, filters, state, now, vector, store,
-                            semantic_only=used == "semantic")
+            try:
+                ranked = _fused(vault, text, filters, state, now, vector, store,
+                                semantic_only=used == "semantic")
+            except _VectorsUnreadable as e:
+                used, notice = "lexical", f"the vector store is unreadable ({e}): ranked by " \
+                    "words only"
+            if ranked is None:  # no word to search for: the most recent, as by words
+                used = "lexical"
     if ranked is None:
         pairs, stems, total = _run(vault, text, filters, state, now)
         ranked = ([(Fused(h.memory_id, h.score, i + 1, None, h.score, None), r)
@@ -138,6 +144,18 @@ def _meaning(vault: Vault, state: UserState, text: str, explicit: bool
     return vector, store, None
 
 
+class _VectorsUnreadable(Exception):
+    """The vector store turned out damaged on use: the search goes on by words."""
+
+
+def _near(store: VectorStore, vector: Any, k: int, include_archive: bool,
+          allowed: Collection[str] | None) -> list[VectorHit]:
+    try:
+        return store.search(vector, k, include_archive=include_archive, allowed=allowed)
+    except IndexUnavailable as e:
+        raise _VectorsUnreadable(str(e)) from e
+
+
 def _narrowing(filters: Filters) -> bool:
     """Whether the filters leave out more than archived and superseded records."""
     return bool(filters.types or filters.categories or filters.tags or filters.after
@@ -165,8 +183,7 @@ def _fused(vault: Vault, text: str, filters: Filters, state: UserState,
                 else index.search(query, n)
             allowed = index.matching(index.build_query("", filters)[0]) \
                 if _narrowing(filters) else None
-            near = store.search(vector, n, include_archive=filters.include_archive,
-                                allowed=allowed)
+            near = _near(store, vector, n, filters.include_archive, allowed)
             hits = {h.memory_id: h for h in lexical}
             others = [h.memory_id for h in near if h.memory_id not in hits]
             if others:
@@ -174,8 +191,8 @@ def _fused(vault: Vault, text: str, filters: Filters, state: UserState,
                                                              others))
             semantic = [(h.memory_id, h.score) for h in near if h.memory_id in hits]
             unseen = [h.memory_id for h in lexical if h.memory_id not in dict(semantic)]
-            cosines = {v.memory_id: v.score for v in store.search(
-                vector, len(unseen), include_archive=True, allowed=unseen)} if unseen else {}
+            cosines = {v.memory_id: v.score for v in _near(
+                store, vector, len(unseen), True, unseen)} if unseen else {}
             fused = fuse([(h.memory_id, h.score) for h in lexical], semantic,
                          lexical_scores={m: hits[m].score for m in others if m in hits},
                          cosines=cosines, weight=0.0 if semantic_only else None)

@@ -136,6 +136,52 @@ def named_cosines(cases: list[Case], model: str) -> None:
                                 strict=True))
 
 
+# Run by another interpreter that has sentence-transformers (never mem's venv): embed
+# the texts of a JSON list with a model, save the unit vectors.
+CHILD = r"""
+import json, sys, numpy as np
+from sentence_transformers import SentenceTransformer
+texts_path, out_path, model = sys.argv[1:4]
+st = SentenceTransformer(model, device="cpu")
+texts = json.load(open(texts_path))
+np.save(out_path, st.encode(texts, batch_size=64, normalize_embeddings=True,
+                            convert_to_numpy=True).astype(np.float32))
+"""
+
+
+def other_model_cosines(cases: list[Case], python: str, model: str) -> None:
+    """Every case's cosines again, from another model's vectors (made by `python`)."""
+    import json
+    import subprocess
+    import tempfile
+
+    import locomo
+    import longmemeval
+    import numpy as np
+
+    groups: list[tuple[list[str], list[str], list[str]]] = []  # ids, turn texts, questions
+    datasets = {c.dataset for c in cases}
+    if "locomo" in datasets:
+        groups += [([t.dia_id for t in c.turns], [t.text for t in c.turns],
+                    [q.text for q in c.questions]) for c in locomo.load()]
+    if "lme" in datasets:
+        groups += [([t.turn_id for t in q.turns], [t.text for t in q.turns], [q.text])
+                   for q in longmemeval.load()]
+    texts = [t for _, turns, questions in groups for t in turns + questions]
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "texts.json").write_text(json.dumps(texts))
+        subprocess.run([python, "-c", CHILD, f"{tmp}/texts.json", f"{tmp}/v.npy", model],
+                       check=True)
+        vectors = np.load(f"{tmp}/v.npy")
+    it, at = iter(cases), 0
+    for ids, turns, questions in groups:
+        tv = vectors[at:at + len(turns)]
+        qv = vectors[at + len(turns):at + len(turns) + len(questions)]
+        at += len(turns) + len(questions)
+        for j in range(len(questions)):
+            next(it).cosine = dict(zip(ids, (tv @ qv[j]).tolist(), strict=True))
+
+
 # --- fusion rules ---------------------------------------------------------------------
 
 Rule = Callable[[Case], list[str]]
@@ -287,6 +333,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--refresh", action="store_true")
     parser.add_argument("--named", action="store_true",
                         help="LoCoMo turns embedded as 'speaker: text'")
+    parser.add_argument("--python", help="an interpreter with sentence-transformers: "
+                        "the semantic leg from --st-model instead")
+    parser.add_argument("--st-model", default="sentence-transformers/all-MiniLM-L6-v2")
     parser.add_argument("--sets", nargs="*", default=["locomo", "lme"])
     parser.add_argument("--only", help="rules whose name contains this")
     parser.add_argument("--n", type=int, nargs="*", default=[50, 100])
@@ -300,6 +349,13 @@ def main(argv: list[str] | None = None) -> None:
         if args.named and dataset == "locomo":
             named_cosines(loaded, args.model)
         cases += loaded
+    if args.python:
+        cache = RESULTS / f"fusion-cosines-{Path(args.st_model).name}-{'-'.join(args.sets)}.pickle"
+        if not cache.exists():
+            other_model_cosines(cases, args.python, args.st_model)
+            cache.write_bytes(pickle.dumps([c.cosine for c in cases]))
+        for c, cos in zip(cases, pickle.loads(cache.read_bytes()), strict=True):
+            c.cosine = cos
     base = evaluate(cases, lexical)
     kinds = sorted(k for k in base if k.count(" ") >= 1 and "half" not in k
                    and k != "lme hit@10")

@@ -185,6 +185,7 @@ def other_model_cosines(cases: list[Case], python: str, model: str) -> None:
 # --- fusion rules ---------------------------------------------------------------------
 
 Rule = Callable[[Case], list[str]]
+FLOOR = False  # --floor
 
 
 def semantic_top(c: Case, k: int) -> Ranked:
@@ -199,7 +200,12 @@ def candidates(c: Case, union: bool, n: int) -> tuple[dict[str, float], dict[str
     ids = {i for i, _ in c.lexical[:n]}
     if union:
         ids |= {i for i, _ in semantic_top(c, n)}
-    return {i: lex.get(i, 0.0) for i in ids}, {i: c.cosine.get(i, 0.0) for i in ids}
+    cos = {i: c.cosine.get(i, 0.0) for i in ids}
+    if FLOOR:  # the product's way: a cosine the semantic leg did not return is its n-th
+        top = semantic_top(c, n)
+        kept = {i for i, _ in top}
+        cos = {i: v if i in kept else top[-1][1] for i, v in cos.items()}
+    return {i: lex.get(i, 0.0) for i in ids}, cos
 
 
 def norm(scores: dict[str, float], how: str) -> dict[str, float]:
@@ -339,7 +345,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sets", nargs="*", default=["locomo", "lme"])
     parser.add_argument("--only", help="rules whose name contains this")
     parser.add_argument("--n", type=int, nargs="*", default=[50, 100])
+    parser.add_argument("--floor", action="store_true", help="a lexical candidate the "
+                        "semantic leg did not return gets its n-th best cosine, not its own")
     args = parser.parse_args(argv)
+    global FLOOR
+    FLOOR = args.floor
     cases = []
     for dataset in args.sets:
         cache = RESULTS / f"fusion-{dataset}-{args.model}-{args.top}.pickle"

@@ -41,23 +41,25 @@ def normalised(scores: Mapping[str, float]) -> dict[str, float]:
 
 def fuse(lexical: Sequence[tuple[str, float]], semantic: Sequence[tuple[str, float]], *,
          lexical_scores: Mapping[str, float] | None = None,
-         cosines: Mapping[str, float] | None = None,
          weight: float | None = None) -> list[Fused]:
     """Both rankings (id, score, best first) fused into one, best first.
 
     `lexical_scores` holds the BM25 score of semantic candidates the lexical leg did not
-    list (0 or missing: no word in common); `cosines` the cosine of lexical candidates the
-    semantic leg did not list. A candidate with no cosine at all (no vector yet) is
-    ranked by its words alone: its normalised BM25 stands for both parts. `weight`: the
-    words' share (LEXICAL_WEIGHT by default; 0 ranks by meaning alone)."""
+    list (0 or missing: no word in common). A lexical candidate the semantic leg did not
+    list (its cosine is lower, or it has no vector yet) counts the semantic list's lowest
+    cosine: so among those, words alone decide, and finding their own cosines (a second
+    pass over the store) is spared; measured, it ranks as well (bench/RANKING.md). With
+    no semantic list, words alone decide. `weight`: the words' share (LEXICAL_WEIGHT by
+    default; 0 ranks by meaning alone)."""
     weight = LEXICAL_WEIGHT if weight is None else weight
     lex_rank = {m: i + 1 for i, (m, _) in enumerate(lexical)}
     sem_rank = {m: i + 1 for i, (m, _) in enumerate(semantic)}
     words: dict[str, float] = {**(lexical_scores or {}), **dict(lexical)}
-    meaning: dict[str, float] = {**(cosines or {}), **dict(semantic)}
+    meaning = dict(semantic)
     ids = list(dict.fromkeys([m for m, _ in lexical] + [m for m, _ in semantic]))
     a = normalised({m: words.get(m, 0.0) for m in ids})
-    b = normalised({m: meaning[m] for m in ids if m in meaning})
+    floor = min(meaning.values(), default=None)
+    b = normalised({m: meaning.get(m, floor) for m in ids}) if floor is not None else {}
     out = []
     for m in ids:
         score = weight * a[m] + (1 - weight) * b.get(m, a[m])

@@ -190,12 +190,9 @@ def _fused(vault: Vault, text: str, filters: Filters, state: UserState,
                 hits.update((h.memory_id, h) for h in _scored(index, text, filters, now,
                                                              others))
             semantic = [(h.memory_id, h.score) for h in near if h.memory_id in hits]
-            unseen = [h.memory_id for h in lexical if h.memory_id not in dict(semantic)]
-            cosines = {v.memory_id: v.score for v in _near(
-                store, vector, len(unseen), True, unseen)} if unseen else {}
             fused = fuse([(h.memory_id, h.score) for h in lexical], semantic,
                          lexical_scores={m: hits[m].score for m in others if m in hits},
-                         cosines=cosines, weight=0.0 if semantic_only else None)
+                         weight=0.0 if semantic_only else None)
             top = fused[:filters.limit]
             located = {f.memory_id: loc for f in top
                        if (loc := hits[f.memory_id].location) is not None}

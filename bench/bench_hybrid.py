@@ -145,36 +145,44 @@ def quality() -> dict[str, object]:
             "results": table}
 
 
-def cost(size: int, rounds: int) -> dict[str, object]:
-    """Cold `mem search` processes at `size` messages, lexical vs hybrid, interleaved."""
+def cost(size: int, rounds: int, reuse: Path | None) -> dict[str, object]:
+    """Cold `mem search` processes at `size` messages, lexical vs hybrid, interleaved.
+    `reuse`: the directory of a vault an earlier run filled and embedded (its path is
+    printed)."""
     import bench_scale
 
     env = throwaway_env()
     env["MEM_EMBEDDINGS_BACKGROUND"] = "false"
-    with tempfile.TemporaryDirectory(prefix="mem-hybrid-") as tmp:
-        corpus_file = Path(tmp) / "corpus.json"
-        corpus_file.write_text(json.dumps(bench_scale.corpus()))
-        started = time.perf_counter()
-        user = bench_scale.fill(env, "bench", size, corpus_file)
-        fill_s = time.perf_counter() - started
-        embed_s = embed_users(["bench"], user.env)
-    print(f"{size} messages: filled in {fill_s:.0f} s, mem embed {embed_s:.0f} s")
+    fill_s = embed_s = 0.0
+    if reuse is not None:
+        env.update(MEM_VAULT=str(reuse / "vault"), MEM_CONFIG_DIR=str(reuse / "config"))
+    else:
+        with tempfile.TemporaryDirectory(prefix="mem-hybrid-") as tmp:
+            corpus_file = Path(tmp) / "corpus.json"
+            corpus_file.write_text(json.dumps(bench_scale.corpus()))
+            started = time.perf_counter()
+            bench_scale.fill(env, "bench", size, corpus_file)
+            fill_s = time.perf_counter() - started
+            embed_s = embed_users(["bench"], env)
+        print(f"{size} messages in {Path(env['MEM_VAULT']).parent}: filled in {fill_s:.0f} s, "
+              f"mem embed {embed_s:.0f} s")
+    user_env = {**env, "MEM_USER": "bench"}
     queries = ["what did she paint last year", "adoption agency interview",
                "favourite hiking trail with the kids", "camping by the lake in summer"]
     mem = str(BIN / "mem")
 
     def case(mode: str) -> object:
         return lambda i: run_timed([mem, "search", queries[i % len(queries)], "--mode", mode,
-                                    "--json"], user.env)
+                                    "--json"], user_env)
 
     # The query's embedding as a cold process pays it: the model's files read, one text.
     embed_one = ("from memvault.embed.builtin import load; "
                  "load().embed(['what did she paint last year'])")
     samples = interleaved({
         "lexical": case("lexical"), "hybrid": case("hybrid"),
-        "python start": lambda i: run_timed([sys.executable, "-c", "pass"], user.env),
+        "python start": lambda i: run_timed([sys.executable, "-c", "pass"], user_env),
         "python + query embedding": lambda i: run_timed([sys.executable, "-c", embed_one],
-                                                        user.env),
+                                                        user_env),
     }, rounds)
     medians = {k: median_ms(v) for k, v in samples.items()}
     share = medians["python + query embedding"] - medians["python start"]
@@ -193,12 +201,13 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--cost-only", action="store_true")
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--reuse", type=Path, help="a filled vault's directory (cost)")
     args = parser.parse_args(argv or [])
     doc: dict[str, object] = {}
     if not args.cost_only:
         doc["quality"] = quality()
     if not args.quality_only:
-        doc["cost"] = cost(args.size, args.rounds)
+        doc["cost"] = cost(args.size, args.rounds, args.reuse)
     report("hybrid", doc)
     return doc
 

@@ -370,6 +370,7 @@ def write_config(config_dir: Path, text: str) -> None:
 
 def test_embeddings_settings_and_where_they_came_from(
         config_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEM_EMBEDDINGS_BACKGROUND")  # the suite's own (conftest)
     s = resolve()
     assert s.embeddings == EmbeddingsConfig() and s.sources["embeddings"] == "default"
     write_config(config_dir, "embeddings:\n  provider: openai\n"
@@ -401,7 +402,9 @@ def test_embeddings_settings_and_where_they_came_from(
     ("embeddings:\n  background: maybe\n", "true or false"),
 ])
 def test_bad_embeddings_settings_are_config_errors(config_dir: Path, text: str,
-                                                   said: str) -> None:
+                                                   said: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEM_EMBEDDINGS_BACKGROUND")  # the suite's own (conftest)
     write_config(config_dir, text)
     with pytest.raises(ConfigError, match=said) as caught:
         resolve()
@@ -410,6 +413,7 @@ def test_bad_embeddings_settings_are_config_errors(config_dir: Path, text: str,
 
 def test_config_show_names_the_provider(config_dir: Path, script_runner: ScriptRunner,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEM_EMBEDDINGS_BACKGROUND")  # the suite's own (conftest)
     write_config(config_dir, "embeddings:\n  provider: none\n")
     monkeypatch.setenv("TEST_EMBEDDINGS_KEY", KEY)
     done = mem(script_runner, "config", "show", "--json")

@@ -10,7 +10,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 BENCHES = ["startup", "retrieval", "longmemeval", "search", "redact", "sanitize", "lifecycle",
-           "ingest", "scan", "scale", "compact", "agents", "brief", "vectors", "embed", "sync"]
+           "ingest", "scan", "scale", "compact", "agents", "brief", "vectors", "embed",
+           "hybrid", "sync"]
 
 
 def main(argv: list[str]) -> None:

@@ -159,6 +159,12 @@ def search(
     include_archive: ArchiveOpt = False, include_superseded: SupersededOpt = False,
     limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many.")] = 10,
     project: ProjectOpt = None,
+    mode: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--mode", help="Rank by words (lexical), by meaning (semantic) or both (hybrid). "
+        "Default: hybrid when the memory has vectors of the configured embeddings model, "
+        "else lexical.", show_default=False,
+        autocompletion=lambda incomplete: [m for m in ("lexical", "semantic", "hybrid")
+                                           if m.startswith(incomplete)])] = None,
     as_of: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--as-of", help="Search as of this date or time (ISO-8601 or a phrase such as "
         "\"yesterday\" or \"last week\": the end of the day or week it names): later "
@@ -172,16 +178,19 @@ def search(
 
     if query == "-":
         query = context.stdin_text("the query")
+    recall.check_mode(mode)
     now = context.date_flag(as_of, "as_of", end=True)
     filters = context.filters(type_, category, tag, session, after, before,
                               include_archive, include_superseded, limit, now)
     now = _moment(now, filters)
     v = context.open_vault(vault, org, user, key_file)
     prefer = context.project(v, project)
-    result = recall.search_preferring(v, query or "", filters, prefer, now) if prefer \
-        else recall.search(v, query or "", filters, now=now)
+    result = recall.search_preferring(v, query or "", filters, prefer, now, mode) \
+        if prefer else recall.search(v, query or "", filters, now=now, mode=mode)
     doc = result.to_dict()
     out = Output(json)
+    if result.notice:
+        out.info(f"note: {result.notice}")
     if result.no_words:
         out.warn(f"the query {query!r} has no words to search for: nothing was searched")
     out.data(doc, lambda o: render.search_results(o, doc["results"]))

@@ -47,7 +47,7 @@ FLAGS = {
     "passphrase": "--passphrase", "type": "--type", "category": "--category",
     "tag": "--tag", "format": "--format", "org": "--org", "user": "--user",
     "force": "--force", "output": "--output", "passphrase_file": "--passphrase-file",
-    "after": "--after", "before": "--before", "as_of": "--as-of",
+    "after": "--after", "before": "--before", "as_of": "--as-of", "mode": "--mode",
 }
 # Where a vault's master key can come from, for the hints of a missing key.
 KEY_SOURCES = ("--key-file / MEM_KEY_FILE, MEM_KEY_COMMAND, or the OS keyring "

@@ -606,13 +606,16 @@ class SearchIndex:
             raise IndexUnavailable(f"index unreadable: {exc}") from exc
         return hits, int(searcher.num_docs)
 
-    def build_query(self, text: str, filters: Filters, now: datetime | None = None
-                    ) -> tuple[Any, list[str]]:
+    def build_query(self, text: str, filters: Filters, now: datetime | None = None,
+                    ids: Collection[str] | None = None) -> tuple[Any, list[str]]:
         """A Tantivy query for a natural-language `text` and the filters.
 
         Returns the query and the stems searched (empty: list the most recent items).
         With `now`, time phrases ("last week", "two days ago") are resolved against it:
         records created then rank higher (index/when.py).
+        With `ids`, only those records, each scored as the query would score it, whether
+        or not it holds a word of it (the records another ranking found: the filters
+        and the time phrases reach them too, and the index says where they live).
         Never parses query syntax, so no input can make it fail.
         """
         import tantivy
@@ -636,7 +639,7 @@ class SearchIndex:
                 h = a.hash(stem)
                 should.append((Occur.Should, term("body", h)))
                 should.append((Occur.Should, Query.boost_query(term("ctx", h), CTX_BOOST)))
-            clauses.append((Occur.Must if not phrases else Occur.Should,
+            clauses.append((Occur.Must if not phrases and ids is None else Occur.Should,
                             Query.boolean_query(should)))
             clauses += [(Occur.Should, Query.boost_query(term("who", a.hash(stem)), WHO_BOOST))
                         for stem in stems]
@@ -647,13 +650,18 @@ class SearchIndex:
             stems += [t for t in a.tokens(phrase) if t not in stems]
             q = term("body", str(hashed[0])) if len(hashed) == 1 else \
                 Query.phrase_query(schema, "body", hashed)
-            clauses.append((Occur.Must, Query.boost_query(q, PHRASE_BOOST)))
+            clauses.append((Occur.Must if ids is None else Occur.Should,
+                            Query.boost_query(q, PHRASE_BOOST)))
         for window in when.resolve(text, now) if clauses and now is not None else ():
             span = Query.range_query(schema, "created", tantivy.FieldType.Integer,
                                      int(window.start.timestamp() * 1e6),
                                      int(window.end.timestamp() * 1e6), include_upper=False)
             clauses.append((Occur.Should, Query.boost_query(span, TIME_BOOST)))
-        if not clauses:
+        if ids is not None:
+            # Scored 0 itself: a record's score is its words' (and its time's) alone.
+            clauses.append((Occur.Must, Query.const_score_query(
+                Query.term_set_query(schema, "id", list(ids)), 0.0)))
+        elif not clauses:
             clauses.append((Occur.Must, Query.all_query()))
         if filters.types:
             clauses.append((Occur.Must, any_of("type", filters.types)))
@@ -675,6 +683,20 @@ class SearchIndex:
         if not filters.include_superseded:
             clauses.append((Occur.MustNot, term("superseded", 1)))
         return Query.boolean_query(clauses), stems
+
+    def matching(self, query: Any) -> set[str]:
+        """The ids of every record the query matches (a filter's set: proportional to
+        the matches)."""
+        searcher = self.searcher()
+        try:
+            found = int(searcher.search(query, 1).count)
+            return {searcher.doc(address).get_first("id")
+                    for _, address in searcher.search(query, max(1, found)).hits}
+        except BaseException as exc:
+            if not _damaged(exc):
+                raise
+            self._index = None
+            raise IndexUnavailable(f"index unreadable: {exc}") from exc
 
     def live_count(self) -> int:
         """How many live documents the index holds, from Tantivy's meta.json (segment

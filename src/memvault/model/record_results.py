@@ -76,6 +76,11 @@ class SearchHit(Result):
     session_id: str | None
     message_id: str | None
     compacted_from: tuple[str, ...] = ()  # a summary's originals (in the archive)
+    # Each leg's place and score (None: that leg did not return the record).
+    lexical_rank: int | None = None
+    semantic_rank: int | None = None
+    lexical_score: float | None = None
+    semantic_score: float | None = None
 
 
 @dataclass(frozen=True)
@@ -85,3 +90,5 @@ class SearchResult(Result):
     total_searched: int
     query_time_ms: float
     no_words: bool = False  # the query held no word to search for (so nothing was)
+    mode: str = "lexical"  # how it was ranked: lexical, semantic or hybrid
+    notice: str | None = None  # why it was ranked by words alone when asked otherwise

@@ -17,12 +17,16 @@ from memvault.storage.state import UserState
 from memvault.vault.vault import Vault
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Collection, Iterable
     from datetime import datetime
+    from typing import Any
 
-    from memvault.index.keyed import Analyzer, Hit
+    from memvault.index.fusion import Fused
+    from memvault.index.keyed import Analyzer, Hit, SearchIndex
+    from memvault.index.vectors import VectorHit, VectorStore
 
 SNIPPET_CHARS = 160
+MODES = ("lexical", "semantic", "hybrid")
 
 
 def _run(vault: Vault, text: str, filters: Filters, state: UserState,
@@ -50,38 +54,174 @@ def _run(vault: Vault, text: str, filters: Filters, state: UserState,
 
 
 def search(vault: Vault, text: str, filters: Filters,
-           now: datetime | None = None, audit: bool = True) -> SearchResult:
+           now: datetime | None = None, audit: bool = True,
+           mode: str | None = None) -> SearchResult:
     """The best matches for `text`. With `now` (the moment the question is asked), its
     time phrases ("last week", "two days ago") count too; without, only its words.
-    Without `audit`, the search is a step of another operation (forget), not a read."""
+    Without `audit`, the search is a step of another operation (forget), not a read.
+
+    `mode`: "lexical" (words only), "semantic" (meaning only), "hybrid" (both fused,
+    index/fusion.py), or None: hybrid when the user has vectors of the configured model,
+    else lexical. When the meaning cannot be had (no vectors, the embedder fails), the
+    words alone rank and the result's `notice` says why."""
+    from memvault.index.fusion import Fused
+
+    check_mode(mode)
     started = time.perf_counter()
     if not vault.exists():
         return SearchResult((), 0, 0.0)
     state = vault.state()
-    pairs, stems, total = _run(vault, text, filters, state, now)
+    used, notice, ranked = "lexical", None, None
+    if mode != "lexical" and text.strip():
+        vector, store, notice = _meaning(vault, state, text, explicit=mode is not None)
+        if vector is not None and store is not None:
+            used = mode or "hybrid"
+            try:
+                ranked = _fused(vault, text, filters, state, now, vector, store,
+                                semantic_only=used == "semantic")
+            except _VectorsUnreadable as e:
+                used, notice = "lexical", f"the vector store is unreadable ({e}): ranked by " \
+                    "words only"
+            if ranked is None:  # no word to search for: the most recent, as by words
+                used = "lexical"
+    if ranked is None:
+        pairs, stems, total = _run(vault, text, filters, state, now)
+        ranked = ([(Fused(h.memory_id, h.score, i + 1, None, h.score, None), r)
+                   for i, (h, r) in enumerate(pairs)], stems, total)
+    found, stems, total = ranked
     analyzer = vault.search_index(state.key_version).analyzer
     results = tuple(SearchHit(
         memory_id=r.memory_id, category=r.category, type=r.type, content=r.content,
-        snippet=snippet(analyzer, r.content, stems), score=round(hit.score, 4),
+        snippet=snippet(analyzer, r.content, stems), score=round(f.score, 4),
         tags=tuple(r.tags), created_at=r.created_at, session_id=r.session_id,
         message_id=r.message_id, compacted_from=tuple(r.compacted_from),
-    ) for hit, r in pairs)
+        lexical_rank=f.lexical_rank, semantic_rank=f.semantic_rank,
+        lexical_score=_rounded(f.lexical_score), semantic_score=_rounded(f.semantic_score),
+    ) for f, r in found)
     if audit:
         vault.audit_read("search", [r.memory_id for r in results], _sessions(
-            r for _, r in pairs), results=len(results))
+            r for _, r in found), results=len(results))
     elapsed = (time.perf_counter() - started) * 1000
     return SearchResult(results, total, round(elapsed, 2),
-                        no_words=bool(text.strip()) and not stems)
+                        no_words=bool(text.strip()) and not stems, mode=used, notice=notice)
+
+
+def check_mode(mode: str | None) -> None:
+    from memvault.errors import UsageError
+
+    if mode is not None and mode not in MODES:
+        raise UsageError(f"unknown search mode {mode!r}: lexical, semantic or hybrid",
+                         field="mode")
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _meaning(vault: Vault, state: UserState, text: str, explicit: bool
+             ) -> tuple[Any, VectorStore | None, str | None]:
+    """The query's vector and the store to search with it; or None and why not (said
+    only when meaning was asked for, or when the embedder failed)."""
+    from memvault.embed import open_embedder
+    from memvault.embed.base import EmbeddingsError
+
+    embedder = open_embedder(vault.settings.embeddings)
+    if embedder is None:
+        return None, None, ("embeddings are turned off (provider: none): ranked by words "
+                            "only" if explicit else None)
+    store = vault.vector_store(state.key_version)
+    try:
+        stored = store.model() if store.count() else None
+    except IndexUnavailable:  # a damaged store: verify reports it, search goes on
+        stored = None
+    if stored != embedder.model:
+        return None, None, (f"no vectors of {embedder.model.key()} yet: ranked by words "
+                            "only" if explicit else None)
+    try:
+        vector = embedder.embed([text])[0]
+    except EmbeddingsError as e:
+        return None, None, f"{e.message}; ranked by words only"
+    return vector, store, None
+
+
+class _VectorsUnreadable(Exception):
+    """The vector store turned out damaged on use: the search goes on by words."""
+
+
+def _near(store: VectorStore, vector: Any, k: int, include_archive: bool,
+          allowed: Collection[str] | None) -> list[VectorHit]:
+    try:
+        return store.search(vector, k, include_archive=include_archive, allowed=allowed)
+    except IndexUnavailable as e:
+        raise _VectorsUnreadable(str(e)) from e
+
+
+def _narrowing(filters: Filters) -> bool:
+    """Whether the filters leave out more than archived and superseded records."""
+    return bool(filters.types or filters.categories or filters.tags or filters.after
+                or filters.before or filters.session is not None)
+
+
+def _fused(vault: Vault, text: str, filters: Filters, state: UserState,
+           now: datetime | None, vector: Any, store: VectorStore, semantic_only: bool
+           ) -> tuple[list[tuple[Fused, Record]], list[str], int] | None:
+    """Both legs' candidates fused (or, `semantic_only`, the semantic leg's alone), each
+    record decrypted only if it is in the final list. None: the query has no words (the
+    most recent items are listed, as by words). Both legs see the same filters: the
+    semantic leg's candidates pass through the index, which scores their words (and
+    their time, for a time phrase) and says where they live."""
+    from memvault.index.fusion import CANDIDATES, fuse
+
+    n = max(filters.limit, CANDIDATES)
+    for attempt in (1, 2):
+        index = vault.ready_index(state)
+        query, stems = index.build_query(text, filters, now)
+        if not stems:
+            return None
+        try:
+            lexical, total = ([], index.live_count()) if semantic_only \
+                else index.search(query, n)
+            allowed = index.matching(index.build_query("", filters)[0]) \
+                if _narrowing(filters) else None
+            near = _near(store, vector, n, filters.include_archive, allowed)
+            hits = {h.memory_id: h for h in lexical}
+            others = [h.memory_id for h in near if h.memory_id not in hits]
+            if others:
+                hits.update((h.memory_id, h) for h in _scored(index, text, filters, now,
+                                                             others))
+            semantic = [(h.memory_id, h.score) for h in near if h.memory_id in hits]
+            fused = fuse([(h.memory_id, h.score) for h in lexical], semantic,
+                         lexical_scores={m: hits[m].score for m in others if m in hits},
+                         weight=0.0 if semantic_only else None)
+            top = fused[:filters.limit]
+            located = {f.memory_id: loc for f in top
+                       if (loc := hits[f.memory_id].location) is not None}
+            records, stale = vault.read_located(located, state)
+            stale = stale or len(located) < len(top)
+        except IndexUnavailable:
+            stale, top, records, total = True, [], {}, 0
+        if not stale or attempt == 2:
+            break
+        vault.reindex_for_reading()
+    return [(f, records[f.memory_id]) for f in top if f.memory_id in records], stems, total
+
+
+def _scored(index: SearchIndex, text: str, filters: Filters, now: datetime | None,
+            ids: list[str]) -> list[Hit]:
+    """These records as the lexical query scores them (0: no word in common), those the
+    filters leave out left out."""
+    query, _ = index.build_query(text, filters, now, ids=ids)
+    return index.search(query, len(ids))[0]
 
 
 def search_preferring(vault: Vault, text: str, filters: Filters, tag: str,
-                      now: datetime | None = None) -> SearchResult:
+                      now: datetime | None = None, mode: str | None = None) -> SearchResult:
     """`search`, with the records that carry `tag` (the current project) first: the best
     of them, then the best of the rest, `filters.limit` in all."""
     from dataclasses import replace
 
-    mine = search(vault, text, replace(filters, tags=[*filters.tags, tag]), now)
-    rest = search(vault, text, filters, now)
+    mine = search(vault, text, replace(filters, tags=[*filters.tags, tag]), now, mode=mode)
+    rest = search(vault, text, filters, now, mode=mode)
     seen = {h.memory_id for h in mine.results}
     merged = (*mine.results, *(h for h in rest.results if h.memory_id not in seen))
     return replace(rest, results=merged[: filters.limit],

@@ -1,0 +1,121 @@
+"""Search by meaning: `mem search --mode`, each leg's rank and score, the same filters on
+both legs, and the fall back to words when meaning cannot be had."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pytest_console_scripts import ScriptRunner
+
+from memvault.embed.base import EmbeddingsError
+from memvault.embed.builtin import load
+from memvault.model.records import Filters
+from memvault.ops import embed, recall, remember
+from memvault.vault.vault import Vault
+from tests.conftest import mem, one_error_line
+
+HERBS = "I grow basil and mint on the balcony, and cherry tomatoes in the garden"
+
+
+def fill(vault: Vault, embedded: bool = True) -> dict[str, str]:
+    ids = {}
+    for text, kind, tags in ((HERBS, "fact", ["home"]),
+                             ("The deploy script lives in ops/deploy.sh", "fact", []),
+                             ("Always answer in British English", "preference", []),
+                             ("Herbs: I prefer them fresh, never dried", "preference",
+                              ["home"])):
+        ids[text] = remember.add(vault, text, kind, tags=tags).record.memory_id
+    if embedded:
+        embed.embed_pending(vault, load())
+    return ids
+
+
+def found(script_runner: ScriptRunner, *args: str) -> dict[str, Any]:
+    result = mem(script_runner, "search", *args, "--json")
+    assert result.returncode == 0, result.stderr
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def test_hybrid_by_default_finds_what_shares_no_word(vault: Vault,
+                                                      script_runner: ScriptRunner) -> None:
+    ids = fill(vault)
+    doc = found(script_runner, "what vegetables do I cultivate")
+    assert doc["mode"] == "hybrid" and doc["notice"] is None
+    top = doc["results"][0]
+    assert top["memory_id"] == ids[HERBS]
+    assert top["lexical_rank"] is None and top["lexical_score"] is None
+    assert top["semantic_rank"] == 1 and top["semantic_score"] > 0
+    # By words alone nothing is found: no word of the question is stored.
+    lexical = found(script_runner, "what vegetables do I cultivate", "--mode", "lexical")
+    assert lexical["mode"] == "lexical" and lexical["results"] == []
+
+
+def test_each_leg_reports_its_rank_and_score(vault: Vault,
+                                             script_runner: ScriptRunner) -> None:
+    ids = fill(vault)
+    hits = {h["memory_id"]: h for h in found(script_runner, "deploy script")["results"]}
+    deploy = hits[ids["The deploy script lives in ops/deploy.sh"]]
+    assert deploy["lexical_rank"] == 1 and deploy["lexical_score"] > 0
+    assert deploy["semantic_rank"] is not None and deploy["semantic_score"] is not None
+
+
+def test_filters_reach_the_semantic_leg(vault: Vault, script_runner: ScriptRunner) -> None:
+    ids = fill(vault)
+    for args in (("--type", "preference"), ("--tag", "home")):
+        doc = found(script_runner, "gardening vegetables", "--mode", "semantic", *args)
+        kept = {h["memory_id"] for h in doc["results"]}
+        wanted = {i for t, i in ids.items()
+                  if (args[0] == "--type" and "prefer" in t or "British" in t)
+                  or (args[0] == "--tag" and t in (HERBS, "Herbs: I prefer them fresh, "
+                                                   "never dried"))}
+        assert kept and kept <= wanted, args
+
+
+def test_no_vectors_yet_ranks_by_words_and_says_so(vault: Vault,
+                                                   script_runner: ScriptRunner) -> None:
+    fill(vault, embedded=False)
+    assert found(script_runner, "basil")["mode"] == "lexical"
+    result = mem(script_runner, "search", "basil", "--mode", "hybrid")
+    assert result.returncode == 0
+    assert "basil" in result.stdout
+    assert result.stderr.strip().startswith("note: no vectors of builtin:")
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_failing_embedder_falls_back_to_words(vault: Vault,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = fill(vault)
+
+    class Down:
+        model = load().model
+
+        def embed(self, texts: Any) -> Any:
+            raise EmbeddingsError("the embeddings endpoint is not reachable")
+
+    monkeypatch.setattr("memvault.embed.open_embedder", lambda cfg: Down())
+    result = recall.search(vault, "basil balcony", Filters())
+    assert result.mode == "lexical"
+    assert result.notice == "the embeddings endpoint is not reachable; ranked by words only"
+    assert [h.memory_id for h in result.results] == [ids[HERBS]]
+
+
+def test_an_unknown_mode_is_a_usage_error(vault: Vault, script_runner: ScriptRunner) -> None:
+    result = mem(script_runner, "search", "basil", "--mode", "fuzzy")
+    assert result.returncode == 2  # a usage error, as a mistyped flag is
+    assert one_error_line(result.stderr).endswith("lexical, semantic or hybrid (--mode)")
+
+
+def test_a_damaged_vector_store_falls_back_to_words(vault: Vault) -> None:
+    ids = fill(vault)
+    for segment in vault.layout.vectors_dir.glob("*.seg"):
+        data = bytearray(segment.read_bytes())
+        for i in range(len(data) // 2, len(data)):
+            data[i] ^= 0xFF
+        segment.write_bytes(bytes(data))
+    result = recall.search(Vault(vault.settings), "basil balcony", Filters())
+    assert result.mode == "lexical"
+    assert result.notice is not None and "vector store is unreadable" in result.notice
+    assert [h.memory_id for h in result.results] == [ids[HERBS]]

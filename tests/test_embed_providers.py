@@ -81,7 +81,7 @@ def server_process() -> Iterator[Server]:
         proc.kill()
         pytest.fail(f"the embeddings test server did not start: {line!r}")
     yield Server(proc, int(line))
-    proc.terminate()
+    proc.kill()  # a request it is still hanging on must not hold the suite's end
     proc.wait(10)
 
 

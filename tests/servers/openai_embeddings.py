@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import sys
 import threading
 import time
@@ -196,6 +197,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
+    # A test run that is stopped or crashes takes its server with it (no stray process
+    # holding a port, or a suite's end, waiting for it).
+    from memvault.process import die_with_parent
+
+    die_with_parent(os.getppid(), None)
     builtin.load()  # ready before the port is announced
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True

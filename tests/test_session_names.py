@@ -38,14 +38,44 @@ HOSTILE = [
 ]
 
 
+def own_children() -> set[int]:
+    """The processes this one started that have not been reaped (zombies included)."""
+    me, found = os.getpid(), set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                stat = (proc / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                found.add(int(proc.name))
+    return found
+
+
+# Processes the test session keeps for its whole run (a test server started by a
+# session-scoped fixture in this same worker): never waited for here.
+BEFORE: set[int] = set()
+
+
 def wait_children() -> None:
     """Until every process this test started has exited: the hooks below run in-process,
-    so the ingests they start are its children."""
+    so the ingests they start are its children. Only those: a server another test's
+    fixture keeps running in this worker is not waited for."""
     while True:
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
+        started = own_children() - BEFORE
+        if not started:
             return
+        for pid in started:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                BEFORE.add(pid)  # not ours to reap after all
+
+
+@pytest.fixture(autouse=True)
+def _children_before() -> None:
+    BEFORE.clear()
+    BEFORE.update(own_children())
 
 
 def wait_background(marker: Path, timeout: float = 60) -> None:

@@ -46,7 +46,7 @@ mem add "Prefers pytest with fixtures" --type preference
 # every run (the detached child would race it).
 step 'embed  (what the background does after each write, and cron beside compaction)'
 mem embed
-step 'search "how does the user like to test"  (no word in common: found by meaning)'
+step 'search "how does the user like to test"  (no word in common with the preference: it comes in by meaning, below the messages that share the word "test")'
 mem search "how does the user like to test"
 step brief;                                          mem brief
 step 'compact --session s2  (what cron does nightly: a summary in CLAUDE.md, originals archived)'

@@ -90,7 +90,9 @@ def read_store(directory: Path, dek: bytes, owner: str) -> dict[str, dict[str, A
             return _lp("mem/vectors/segment/v1", owner, str(epoch), name, str(i),
                        str(len(frames)))
 
-        meta = _open(key, frames[0], aad(0))
+        assert doc["format"] == 2 and doc["chunk"] == 256
+        keys = _open(key, frames[0], aad(0))
+        meta = _open(key, frames[1], aad(1))
         n, d, width, cb = struct.unpack_from("<IHHH", meta)
         assert d == dims
         at = 10
@@ -108,12 +110,15 @@ def read_store(directory: Path, dek: bytes, owner: str) -> dict[str, dict[str, A
         at += 4 * n
         codes = [meta[at + cb * i:at + cb * (i + 1)] for i in range(n)]
         assert at + cb * n == len(meta)
-        for j, frame in enumerate(frames[1:], start=1):
+        # frame 0: each id's key, 8 bytes of BLAKE2b (which segments may hold an id)
+        assert keys == b"".join(hashlib.blake2b(i.encode(), digest_size=8).digest()
+                                for i in ids)
+        for j, frame in enumerate(frames[2:], start=2):
             plain = _open(key, frame, aad(j))
-            m = min(64, n - (j - 1) * 64)
+            m = min(256, n - (j - 2) * 256)
             scales = struct.unpack_from(f"<{m}f", plain)
             for r in range(m):
-                i = (j - 1) * 64 + r
+                i = (j - 2) * 256 + r
                 q = plain[4 * m + r * dims:4 * m + (r + 1) * dims]
                 out[ids[i]] = {"q": q, "scale": scales[r], "scales": plain[:4 * m],
                                "code": codes[i], "digest": digests[i], "flags": flags[i],
@@ -226,10 +231,16 @@ def flip(path: Path, at: int) -> None:
 def damage_swap_chunks(v: Vault) -> None:
     path = segment_files(v)[0]
     epoch, frames = _frames(path.read_bytes(), b"memvecs1")
-    assert len(frames) >= 3 and len(frames[1]) == len(frames[2])
-    frames[1], frames[2] = frames[2], frames[1]
+    assert len(frames) >= 4 and len(frames[2]) == len(frames[3])
+    frames[2], frames[3] = frames[3], frames[2]
     path.write_bytes(path.read_bytes()[:12] + b"".join(
         len(f).to_bytes(4, "big") + f for f in frames))
+
+
+def meta_at(v: Vault) -> int:
+    """An offset inside the first segment's meta block (frame 1)."""
+    _, frames = _frames(segment_files(v)[0].read_bytes(), b"memvecs1")
+    return 12 + 4 + len(frames[0]) + 4 + 20
 
 
 def damage_other_segment(v: Vault) -> None:
@@ -239,7 +250,8 @@ def damage_other_segment(v: Vault) -> None:
 
 DAMAGE = {
     "flipped byte in a chunk": lambda v: flip(segment_files(v)[0], -5),
-    "flipped byte in a meta block": lambda v: flip(segment_files(v)[0], 20),
+    "flipped byte in the keys frame": lambda v: flip(segment_files(v)[0], 20),
+    "flipped byte in a meta block": lambda v: flip(segment_files(v)[0], meta_at(v)),
     "flipped byte in the manifest": lambda v: flip(v.layout.vectors_dir / "manifest", 30),
     "truncated segment": lambda v: fsio.truncate_to(
         segment_files(v)[0], segment_files(v)[0].stat().st_size - 100),
@@ -261,7 +273,7 @@ def test_verify_reports_a_damaged_store_and_repair_drops_it(vault: Vault, damage
         store = vault.vector_store(tx.epoch)
         for part in range(2):  # two segments of three chunks each
             store.add(MODEL, [VectorItem(f"id-{part}-{i}", b"d" * 8, False, r, "CLAUDE.md")
-                              for i, r in enumerate(unit(rng, 150, 32))])
+                              for i, r in enumerate(unit(rng, 600, 32))])
     assert verify_ops.verify(vault).ok
     DAMAGE[damage](vault)
     report = verify_ops.verify(vault)

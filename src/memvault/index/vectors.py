@@ -43,7 +43,7 @@ from memvault.model.location import Location
 from memvault.model.records import ARCHIVE, Record
 from memvault.storage import fsio
 
-FORMAT = 1
+FORMAT = 2  # 1: no id keys frame, chunks of 64 (dropped and embedded again)
 MANIFEST = "manifest"
 SEGMENT_SUFFIX = ".seg"
 MANIFEST_MAGIC = b"memvecm1"
@@ -52,16 +52,20 @@ HEADER = struct.Struct(">8sI")  # magic, epoch (clear, like a record's key versi
 FRAME_LEN = struct.Struct(">I")
 META_HEAD = struct.Struct("<IHHH")  # vectors, dims, id width, code bytes
 DIGEST_LEN = 8
-CHUNK = 64  # vectors per sealed chunk: what a re-rank decrypts for one candidate
+CHUNK = 256  # vectors per sealed chunk: what a re-rank decrypts for one candidate
+KEYS_FRAMES = 1  # frame 0: the ids' keys; frame 1: the meta block; then the chunks
+HEAD_FRAMES = 2
 SEGMENT_MAX = 65536  # a removal rewrites at most this many vectors
 SMALL = 8192  # segments below this size are merged ...
 MERGE_AT = 8  # ... once there are this many of them
-CACHE_BYTES = 128 << 20  # decrypted chunks kept for warm searches (meta blocks: all)
-# The search's passes: how many candidates the Hamming pass keeps (at least FIRST_MIN,
-# FIRST_PER_HIT per hit asked for, one in FIRST_SHARE of the store) and how many the
-# asymmetric pass hands to the exact re-rank.
-FIRST_MIN, FIRST_PER_HIT, FIRST_SHARE = 4096, 64, 100
-SECOND_MIN, SECOND_PER_HIT = 1024, 32
+# Decrypted int8 vectors kept for warm searches (meta blocks: all): a store up to this
+# size is held whole (1M vectors of 256 dimensions), a larger one by chunks, least
+# recently used out.
+CACHE_BYTES = 288 << 20
+# How many candidates the Hamming pass hands to the exact re-rank: at least POOL_MIN,
+# POOL_PER_HIT per hit asked for, one in POOL_SHARE of the store (measured on real
+# embeddings: bench/bench_vectors.py).
+POOL_MIN, POOL_PER_HIT, POOL_SHARE = 2048, 128, 256
 NAME_LEN = 32  # hex characters of a segment's random name
 
 ARCHIVED = 1  # flag bit: the record is an archived original (left the active set)
@@ -168,16 +172,13 @@ def _quantise(vectors: Any) -> tuple[Any, Any, Any]:
     return scales, q, _codes(v)
 
 
-def _byte_table(q: Any, width: int) -> Any:
-    """For each code byte position and each byte value, the sum of the query's
-    components whose sign bits that byte sets (a matrix product avoided: BLAS threads
-    cost more than the work on a busy machine)."""
+def id_keys(ids: Iterable[bytes]) -> Any:
+    """Each id's key: 8 bytes of BLAKE2b, read as a little-endian u64 (a segment's keys
+    frame: which segments may hold an id, without opening their meta blocks)."""
     import numpy as np
 
-    padded = np.zeros(width * 8, np.float32)
-    padded[:q.shape[0]] = q
-    bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float32)
-    return np.einsum("bk,pk->pb", bits, padded.reshape(width, 8))
+    return np.frombuffer(b"".join(hashlib.blake2b(i, digest_size=8).digest() for i in ids),
+                         "<u8").astype(np.uint64)
 
 
 def _codes(v: Any) -> Any:
@@ -208,6 +209,7 @@ class _Cache:
 
     def __init__(self) -> None:
         self.metas: dict[tuple[str, str], _Meta] = {}
+        self.keys: dict[tuple[str, str], Any] = {}
         self.chunks: OrderedDict[tuple[str, str, int], tuple[Any, Any]] = OrderedDict()
         self.chunk_bytes = 0
         self.views: dict[str, tuple[tuple[str, ...], Any]] = {}
@@ -230,6 +232,8 @@ class _Cache:
         """Drop what is cached for a store's segments not in `keep`."""
         for key in [k for k in self.metas if k[0] == directory and k[1] not in keep]:
             del self.metas[key]
+        for key in [k for k in self.keys if k[0] == directory and k[1] not in keep]:
+            del self.keys[key]
         for ck in [k for k in self.chunks if k[0] == directory and k[1] not in keep]:
             s, q = self.chunks.pop(ck)
             self.chunk_bytes -= s.nbytes + q.nbytes
@@ -277,11 +281,48 @@ class _View:
         self.dense: Any = np.zeros((n, dims), np.int8) if n * dims <= CACHE_BYTES else None
         self.loaded = np.zeros(len(self.chunk_start), bool)
         self._positions: dict[bytes, int] | None = None
+        self._dist: Any = None  # the Hamming pass's buffers, made by the first search
+        self._word: Any = None
+        self._count: Any = None
+
+    def nearest_codes(self, q: Any, pool: int, mask: Any) -> Any:
+        """About `pool` rows (of those in `mask`) whose sign codes are nearest the
+        query's in Hamming distance, a 64-bit word position at a time into buffers
+        kept between searches; the cut-off found from the distances' histogram (they
+        are small integers), which is cheaper than a partition of the whole store."""
+        import numpy as np
+
+        n = len(self.ids)
+        if self._dist is None:
+            self._dist = np.empty(n, np.uint16)
+            self._word = np.empty(n, np.uint64)
+            self._count = np.empty(n, np.uint8)
+        dist, word, count = self._dist, self._word, self._count
+        qwords = _codes(q[None, :]).view(np.uint64)[0]
+        dist[:] = 0
+        for w in range(self.words.shape[0]):
+            np.bitwise_xor(self.words[w], qwords[w], out=word)
+            np.bitwise_count(word, out=count)
+            np.add(dist, count, out=dist)
+        if mask is not None:
+            dist[~mask] = np.iinfo(np.uint16).max
+        histogram = np.bincount(dist, minlength=self.words.shape[0] * 64 + 1)
+        cut = int(np.searchsorted(np.cumsum(histogram), pool))  # rows at <= cut: >= pool
+        candidates = np.flatnonzero(dist <= cut)
+        if mask is not None:
+            candidates = candidates[mask[candidates]]
+        if len(candidates) > 2 * pool:  # many ties at the cut-off: the nearest of them
+            candidates = candidates[np.argpartition(dist[candidates], pool)[:pool]]
+        return candidates
 
     def positions(self) -> dict[bytes, int]:
         if self._positions is None:
             self._positions = {bytes(i): n for n, i in enumerate(self.ids.tolist())}
         return self._positions
+
+
+class _OlderFormat(IndexUnavailable):
+    """A store an earlier version wrote: stale (pruned to nothing, embedded again)."""
 
 
 # --- the store ------------------------------------------------------------------------
@@ -383,7 +424,10 @@ class VectorStore:
         plain = self._open(body, self._manifest_aad(epoch), "vectors/manifest")
         try:
             doc: dict[str, Any] = json.loads(plain)
-            if doc.get("format") != FORMAT or doc.get("epoch") != epoch:
+            if doc.get("format") == 1:
+                raise _OlderFormat("vectors/ is of an older format")
+            if doc.get("format") != FORMAT or doc.get("epoch") != epoch \
+                    or doc.get("chunk") != CHUNK:
                 raise ValueError("format")
             for seg in doc["segments"]:
                 int(seg["count"]), int(seg["frames"]), str(seg["name"])
@@ -423,7 +467,7 @@ class VectorStore:
         name = os.urandom(NAME_LEN // 2).hex()
         n = len(rows)
         chunks = (n + CHUNK - 1) // CHUNK
-        frames = 1 + chunks
+        frames = HEAD_FRAMES + chunks
         table = sorted(set(rows.files))
         where = {f: i for i, f in enumerate(table)}
         width = max(rows.ids.dtype.itemsize, 1)
@@ -437,13 +481,16 @@ class VectorStore:
             np.array([where[f] for f in rows.files], dtype="<u4").tobytes(),
             np.ascontiguousarray(rows.codes, dtype=np.uint8).tobytes(),
         ))
+        keys = id_keys(rows.ids.tolist()).astype("<u8").tobytes()
         parts = [HEADER.pack(SEGMENT_MAGIC, epoch),
-                 self._seal(meta, self._frame_aad(epoch, name, 0, frames), key)]
+                 self._seal(keys, self._frame_aad(epoch, name, 0, frames), key),
+                 self._seal(meta, self._frame_aad(epoch, name, 1, frames), key)]
         scales = rows.scales.astype("<f4")
         for j in range(chunks):
             lo, hi = j * CHUNK, min(n, (j + 1) * CHUNK)
             plain = scales[lo:hi].tobytes() + np.ascontiguousarray(rows.q[lo:hi]).tobytes()
-            parts.append(self._seal(plain, self._frame_aad(epoch, name, j + 1, frames), key))
+            parts.append(self._seal(plain, self._frame_aad(epoch, name, j + HEAD_FRAMES,
+                                                            frames), key))
         fsio.ensure_dir(self.dir)
         fsio.atomic_write(self._segment_path(name), b"".join(parts))
         return {"name": name, "count": n, "frames": frames,
@@ -460,23 +507,8 @@ class VectorStore:
             return found
         what = f"vectors/{name}{SEGMENT_SUFFIX}"
         frames = int(seg["frames"])
-        try:
-            with fsio.open_regular(self._segment_path(name)) as f:
-                head = f.read(HEADER.size + FRAME_LEN.size)
-                if len(head) < HEADER.size + FRAME_LEN.size:
-                    raise IndexUnavailable(f"{what} is truncated")
-                magic, epoch = HEADER.unpack_from(head)
-                (length,) = FRAME_LEN.unpack_from(head, HEADER.size)
-                body = f.read(length)
-        except FileNotFoundError:
-            raise IndexUnavailable(f"{what} is missing") from None
-        except OSError as exc:
-            raise IndexUnavailable(f"{what} is unreadable") from exc
-        if magic != SEGMENT_MAGIC or epoch != self.epoch:
-            raise IndexUnavailable(f"{what} is not a segment of this store")
-        if len(body) != length:
-            raise IndexUnavailable(f"{what} is truncated")
-        plain = self._open(body, self._frame_aad(epoch, name, 0, frames), what)
+        body, end = self._head_frame(name, 1)
+        plain = self._open(body, self._frame_aad(self.epoch, name, 1, frames), what)
         try:
             n, dims, width, cb = META_HEAD.unpack_from(plain)
             at = META_HEAD.size
@@ -500,14 +532,74 @@ class VectorStore:
             codes = np.frombuffer(take(n * cb), np.uint8).reshape(n, cb)
             files = [table[i] for i in where.tolist()]
             if at != len(plain) or n != int(seg["count"]) or \
-                    frames != 1 + (n + CHUNK - 1) // CHUNK:
+                    frames != HEAD_FRAMES + (n + CHUNK - 1) // CHUNK:
                 raise ValueError("counts")
         except (ValueError, IndexError, struct.error, TypeError):
             raise IndexUnavailable(f"{what} has a malformed meta block") from None
         meta = _Meta(name, _Rows(ids, digests, flags, files, codes, None, None), dims,
-                     HEADER.size + FRAME_LEN.size + length, frames)
+                     end, frames)
         _CACHE.metas[key] = meta
         return meta
+
+    def _head_frame(self, name: str, index: int) -> tuple[bytes, int]:
+        """Frame 0 or 1 of a segment (the keys, the meta block), still sealed, and the
+        offset just past it; the clear header checked on the way."""
+        what = f"vectors/{name}{SEGMENT_SUFFIX}"
+        try:
+            with fsio.open_regular(self._segment_path(name)) as f:
+                head = f.read(HEADER.size)
+                if len(head) < HEADER.size:
+                    raise IndexUnavailable(f"{what} is truncated")
+                magic, epoch = HEADER.unpack_from(head)
+                if magic != SEGMENT_MAGIC or epoch != self.epoch:
+                    raise IndexUnavailable(f"{what} is not a segment of this store")
+                at = HEADER.size
+                for i in range(index + 1):
+                    raw = os.pread(f.fileno(), FRAME_LEN.size, at)
+                    if len(raw) < FRAME_LEN.size:
+                        raise IndexUnavailable(f"{what} is truncated")
+                    (length,) = FRAME_LEN.unpack(raw)
+                    at += FRAME_LEN.size
+                    if i == index:
+                        body = os.pread(f.fileno(), length, at)
+                        if len(body) != length:
+                            raise IndexUnavailable(f"{what} is truncated")
+                        return body, at + length
+                    at += length
+        except FileNotFoundError:
+            raise IndexUnavailable(f"{what} is missing") from None
+        except OSError as exc:
+            raise IndexUnavailable(f"{what} is unreadable") from exc
+        raise AssertionError("unreachable")
+
+    def _read_keys(self, seg: Mapping[str, Any]) -> Any:
+        """A segment's id keys (cached): frame 0, 8 bytes a vector."""
+        import numpy as np
+
+        name = str(seg["name"])
+        key = (str(self.dir), name)
+        found = _CACHE.keys.get(key)
+        if found is not None:
+            return found
+        what = f"vectors/{name}{SEGMENT_SUFFIX}"
+        body, _ = self._head_frame(name, 0)
+        plain = self._open(body, self._frame_aad(self.epoch, name, 0, int(seg["frames"])), what)
+        if len(plain) != 8 * int(seg["count"]):
+            raise IndexUnavailable(f"{what} has a malformed keys frame")
+        keys = np.frombuffer(plain, "<u8").astype(np.uint64)
+        _CACHE.keys[key] = keys
+        return keys
+
+    def _holding(self, doc: Mapping[str, Any], ids: Collection[str]) -> set[str]:
+        """The segments that may hold one of `ids` (by their keys frames: a segment
+        that holds none of them is never opened further)."""
+        import numpy as np
+
+        if not ids:
+            return set()
+        wanted = id_keys(i.encode() for i in ids)
+        return {str(seg["name"]) for seg in doc["segments"]
+                if np.isin(self._read_keys(seg), wanted).any()}
 
     def _chunk_frame_size(self, dims: int, count: int) -> int:
         return FRAME_LEN.size + envelope.NONCE_LEN + count * (4 + dims) + 16
@@ -539,7 +631,8 @@ class VectorStore:
         if len(raw) != size or FRAME_LEN.unpack_from(raw)[0] != size - FRAME_LEN.size:
             raise IndexUnavailable(f"{what} is truncated")
         plain = self._open(raw[FRAME_LEN.size:],
-                           self._frame_aad(self.epoch, meta.name, j + 1, meta.frames), what)
+                           self._frame_aad(self.epoch, meta.name, j + HEAD_FRAMES, meta.frames),
+                           what)
         scales = np.frombuffer(plain[:4 * count], "<f4").astype(np.float32)
         q = np.frombuffer(plain[4 * count:], np.int8).reshape(count, meta.dims)
         if cache:
@@ -622,6 +715,18 @@ class VectorStore:
                 out[i.decode()] = d.tobytes()
         return out
 
+    def _digests(self, doc: Mapping[str, Any], ids: Collection[str]) -> dict[str, bytes]:
+        """memory_id -> digest of those of `ids` that are stored."""
+        holding = self._holding(doc, ids)
+        out: dict[str, bytes] = {}
+        for seg in doc["segments"]:
+            if str(seg["name"]) in holding:
+                meta = self._read_meta(seg)
+                for i, d in zip(meta.rows.ids.tolist(), meta.rows.digests, strict=True):
+                    if (memory_id := i.decode()) in ids:
+                        out[memory_id] = d.tobytes()
+        return out
+
     def add(self, model: ModelId, items: Sequence[VectorItem]) -> None:
         """Store vectors (replacing any stored for the same ids) in a new segment."""
         import numpy as np
@@ -691,7 +796,11 @@ class VectorStore:
         changes = np.array(sorted(i.encode() for i in update)) if update else None
         out: list[dict[str, Any]] = []
         dropped: list[str] = []
+        holding = self._holding(doc, {*ids, *(update or {})})
         for seg in doc["segments"]:
+            if str(seg["name"]) not in holding:
+                out.append(dict(seg))
+                continue
             meta = self._read_meta(seg)
             ids_here = meta.rows.ids
             gone = np.isin(ids_here, wanted) if wanted is not None else \
@@ -806,36 +915,26 @@ class VectorStore:
             keep = np.zeros(n, bool)
             keep[[p for p in (pos.get(a.encode()) for a in allowed) if p is not None]] = True
             mask = keep if mask is None else mask & keep
-        first = max(FIRST_MIN, FIRST_PER_HIT * k, n // FIRST_SHARE)
-        if mask is not None and int(np.count_nonzero(mask)) <= first:
+        pool = max(POOL_MIN, POOL_PER_HIT * k, n // POOL_SHARE)
+        if mask is not None and int(np.count_nonzero(mask)) <= pool:
             candidates = mask.nonzero()[0]
-        elif n <= first:
+        elif n <= pool:
             candidates = np.arange(n)
         else:
-            # 1. Hamming distance between sign codes, a 64-bit word position at a time.
-            qwords = _codes(q[None, :]).view(np.uint64)[0]
-            dist = np.zeros(n, np.uint16)
-            for w in range(view.words.shape[0]):
-                dist += np.bitwise_count(view.words[w] ^ qwords[w])
-            if mask is not None:
-                dist[~mask] = np.iinfo(np.uint16).max
-            candidates = np.argpartition(dist, first)[:first]
-            if mask is not None:
-                candidates = candidates[mask[candidates]]
+            candidates = view.nearest_codes(q, pool, mask)
         if len(candidates) == 0:
             return []
-        # 2. The exact query against the candidates' signs (asymmetric distance).
-        second = max(SECOND_MIN, SECOND_PER_HIT * k)
-        if len(candidates) > second:
-            # b·q (which orders as (2b - 1)·q does) by a table of each code byte's share.
-            table = _byte_table(q, view.bits.shape[1])
-            approx = table[np.arange(table.shape[0]), view.bits[candidates]].sum(axis=1)
-            candidates = candidates[np.argpartition(-approx, second)[:second]]
-        # 3. Exact cosine of the stored vectors, decrypting only the chunks that hold them.
+        # Exact cosine of the stored vectors, decrypting only the chunks that hold them.
+        # einsum rather than a matrix product: BLAS threads cost more than this work on
+        # a busy machine.
         vecs = self._vectors_of(view, candidates).astype(np.float32)
-        norms = np.linalg.norm(vecs, axis=1)
-        scores = (vecs @ q) / np.where(norms > 0, norms, 1.0)  # a vector's scale cancels
-        best = np.argsort(-scores, kind="stable")[:k]
+        norms = np.sqrt(np.einsum("ij,ij->i", vecs, vecs))
+        scores = np.einsum("ij,j->i", vecs, q) / np.where(norms > 0, norms, 1.0)  # scale cancels
+        if len(scores) > k:
+            top = np.argpartition(-scores, k)[:k]
+            best = top[np.argsort(-scores[top], kind="stable")]
+        else:
+            best = np.argsort(-scores, kind="stable")
         return [VectorHit(view.ids[candidates[i]].decode(), float(scores[i])) for i in best]
 
     def _vectors_of(self, view: _View, rows: Any) -> Any:
@@ -880,7 +979,15 @@ class VectorStore:
         """An empty store is always current (it claims nothing); else its stamp."""
         if not self.manifest_path.exists():
             return True
-        return self.stamp.present() and self.stored_epoch_or_none() == self.epoch
+        if not (self.stamp.present() and self.stored_epoch_or_none() == self.epoch):
+            return False
+        try:
+            self._manifest()
+        except _OlderFormat:
+            return False
+        except IndexUnavailable:
+            pass  # damage: verify reports it, a repair drops it
+        return True
 
     def stored_epoch_or_none(self) -> int | None:
         try:
@@ -907,7 +1014,9 @@ class VectorStore:
         doc = self._manifest()
         if doc is None:
             return
-        stored = self.has()
+        # Only the segments that may hold one of these ids are opened: a write that
+        # touches a few records costs the segments they are in, not the store.
+        stored = self._digests(doc, {*deletes, *(e.record.memory_id for e in changed)})
         gone = {i for i in deletes if i in stored}
         update: dict[str, tuple[int, str]] = {}
         for entry in changed:
@@ -1004,8 +1113,12 @@ class VectorStore:
         what = f"vectors/{name}{SEGMENT_SUFFIX}"
         _CACHE.metas.pop((str(self.dir), name), None)  # read it from the file again
         try:
+            _CACHE.keys.pop((str(self.dir), name), None)
             meta = self._read_meta(seg)
-            chunks = meta.frames - 1
+            keys = self._read_keys(seg)
+            if not (keys == id_keys(meta.rows.ids.tolist())).all():
+                return [f"{what} has keys that do not match its ids"]
+            chunks = meta.frames - HEAD_FRAMES
             for j in range(chunks):
                 _CACHE.chunks.pop((str(self.dir), name, j), None)
             with fsio.open_regular(self._segment_path(name)) as f:

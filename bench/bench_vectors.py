@@ -150,7 +150,7 @@ def build(directory: Path, n: int, kind: str) -> float:
     model = ModelId("builtin", "l2_supercat", DIMS)
     start = time.perf_counter()
     for lo in range(0, n, BATCH):
-        store.add(model, [VectorItem(f"{i:036d}", b"\0" * 8, False, rows[i],  # type: ignore[index]
+        store.add(model, [VectorItem(f"{i:036d}", text_digest(f"text {i}"), False, rows[i],  # type: ignore[index]
                                      "sessions/s.jsonl") for i in range(lo, min(n, lo + BATCH))])
     return time.perf_counter() - start
 

@@ -55,7 +55,7 @@ DIGEST_LEN = 8
 CHUNK = 256  # vectors per sealed chunk: what a re-rank decrypts for one candidate
 KEYS_FRAMES = 1  # frame 0: the ids' keys; frame 1: the meta block; then the chunks
 HEAD_FRAMES = 2
-SEGMENT_MAX = 65536  # a removal rewrites at most this many vectors
+SEGMENT_MAX = 16384  # a removal rewrites at most this many vectors
 SMALL = 8192  # segments below this size are merged ...
 MERGE_AT = 8  # ... once there are this many of them
 # Decrypted int8 vectors kept for warm searches (meta blocks: all): a store up to this
@@ -267,6 +267,7 @@ class _View:
         self.all_active = bool(self.active.all())
         sizes = [len(m.rows) for m in metas]
         counts = [(n + CHUNK - 1) // CHUNK for n in sizes]
+        self.chunks_of = np.array(counts, np.int64)  # chunks per segment
         # Per chunk (numbered across the store): its segment, its index there, its first row.
         self.chunk_segment = np.repeat(np.arange(len(metas), dtype=np.int64), counts)
         self.chunk_index = np.concatenate(
@@ -605,8 +606,9 @@ class VectorStore:
         return FRAME_LEN.size + envelope.NONCE_LEN + count * (4 + dims) + 16
 
     def _read_chunk(self, meta: _Meta, j: int, fd: int | None = None,
-                    cache: bool = True) -> tuple[Any, Any]:
-        """Chunk `j` of a segment: (scales, int8 vectors), cached unless told not to."""
+                    cache: bool = True, region: memoryview | None = None) -> tuple[Any, Any]:
+        """Chunk `j` of a segment: (scales, int8 vectors), cached unless told not to;
+        read from `region` (the segment's chunks, read at once) when given."""
         import numpy as np
 
         ckey = (self._where, meta.name, j)
@@ -619,7 +621,10 @@ class VectorStore:
         size = self._chunk_frame_size(meta.dims, count)
         what = f"vectors/{meta.name}{SEGMENT_SUFFIX}"
         try:
-            if fd is None:
+            if region is not None:
+                at = offset - meta.chunk_offset
+                raw: bytes | memoryview = region[at:at + size]
+            elif fd is None:
                 with fsio.open_regular(self._segment_path(meta.name)) as f:
                     raw = os.pread(f.fileno(), size, offset)
             else:
@@ -959,8 +964,23 @@ class VectorStore:
                 return self._read_chunk(meta, int(view.chunk_index[c]), fds[segment], cache)[1]
 
             if view.dense is not None:
-                for c in np.unique(chunks[~view.loaded[chunks]]).tolist():
-                    qv = chunk(c, False)
+                needed = np.unique(chunks[~view.loaded[chunks]])
+                segments = view.chunk_segment[needed]
+                per_segment = np.bincount(segments, minlength=len(view.metas))
+                regions: dict[int, memoryview] = {}
+                for segment in np.flatnonzero(per_segment * 4 >= view.chunks_of).tolist():
+                    # Most of its chunks are wanted: one read of them all, not one each.
+                    meta = view.metas[segment]
+                    chunk(int(np.flatnonzero(view.chunk_segment == segment)[0]), False)
+                    size = os.fstat(fds[segment]).st_size - meta.chunk_offset
+                    regions[segment] = memoryview(os.pread(fds[segment], size,
+                                                           meta.chunk_offset))
+                for c, segment in zip(needed.tolist(), segments.tolist(), strict=True):
+                    if segment in regions:
+                        qv = self._read_chunk(view.metas[segment], int(view.chunk_index[c]),
+                                              cache=False, region=regions[segment])[1]
+                    else:
+                        qv = chunk(c, False)
                     start = int(view.chunk_start[c])
                     view.dense[start:start + len(qv)] = qv
                     view.loaded[c] = True

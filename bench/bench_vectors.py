@@ -204,7 +204,10 @@ def measure(directory: str, n: int, kind: str) -> dict[str, object]:
 def measure_apply(directory: str) -> dict[str, object]:
     """In a fresh process (as `mem add --supersedes` or a forget is): the store told
     that one embedded record moved to the archive (its segment rewritten), then that
-    one record was deleted. Wall and CPU ms of each."""
+    one record was deleted. Wall and CPU ms of each (numpy and the store's modules
+    imported first: those are in the measure's numpy_import_ms)."""
+    import numpy  # noqa: F401
+
     from memvault.index.base import Entry
     from memvault.index.vectors import VectorStore
     from memvault.model.location import Location

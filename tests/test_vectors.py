@@ -27,6 +27,8 @@ from memvault.embed.base import ModelId
 from memvault.errors import Refused, UsageError
 from memvault.index import vectors as vec
 from memvault.index.vectors import VectorItem, VectorStore, embed_text, text_digest
+from memvault.index.base import Entry
+from memvault.model.location import Location
 from memvault.model.records import NewMessage, Record
 from memvault.ops import admin, forget, ingest, keys, portability, remember
 from memvault.ops import verify as verify_ops
@@ -464,6 +466,55 @@ def test_search_finds_the_nearest_as_brute_force_does(tmp_path: Path) -> None:
         store.search(rows[0], 3, model=other)
     with pytest.raises(UsageError):
         store.search(rows[0][:100], 3)
+
+
+def test_a_write_opens_only_the_segments_that_hold_its_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(4)
+    model = ModelId("builtin", "m", 16)
+    store = VectorStore(tmp_path / "v", b"k" * 32, 1, owner="o/u")
+    for part in range(3):  # three segments, none merged
+        store.add(model, [VectorItem(f"id-{part}-{i}", text_digest(f"{part}-{i}"), False, r,
+                                     "sessions/s.jsonl")
+                          for i, r in enumerate(unit(rng, 300, 16))])
+    opened: list[str] = []
+    real = VectorStore._read_meta
+
+    def read_meta(self: VectorStore, seg: Any) -> Any:
+        opened.append(str(seg["name"]))
+        return real(self, seg)
+
+    vec._CACHE.forget(str(store.dir))  # a fresh process: nothing decrypted yet
+    monkeypatch.setattr(VectorStore, "_read_meta", read_meta)
+    moved = Record("id-1-5", "o", "u", "message", "1-5", "", archived=True)
+    store.apply([Entry(moved, Location("archive/s.jsonl"))], [], ())
+    store.apply([], ["id-2-7"], ())
+    assert len(set(opened)) == 2  # of three segments: the one each write touched
+    monkeypatch.undo()
+    assert store.count() == 899 and "id-2-7" not in store.has()
+    hit = store.search(stored_vector(store, "id-1-5"), 1, include_archive=True)[0]
+    assert hit.memory_id == "id-1-5"
+    assert not store.search(stored_vector(store, "id-1-5"), 1)[0].memory_id == "id-1-5"
+
+
+def stored_vector(store: VectorStore, memory_id: str) -> Any:
+    return dict(vec.stored_vectors(store))[memory_id]
+
+
+def test_a_store_of_the_earlier_format_is_stale_and_pruned_to_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = ModelId("builtin", "m", 16)
+    store = VectorStore(tmp_path / "v", b"k" * 32, 1, owner="o/u")
+    store.add(model, [VectorItem("a", b"d" * 8, False, unit(np.random.default_rng(5), 1, 16)[0],
+                                 "CLAUDE.md")])
+    assert store.is_current()
+    monkeypatch.setattr(vec, "FORMAT", 1)
+    store._write_manifest(model, list(store._manifest()["segments"]))  # as 0.x wrote it
+    monkeypatch.undo()
+    vec._CACHE.forget(str(store.dir))
+    assert not store.is_current() and store.count() == 0
+    store.rebuild([])
+    assert not list((tmp_path / "v").glob("*.seg")) and store.is_current()
 
 
 def test_a_kill_at_any_write_leaves_the_old_or_the_new_store(tmp_path: Path,

@@ -2,9 +2,10 @@
 the records (a vector can be inverted back to text).
 
     <user>/vectors/manifest        sealed: model, epoch, segments and their counts
-    <user>/vectors/<name>.seg      an immutable segment: a sealed meta block (ids,
-                                   digests, flags, files, 1-bit sign codes), then sealed
-                                   chunks of CHUNK int8 vectors with their scales
+    <user>/vectors/<name>.seg      an immutable segment: the ids' keys (which segment
+                                   holds an id), a sealed meta block (ids, digests,
+                                   flags, files, 1-bit sign codes), then sealed chunks
+                                   of CHUNK int8 vectors with their scales
     <user>/vectors/stamp           present while the store matches the vault
 
 Every frame is AES-256-GCM (crypto/envelope.py) with associated data naming the user,
@@ -13,9 +14,10 @@ from another segment or cut off does not open. Segments are never changed in pla
 add writes a new one, a removal writes the survivors to a new one, and the manifest
 (atomically replaced) says which exist; what a killed writer left is removed by the next.
 A search reads the manifest, decrypts every meta block once (kept in an in-process
-cache), ranks by Hamming distance over the sign codes, refines the best with the query
-against the codes' signs, and re-ranks the last few exactly, decrypting only the chunks
-that hold them (an LRU cache bounded in bytes). The byte format is in
+cache), takes a pool of the nearest by Hamming distance over the sign codes and re-ranks
+the pool exactly against the int8 vectors, decrypting only the chunks that hold them
+(kept whole up to CACHE_BYTES, else an LRU of chunks). A write that changes a few
+records opens the keys of each segment and only the segments that hold them. The byte format is in
 docs/vault-format.md.
 
 numpy is imported only by what reads or writes vectors: a store with no manifest answers
@@ -53,8 +55,7 @@ FRAME_LEN = struct.Struct(">I")
 META_HEAD = struct.Struct("<IHHH")  # vectors, dims, id width, code bytes
 DIGEST_LEN = 8
 CHUNK = 256  # vectors per sealed chunk: what a re-rank decrypts for one candidate
-KEYS_FRAMES = 1  # frame 0: the ids' keys; frame 1: the meta block; then the chunks
-HEAD_FRAMES = 2
+HEAD_FRAMES = 2  # frame 0: the ids' keys; frame 1: the meta block; then the chunks
 SEGMENT_MAX = 16384  # a removal rewrites at most this many vectors
 SMALL = 8192  # segments below this size are merged ...
 MERGE_AT = 8  # ... once there are this many of them
@@ -366,9 +367,9 @@ class VectorStore:
         body = nonce + ct
         return FRAME_LEN.pack(len(body)) + body
 
-    def _open(self, body: bytes, aad: bytes, what: str) -> bytes:
+    def _open(self, body: bytes | memoryview, aad: bytes, what: str) -> bytes:
         try:
-            return envelope.open_raw(self.key, body[:envelope.NONCE_LEN],
+            return envelope.open_raw(self.key, bytes(body[:envelope.NONCE_LEN]),
                                      body[envelope.NONCE_LEN:], aad)
         except envelope.AuthError:
             raise IndexUnavailable(f"{what} fails authentication") from None

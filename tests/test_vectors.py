@@ -26,8 +26,8 @@ from memvault.embed import builtin
 from memvault.embed.base import ModelId
 from memvault.errors import Refused, UsageError
 from memvault.index import vectors as vec
-from memvault.index.vectors import VectorItem, VectorStore, embed_text, text_digest
 from memvault.index.base import Entry
+from memvault.index.vectors import VectorItem, VectorStore, embed_text, text_digest
 from memvault.model.location import Location
 from memvault.model.records import NewMessage, Record
 from memvault.ops import admin, forget, ingest, keys, portability, remember

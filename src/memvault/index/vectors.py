@@ -256,14 +256,20 @@ class _View:
 
         self.metas = list(metas)
         self.dims = dims
-        rows = _Rows.concat([m.rows for m in metas], dims) if metas else None
-        self.ids = rows.ids if rows is not None else np.zeros(0, "S1")
-        self.flags = rows.flags if rows is not None else np.zeros(0, np.uint8)
-        codes = rows.codes if rows is not None else np.zeros((0, _code_bytes(dims)), np.uint8)
-        self.bits = np.ascontiguousarray(codes)
+        # Only what a search reads (not the files: a list of the store's length).
+        width = max([m.rows.ids.dtype.itemsize for m in metas] + [1])
+        self.ids = np.concatenate([m.rows.ids.astype(f"S{width}", copy=False)
+                                   for m in metas]) if metas else np.zeros(0, "S1")
+        self.flags = np.concatenate([m.rows.flags for m in metas]) if metas \
+            else np.zeros(0, np.uint8)
         # One contiguous row of 64-bit words per word position: the Hamming pass reads
         # each once, with no temporary the size of the store.
-        self.words = np.ascontiguousarray(self.bits.view(np.uint64).T)
+        words = _code_bytes(dims) // 8
+        self.words = np.empty((words, len(self.ids)), np.uint64)
+        at = 0
+        for m in metas:
+            self.words[:, at:at + len(m.rows)] = m.rows.codes.view(np.uint64).T
+            at += len(m.rows)
         self.active = (self.flags & ARCHIVED) == 0
         self.all_active = bool(self.active.all())
         sizes = [len(m.rows) for m in metas]

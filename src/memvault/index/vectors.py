@@ -66,7 +66,7 @@ CACHE_BYTES = 288 << 20
 # How many candidates the Hamming pass hands to the exact re-rank: at least POOL_MIN,
 # POOL_PER_HIT per hit asked for, one in POOL_SHARE of the store (measured on real
 # embeddings: bench/bench_vectors.py).
-POOL_MIN, POOL_PER_HIT, POOL_SHARE = 2048, 128, 256
+POOL_MIN, POOL_PER_HIT, POOL_SHARE = 4096, 256, 128
 NAME_LEN = 32  # hex characters of a segment's random name
 
 ARCHIVED = 1  # flag bit: the record is an archived original (left the active set)
@@ -974,18 +974,22 @@ class VectorStore:
                 needed = np.unique(chunks[~view.loaded[chunks]])
                 segments = view.chunk_segment[needed]
                 per_segment = np.bincount(segments, minlength=len(view.metas))
-                regions: dict[int, memoryview] = {}
-                for segment in np.flatnonzero(per_segment * 4 >= view.chunks_of).tolist():
-                    # Most of its chunks are wanted: one read of them all, not one each.
-                    meta = view.metas[segment]
-                    chunk(int(np.flatnonzero(view.chunk_segment == segment)[0]), False)
-                    size = os.fstat(fds[segment]).st_size - meta.chunk_offset
-                    regions[segment] = memoryview(os.pread(fds[segment], size,
-                                                           meta.chunk_offset))
+                bulk = per_segment * 4 >= view.chunks_of
+                region: memoryview | None = None
+                last = -1
                 for c, segment in zip(needed.tolist(), segments.tolist(), strict=True):
-                    if segment in regions:
+                    if segment != last:  # chunks come segment by segment
+                        region, last = None, segment
+                        if bulk[segment]:
+                            # Most of its chunks are wanted: one read of them all.
+                            chunk(c, False)
+                            meta = view.metas[segment]
+                            size = os.fstat(fds[segment]).st_size - meta.chunk_offset
+                            region = memoryview(os.pread(fds[segment], size,
+                                                         meta.chunk_offset))
+                    if region is not None:
                         qv = self._read_chunk(view.metas[segment], int(view.chunk_index[c]),
-                                              cache=False, region=regions[segment])[1]
+                                              cache=False, region=region)[1]
                     else:
                         qv = chunk(c, False)
                     start = int(view.chunk_start[c])

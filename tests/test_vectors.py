@@ -435,14 +435,15 @@ def unit(rng: np.random.Generator, n: int, dims: int) -> Any:
 
 def test_search_finds_the_nearest_as_brute_force_does(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
-    n, dims = 3000, 256
+    n, dims = 6000, 256  # more than the re-rank's pool: the Hamming pass chooses
+    assert n * 6 // 7 > vec.POOL_MIN
     rows = unit(rng, n, dims)
     model = ModelId("builtin", "m", dims)
     store = VectorStore(tmp_path / "v", b"k" * 32, 1, owner="o/u")
     ids = [f"id-{i:05d}" for i in range(n)]
-    for lo in range(0, n, 500):  # several segments, merged or not
+    for lo in range(0, n, 1000):  # several segments, merged or not
         store.add(model, [VectorItem(ids[i], b"d" * 8, i % 7 == 0, rows[i], "f")
-                          for i in range(lo, lo + 500)])
+                          for i in range(lo, lo + 1000)])
     found = 0
     for q in unit(rng, 20, dims):
         truth = set(np.argsort(-(rows @ q))[:10].tolist())

@@ -92,7 +92,7 @@ def read_store(directory: Path, dek: bytes, owner: str) -> dict[str, dict[str, A
             return _lp("mem/vectors/segment/v1", owner, str(epoch), name, str(i),
                        str(len(frames)))
 
-        assert doc["format"] == 2 and doc["chunk"] == 256
+        assert doc["format"] == 2 and doc["chunk"] == 64
         keys = _open(key, frames[0], aad(0))
         meta = _open(key, frames[1], aad(1))
         n, d, width, cb = struct.unpack_from("<IHHH", meta)
@@ -117,10 +117,10 @@ def read_store(directory: Path, dek: bytes, owner: str) -> dict[str, dict[str, A
                                 for i in ids)
         for j, frame in enumerate(frames[2:], start=2):
             plain = _open(key, frame, aad(j))
-            m = min(256, n - (j - 2) * 256)
+            m = min(64, n - (j - 2) * 64)
             scales = struct.unpack_from(f"<{m}f", plain)
             for r in range(m):
-                i = (j - 2) * 256 + r
+                i = (j - 2) * 64 + r
                 q = plain[4 * m + r * dims:4 * m + (r + 1) * dims]
                 out[ids[i]] = {"q": q, "scale": scales[r], "scales": plain[:4 * m],
                                "code": codes[i], "digest": digests[i], "flags": flags[i],
@@ -275,7 +275,7 @@ def test_verify_reports_a_damaged_store_and_repair_drops_it(vault: Vault, damage
         store = vault.vector_store(tx.epoch)
         for part in range(2):  # two segments of three chunks each
             store.add(MODEL, [VectorItem(f"id-{part}-{i}", b"d" * 8, False, r, "CLAUDE.md")
-                              for i, r in enumerate(unit(rng, 600, 32))])
+                              for i, r in enumerate(unit(rng, 150, 32))])
     assert verify_ops.verify(vault).ok
     DAMAGE[damage](vault)
     report = verify_ops.verify(vault)

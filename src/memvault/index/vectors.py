@@ -14,9 +14,10 @@ from another segment or cut off does not open. Segments are never changed in pla
 add writes a new one, a removal writes the survivors to a new one, and the manifest
 (atomically replaced) says which exist; what a killed writer left is removed by the next.
 A search reads the manifest, decrypts every meta block once (kept in an in-process
-cache), takes a pool of the nearest by Hamming distance over the sign codes and re-ranks
-the pool exactly against the int8 vectors, decrypting only the chunks that hold them
-(kept whole up to CACHE_BYTES, else an LRU of chunks). A write that changes a few
+cache), takes a pool of the nearest by Hamming distance over the sign codes, keeps the
+best of it by the query against their signs, and re-ranks those exactly against the
+int8 vectors, decrypting only the chunks that hold them (kept in a dense array up to
+CACHE_BYTES, else an LRU of chunks). A write that changes a few
 records opens the keys of each segment and only the segments that hold them. The byte format is in
 docs/vault-format.md.
 
@@ -54,7 +55,7 @@ HEADER = struct.Struct(">8sI")  # magic, epoch (clear, like a record's key versi
 FRAME_LEN = struct.Struct(">I")
 META_HEAD = struct.Struct("<IHHH")  # vectors, dims, id width, code bytes
 DIGEST_LEN = 8
-CHUNK = 256  # vectors per sealed chunk: what a re-rank decrypts for one candidate
+CHUNK = 64  # vectors per sealed chunk: what a re-rank decrypts for one candidate
 HEAD_FRAMES = 2  # frame 0: the ids' keys; frame 1: the meta block; then the chunks
 SEGMENT_MAX = 16384  # a removal rewrites at most this many vectors
 SMALL = 8192  # segments below this size are merged ...
@@ -63,10 +64,13 @@ MERGE_AT = 8  # ... once there are this many of them
 # size is held whole (1M vectors of 256 dimensions), a larger one by chunks, least
 # recently used out.
 CACHE_BYTES = 288 << 20
-# How many candidates the Hamming pass hands to the exact re-rank: at least POOL_MIN,
-# POOL_PER_HIT per hit asked for, one in POOL_SHARE of the store (measured on real
-# embeddings: bench/bench_vectors.py).
+# The search's passes (measured on real embeddings: bench/bench_vectors.py): how many
+# candidates the Hamming pass keeps (at least POOL_MIN, POOL_PER_HIT per hit asked for,
+# one in POOL_SHARE of the store), and how many of them the query against their sign
+# codes hands to the exact re-rank (which decrypts the chunks that hold them: few, so
+# that a process's first search reads a part of the store, not all of it).
 POOL_MIN, POOL_PER_HIT, POOL_SHARE = 4096, 256, 128
+RERANK_MIN, RERANK_PER_HIT = 1024, 64
 NAME_LEN = 32  # hex characters of a segment's random name
 
 ARCHIVED = 1  # flag bit: the record is an archived original (left the active set)
@@ -180,6 +184,18 @@ def id_keys(ids: Iterable[bytes]) -> Any:
 
     return np.frombuffer(b"".join(hashlib.blake2b(i, digest_size=8).digest() for i in ids),
                          "<u8").astype(np.uint64)
+
+
+def _byte_table(q: Any, width: int) -> Any:
+    """For each code byte position and each byte value, the sum of the query's
+    components whose sign bits that byte sets (a matrix product avoided: BLAS threads
+    cost more than the work on a busy machine)."""
+    import numpy as np
+
+    padded = np.zeros(width * 8, np.float32)
+    padded[:q.shape[0]] = q
+    bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float32)
+    return np.einsum("bk,pk->pb", bits, padded.reshape(width, 8))
 
 
 def _codes(v: Any) -> Any:
@@ -936,6 +952,14 @@ class VectorStore:
             candidates = view.nearest_codes(q, pool, mask)
         if len(candidates) == 0:
             return []
+        rerank = max(RERANK_MIN, RERANK_PER_HIT * k)
+        if len(candidates) > rerank:
+            # The exact query against the candidates' signs: b·q (which orders as
+            # (2b - 1)·q does) from a table of each code byte's share.
+            table = _byte_table(q, view.words.shape[0] * 8)
+            codes = np.ascontiguousarray(view.words[:, candidates].T).view(np.uint8)
+            approx = table[np.arange(table.shape[0]), codes].sum(axis=1)
+            candidates = candidates[np.argpartition(-approx, rerank)[:rerank]]
         # Exact cosine of the stored vectors, decrypting only the chunks that hold them.
         # einsum rather than a matrix product: BLAS threads cost more than this work on
         # a busy machine.

@@ -26,7 +26,9 @@ from memvault.embed import builtin
 from memvault.embed.base import ModelId
 from memvault.errors import Refused, UsageError
 from memvault.index import vectors as vec
+from memvault.index.base import Entry
 from memvault.index.vectors import VectorItem, VectorStore, embed_text, text_digest
+from memvault.model.location import Location
 from memvault.model.records import NewMessage, Record
 from memvault.ops import admin, forget, ingest, keys, portability, remember
 from memvault.ops import verify as verify_ops
@@ -90,7 +92,9 @@ def read_store(directory: Path, dek: bytes, owner: str) -> dict[str, dict[str, A
             return _lp("mem/vectors/segment/v1", owner, str(epoch), name, str(i),
                        str(len(frames)))
 
-        meta = _open(key, frames[0], aad(0))
+        assert doc["format"] == 2 and doc["chunk"] == 64
+        keys = _open(key, frames[0], aad(0))
+        meta = _open(key, frames[1], aad(1))
         n, d, width, cb = struct.unpack_from("<IHHH", meta)
         assert d == dims
         at = 10
@@ -108,12 +112,15 @@ def read_store(directory: Path, dek: bytes, owner: str) -> dict[str, dict[str, A
         at += 4 * n
         codes = [meta[at + cb * i:at + cb * (i + 1)] for i in range(n)]
         assert at + cb * n == len(meta)
-        for j, frame in enumerate(frames[1:], start=1):
+        # frame 0: each id's key, 8 bytes of BLAKE2b (which segments may hold an id)
+        assert keys == b"".join(hashlib.blake2b(i.encode(), digest_size=8).digest()
+                                for i in ids)
+        for j, frame in enumerate(frames[2:], start=2):
             plain = _open(key, frame, aad(j))
-            m = min(64, n - (j - 1) * 64)
+            m = min(64, n - (j - 2) * 64)
             scales = struct.unpack_from(f"<{m}f", plain)
             for r in range(m):
-                i = (j - 1) * 64 + r
+                i = (j - 2) * 64 + r
                 q = plain[4 * m + r * dims:4 * m + (r + 1) * dims]
                 out[ids[i]] = {"q": q, "scale": scales[r], "scales": plain[:4 * m],
                                "code": codes[i], "digest": digests[i], "flags": flags[i],
@@ -226,10 +233,16 @@ def flip(path: Path, at: int) -> None:
 def damage_swap_chunks(v: Vault) -> None:
     path = segment_files(v)[0]
     epoch, frames = _frames(path.read_bytes(), b"memvecs1")
-    assert len(frames) >= 3 and len(frames[1]) == len(frames[2])
-    frames[1], frames[2] = frames[2], frames[1]
+    assert len(frames) >= 4 and len(frames[2]) == len(frames[3])
+    frames[2], frames[3] = frames[3], frames[2]
     path.write_bytes(path.read_bytes()[:12] + b"".join(
         len(f).to_bytes(4, "big") + f for f in frames))
+
+
+def meta_at(v: Vault) -> int:
+    """An offset inside the first segment's meta block (frame 1)."""
+    _, frames = _frames(segment_files(v)[0].read_bytes(), b"memvecs1")
+    return 12 + 4 + len(frames[0]) + 4 + 20
 
 
 def damage_other_segment(v: Vault) -> None:
@@ -239,7 +252,8 @@ def damage_other_segment(v: Vault) -> None:
 
 DAMAGE = {
     "flipped byte in a chunk": lambda v: flip(segment_files(v)[0], -5),
-    "flipped byte in a meta block": lambda v: flip(segment_files(v)[0], 20),
+    "flipped byte in the keys frame": lambda v: flip(segment_files(v)[0], 20),
+    "flipped byte in a meta block": lambda v: flip(segment_files(v)[0], meta_at(v)),
     "flipped byte in the manifest": lambda v: flip(v.layout.vectors_dir / "manifest", 30),
     "truncated segment": lambda v: fsio.truncate_to(
         segment_files(v)[0], segment_files(v)[0].stat().st_size - 100),
@@ -421,14 +435,15 @@ def unit(rng: np.random.Generator, n: int, dims: int) -> Any:
 
 def test_search_finds_the_nearest_as_brute_force_does(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
-    n, dims = 3000, 256
+    n, dims = 6000, 256  # more than the re-rank's pool: the Hamming pass chooses
+    assert n * 6 // 7 > vec.POOL_MIN
     rows = unit(rng, n, dims)
     model = ModelId("builtin", "m", dims)
     store = VectorStore(tmp_path / "v", b"k" * 32, 1, owner="o/u")
     ids = [f"id-{i:05d}" for i in range(n)]
-    for lo in range(0, n, 500):  # several segments, merged or not
+    for lo in range(0, n, 1000):  # several segments, merged or not
         store.add(model, [VectorItem(ids[i], b"d" * 8, i % 7 == 0, rows[i], "f")
-                          for i in range(lo, lo + 500)])
+                          for i in range(lo, lo + 1000)])
     found = 0
     for q in unit(rng, 20, dims):
         truth = set(np.argsort(-(rows @ q))[:10].tolist())
@@ -452,6 +467,55 @@ def test_search_finds_the_nearest_as_brute_force_does(tmp_path: Path) -> None:
         store.search(rows[0], 3, model=other)
     with pytest.raises(UsageError):
         store.search(rows[0][:100], 3)
+
+
+def test_a_write_opens_only_the_segments_that_hold_its_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(4)
+    model = ModelId("builtin", "m", 16)
+    store = VectorStore(tmp_path / "v", b"k" * 32, 1, owner="o/u")
+    for part in range(3):  # three segments, none merged
+        store.add(model, [VectorItem(f"id-{part}-{i}", text_digest(f"{part}-{i}"), False, r,
+                                     "sessions/s.jsonl")
+                          for i, r in enumerate(unit(rng, 300, 16))])
+    opened: list[str] = []
+    real = VectorStore._read_meta
+
+    def read_meta(self: VectorStore, seg: Any) -> Any:
+        opened.append(str(seg["name"]))
+        return real(self, seg)
+
+    vec._CACHE.forget(str(store.dir))  # a fresh process: nothing decrypted yet
+    monkeypatch.setattr(VectorStore, "_read_meta", read_meta)
+    moved = Record("id-1-5", "o", "u", "message", "1-5", "", archived=True)
+    store.apply([Entry(moved, Location("archive/s.jsonl"))], [], ())
+    store.apply([], ["id-2-7"], ())
+    assert len(set(opened)) == 2  # of three segments: the one each write touched
+    monkeypatch.undo()
+    assert store.count() == 899 and "id-2-7" not in store.has()
+    hit = store.search(stored_vector(store, "id-1-5"), 1, include_archive=True)[0]
+    assert hit.memory_id == "id-1-5"
+    assert not store.search(stored_vector(store, "id-1-5"), 1)[0].memory_id == "id-1-5"
+
+
+def stored_vector(store: VectorStore, memory_id: str) -> Any:
+    return dict(vec.stored_vectors(store))[memory_id]
+
+
+def test_a_store_of_the_earlier_format_is_stale_and_pruned_to_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = ModelId("builtin", "m", 16)
+    store = VectorStore(tmp_path / "v", b"k" * 32, 1, owner="o/u")
+    store.add(model, [VectorItem("a", b"d" * 8, False, unit(np.random.default_rng(5), 1, 16)[0],
+                                 "CLAUDE.md")])
+    assert store.is_current()
+    monkeypatch.setattr(vec, "FORMAT", 1)
+    store._write_manifest(model, list(store._manifest()["segments"]))  # as 0.x wrote it
+    monkeypatch.undo()
+    vec._CACHE.forget(str(store.dir))
+    assert not store.is_current() and store.count() == 0
+    store.rebuild([])
+    assert not list((tmp_path / "v").glob("*.seg")) and store.is_current()
 
 
 def test_a_kill_at_any_write_leaves_the_old_or_the_new_store(tmp_path: Path,

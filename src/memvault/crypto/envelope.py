@@ -94,7 +94,7 @@ def seal_raw(key: bytes, plaintext: bytes, aad: bytes) -> tuple[bytes, bytes]:
     return _seal(key, plaintext, aad, None)
 
 
-def open_raw(key: bytes, nonce: bytes, ciphertext: bytes, aad: bytes) -> bytes:
+def open_raw(key: bytes, nonce: bytes, ciphertext: bytes | memoryview, aad: bytes) -> bytes:
     return _open(key, nonce, ciphertext, aad)
 
 
@@ -114,7 +114,7 @@ def open_token(key: bytes, token: str, aad: bytes) -> bytes:
     return _open(key, raw[:NONCE_LEN], raw[NONCE_LEN:], aad)
 
 
-def _open(key: bytes, nonce: bytes, ciphertext: bytes, aad: bytes) -> bytes:
+def _open(key: bytes, nonce: bytes, ciphertext: bytes | memoryview, aad: bytes) -> bytes:
     from cryptography.exceptions import InvalidTag
 
     try:

@@ -2,9 +2,10 @@
 the records (a vector can be inverted back to text).
 
     <user>/vectors/manifest        sealed: model, epoch, segments and their counts
-    <user>/vectors/<name>.seg      an immutable segment: a sealed meta block (ids,
-                                   digests, flags, files, 1-bit sign codes), then sealed
-                                   chunks of CHUNK int8 vectors with their scales
+    <user>/vectors/<name>.seg      an immutable segment: the ids' keys (which segment
+                                   holds an id), a sealed meta block (ids, digests,
+                                   flags, files, 1-bit sign codes), then sealed chunks
+                                   of CHUNK int8 vectors with their scales
     <user>/vectors/stamp           present while the store matches the vault
 
 Every frame is AES-256-GCM (crypto/envelope.py) with associated data naming the user,
@@ -13,9 +14,11 @@ from another segment or cut off does not open. Segments are never changed in pla
 add writes a new one, a removal writes the survivors to a new one, and the manifest
 (atomically replaced) says which exist; what a killed writer left is removed by the next.
 A search reads the manifest, decrypts every meta block once (kept in an in-process
-cache), ranks by Hamming distance over the sign codes, refines the best with the query
-against the codes' signs, and re-ranks the last few exactly, decrypting only the chunks
-that hold them (an LRU cache bounded in bytes). The byte format is in
+cache), takes a pool of the nearest by Hamming distance over the sign codes, keeps the
+best of it by the query against their signs, and re-ranks those exactly against the
+int8 vectors, decrypting only the chunks that hold them (kept in a dense array up to
+CACHE_BYTES, else an LRU of chunks). A write that changes a few
+records opens the keys of each segment and only the segments that hold them. The byte format is in
 docs/vault-format.md.
 
 numpy is imported only by what reads or writes vectors: a store with no manifest answers
@@ -43,7 +46,7 @@ from memvault.model.location import Location
 from memvault.model.records import ARCHIVE, Record
 from memvault.storage import fsio
 
-FORMAT = 1
+FORMAT = 2  # 1: no id keys frame, chunks of 64 (dropped and embedded again)
 MANIFEST = "manifest"
 SEGMENT_SUFFIX = ".seg"
 MANIFEST_MAGIC = b"memvecm1"
@@ -53,15 +56,21 @@ FRAME_LEN = struct.Struct(">I")
 META_HEAD = struct.Struct("<IHHH")  # vectors, dims, id width, code bytes
 DIGEST_LEN = 8
 CHUNK = 64  # vectors per sealed chunk: what a re-rank decrypts for one candidate
-SEGMENT_MAX = 65536  # a removal rewrites at most this many vectors
+HEAD_FRAMES = 2  # frame 0: the ids' keys; frame 1: the meta block; then the chunks
+SEGMENT_MAX = 16384  # a removal rewrites at most this many vectors
 SMALL = 8192  # segments below this size are merged ...
 MERGE_AT = 8  # ... once there are this many of them
-CACHE_BYTES = 128 << 20  # decrypted chunks kept for warm searches (meta blocks: all)
-# The search's passes: how many candidates the Hamming pass keeps (at least FIRST_MIN,
-# FIRST_PER_HIT per hit asked for, one in FIRST_SHARE of the store) and how many the
-# asymmetric pass hands to the exact re-rank.
-FIRST_MIN, FIRST_PER_HIT, FIRST_SHARE = 4096, 64, 100
-SECOND_MIN, SECOND_PER_HIT = 1024, 32
+# Decrypted int8 vectors kept for warm searches (meta blocks: all): a store up to this
+# size is held whole (1M vectors of 256 dimensions), a larger one by chunks, least
+# recently used out.
+CACHE_BYTES = 288 << 20
+# The search's passes (measured on real embeddings: bench/bench_vectors.py): how many
+# candidates the Hamming pass keeps (at least POOL_MIN, POOL_PER_HIT per hit asked for,
+# one in POOL_SHARE of the store), and how many of them the query against their sign
+# codes hands to the exact re-rank (which decrypts the chunks that hold them: few, so
+# that a process's first search reads a part of the store, not all of it).
+POOL_MIN, POOL_PER_HIT, POOL_SHARE = 4096, 256, 128
+RERANK_MIN, RERANK_PER_HIT = 1024, 64
 NAME_LEN = 32  # hex characters of a segment's random name
 
 ARCHIVED = 1  # flag bit: the record is an archived original (left the active set)
@@ -168,6 +177,15 @@ def _quantise(vectors: Any) -> tuple[Any, Any, Any]:
     return scales, q, _codes(v)
 
 
+def id_keys(ids: Iterable[bytes]) -> Any:
+    """Each id's key: 8 bytes of BLAKE2b, read as a little-endian u64 (a segment's keys
+    frame: which segments may hold an id, without opening their meta blocks)."""
+    import numpy as np
+
+    return np.frombuffer(b"".join(hashlib.blake2b(i, digest_size=8).digest() for i in ids),
+                         "<u8").astype(np.uint64)
+
+
 def _byte_table(q: Any, width: int) -> Any:
     """For each code byte position and each byte value, the sum of the query's
     components whose sign bits that byte sets (a matrix product avoided: BLAS threads
@@ -208,6 +226,7 @@ class _Cache:
 
     def __init__(self) -> None:
         self.metas: dict[tuple[str, str], _Meta] = {}
+        self.keys: dict[tuple[str, str], Any] = {}
         self.chunks: OrderedDict[tuple[str, str, int], tuple[Any, Any]] = OrderedDict()
         self.chunk_bytes = 0
         self.views: dict[str, tuple[tuple[str, ...], Any]] = {}
@@ -230,6 +249,8 @@ class _Cache:
         """Drop what is cached for a store's segments not in `keep`."""
         for key in [k for k in self.metas if k[0] == directory and k[1] not in keep]:
             del self.metas[key]
+        for key in [k for k in self.keys if k[0] == directory and k[1] not in keep]:
+            del self.keys[key]
         for ck in [k for k in self.chunks if k[0] == directory and k[1] not in keep]:
             s, q = self.chunks.pop(ck)
             self.chunk_bytes -= s.nbytes + q.nbytes
@@ -251,18 +272,25 @@ class _View:
 
         self.metas = list(metas)
         self.dims = dims
-        rows = _Rows.concat([m.rows for m in metas], dims) if metas else None
-        self.ids = rows.ids if rows is not None else np.zeros(0, "S1")
-        self.flags = rows.flags if rows is not None else np.zeros(0, np.uint8)
-        codes = rows.codes if rows is not None else np.zeros((0, _code_bytes(dims)), np.uint8)
-        self.bits = np.ascontiguousarray(codes)
+        # Only what a search reads (not the files: a list of the store's length).
+        width = max([m.rows.ids.dtype.itemsize for m in metas] + [1])
+        self.ids = np.concatenate([m.rows.ids.astype(f"S{width}", copy=False)
+                                   for m in metas]) if metas else np.zeros(0, "S1")
+        self.flags = np.concatenate([m.rows.flags for m in metas]) if metas \
+            else np.zeros(0, np.uint8)
         # One contiguous row of 64-bit words per word position: the Hamming pass reads
         # each once, with no temporary the size of the store.
-        self.words = np.ascontiguousarray(self.bits.view(np.uint64).T)
+        words = _code_bytes(dims) // 8
+        self.words = np.empty((words, len(self.ids)), np.uint64)
+        at = 0
+        for m in metas:
+            self.words[:, at:at + len(m.rows)] = m.rows.codes.view(np.uint64).T
+            at += len(m.rows)
         self.active = (self.flags & ARCHIVED) == 0
         self.all_active = bool(self.active.all())
         sizes = [len(m.rows) for m in metas]
         counts = [(n + CHUNK - 1) // CHUNK for n in sizes]
+        self.chunks_of = np.array(counts, np.int64)  # chunks per segment
         # Per chunk (numbered across the store): its segment, its index there, its first row.
         self.chunk_segment = np.repeat(np.arange(len(metas), dtype=np.int64), counts)
         self.chunk_index = np.concatenate(
@@ -277,11 +305,48 @@ class _View:
         self.dense: Any = np.zeros((n, dims), np.int8) if n * dims <= CACHE_BYTES else None
         self.loaded = np.zeros(len(self.chunk_start), bool)
         self._positions: dict[bytes, int] | None = None
+        self._dist: Any = None  # the Hamming pass's buffers, made by the first search
+        self._word: Any = None
+        self._count: Any = None
+
+    def nearest_codes(self, q: Any, pool: int, mask: Any) -> Any:
+        """About `pool` rows (of those in `mask`) whose sign codes are nearest the
+        query's in Hamming distance, a 64-bit word position at a time into buffers
+        kept between searches; the cut-off found from the distances' histogram (they
+        are small integers), which is cheaper than a partition of the whole store."""
+        import numpy as np
+
+        n = len(self.ids)
+        if self._dist is None:
+            self._dist = np.empty(n, np.uint16)
+            self._word = np.empty(n, np.uint64)
+            self._count = np.empty(n, np.uint8)
+        dist, word, count = self._dist, self._word, self._count
+        qwords = _codes(q[None, :]).view(np.uint64)[0]
+        dist[:] = 0
+        for w in range(self.words.shape[0]):
+            np.bitwise_xor(self.words[w], qwords[w], out=word)
+            np.bitwise_count(word, out=count)
+            np.add(dist, count, out=dist)
+        if mask is not None:
+            dist[~mask] = np.iinfo(np.uint16).max
+        histogram = np.bincount(dist, minlength=self.words.shape[0] * 64 + 1)
+        cut = int(np.searchsorted(np.cumsum(histogram), pool))  # rows at <= cut: >= pool
+        candidates = np.flatnonzero(dist <= cut)
+        if mask is not None:
+            candidates = candidates[mask[candidates]]
+        if len(candidates) > 2 * pool:  # many ties at the cut-off: the nearest of them
+            candidates = candidates[np.argpartition(dist[candidates], pool)[:pool]]
+        return candidates
 
     def positions(self) -> dict[bytes, int]:
         if self._positions is None:
             self._positions = {bytes(i): n for n, i in enumerate(self.ids.tolist())}
         return self._positions
+
+
+class _OlderFormat(IndexUnavailable):
+    """A store an earlier version wrote: stale (pruned to nothing, embedded again)."""
 
 
 # --- the store ------------------------------------------------------------------------
@@ -324,9 +389,9 @@ class VectorStore:
         body = nonce + ct
         return FRAME_LEN.pack(len(body)) + body
 
-    def _open(self, body: bytes, aad: bytes, what: str) -> bytes:
+    def _open(self, body: bytes | memoryview, aad: bytes, what: str) -> bytes:
         try:
-            return envelope.open_raw(self.key, body[:envelope.NONCE_LEN],
+            return envelope.open_raw(self.key, bytes(body[:envelope.NONCE_LEN]),
                                      body[envelope.NONCE_LEN:], aad)
         except envelope.AuthError:
             raise IndexUnavailable(f"{what} fails authentication") from None
@@ -383,7 +448,10 @@ class VectorStore:
         plain = self._open(body, self._manifest_aad(epoch), "vectors/manifest")
         try:
             doc: dict[str, Any] = json.loads(plain)
-            if doc.get("format") != FORMAT or doc.get("epoch") != epoch:
+            if doc.get("format") == 1:
+                raise _OlderFormat("vectors/ is of an older format")
+            if doc.get("format") != FORMAT or doc.get("epoch") != epoch \
+                    or doc.get("chunk") != CHUNK:
                 raise ValueError("format")
             for seg in doc["segments"]:
                 int(seg["count"]), int(seg["frames"]), str(seg["name"])
@@ -423,7 +491,7 @@ class VectorStore:
         name = os.urandom(NAME_LEN // 2).hex()
         n = len(rows)
         chunks = (n + CHUNK - 1) // CHUNK
-        frames = 1 + chunks
+        frames = HEAD_FRAMES + chunks
         table = sorted(set(rows.files))
         where = {f: i for i, f in enumerate(table)}
         width = max(rows.ids.dtype.itemsize, 1)
@@ -437,13 +505,16 @@ class VectorStore:
             np.array([where[f] for f in rows.files], dtype="<u4").tobytes(),
             np.ascontiguousarray(rows.codes, dtype=np.uint8).tobytes(),
         ))
+        keys = id_keys(rows.ids.tolist()).astype("<u8").tobytes()
         parts = [HEADER.pack(SEGMENT_MAGIC, epoch),
-                 self._seal(meta, self._frame_aad(epoch, name, 0, frames), key)]
+                 self._seal(keys, self._frame_aad(epoch, name, 0, frames), key),
+                 self._seal(meta, self._frame_aad(epoch, name, 1, frames), key)]
         scales = rows.scales.astype("<f4")
         for j in range(chunks):
             lo, hi = j * CHUNK, min(n, (j + 1) * CHUNK)
             plain = scales[lo:hi].tobytes() + np.ascontiguousarray(rows.q[lo:hi]).tobytes()
-            parts.append(self._seal(plain, self._frame_aad(epoch, name, j + 1, frames), key))
+            parts.append(self._seal(plain, self._frame_aad(epoch, name, j + HEAD_FRAMES,
+                                                            frames), key))
         fsio.ensure_dir(self.dir)
         fsio.atomic_write(self._segment_path(name), b"".join(parts))
         return {"name": name, "count": n, "frames": frames,
@@ -460,23 +531,8 @@ class VectorStore:
             return found
         what = f"vectors/{name}{SEGMENT_SUFFIX}"
         frames = int(seg["frames"])
-        try:
-            with fsio.open_regular(self._segment_path(name)) as f:
-                head = f.read(HEADER.size + FRAME_LEN.size)
-                if len(head) < HEADER.size + FRAME_LEN.size:
-                    raise IndexUnavailable(f"{what} is truncated")
-                magic, epoch = HEADER.unpack_from(head)
-                (length,) = FRAME_LEN.unpack_from(head, HEADER.size)
-                body = f.read(length)
-        except FileNotFoundError:
-            raise IndexUnavailable(f"{what} is missing") from None
-        except OSError as exc:
-            raise IndexUnavailable(f"{what} is unreadable") from exc
-        if magic != SEGMENT_MAGIC or epoch != self.epoch:
-            raise IndexUnavailable(f"{what} is not a segment of this store")
-        if len(body) != length:
-            raise IndexUnavailable(f"{what} is truncated")
-        plain = self._open(body, self._frame_aad(epoch, name, 0, frames), what)
+        body, end = self._head_frame(name, 1)
+        plain = self._open(body, self._frame_aad(self.epoch, name, 1, frames), what)
         try:
             n, dims, width, cb = META_HEAD.unpack_from(plain)
             at = META_HEAD.size
@@ -500,21 +556,82 @@ class VectorStore:
             codes = np.frombuffer(take(n * cb), np.uint8).reshape(n, cb)
             files = [table[i] for i in where.tolist()]
             if at != len(plain) or n != int(seg["count"]) or \
-                    frames != 1 + (n + CHUNK - 1) // CHUNK:
+                    frames != HEAD_FRAMES + (n + CHUNK - 1) // CHUNK:
                 raise ValueError("counts")
         except (ValueError, IndexError, struct.error, TypeError):
             raise IndexUnavailable(f"{what} has a malformed meta block") from None
         meta = _Meta(name, _Rows(ids, digests, flags, files, codes, None, None), dims,
-                     HEADER.size + FRAME_LEN.size + length, frames)
+                     end, frames)
         _CACHE.metas[key] = meta
         return meta
+
+    def _head_frame(self, name: str, index: int) -> tuple[bytes, int]:
+        """Frame 0 or 1 of a segment (the keys, the meta block), still sealed, and the
+        offset just past it; the clear header checked on the way."""
+        what = f"vectors/{name}{SEGMENT_SUFFIX}"
+        try:
+            with fsio.open_regular(self._segment_path(name)) as f:
+                head = f.read(HEADER.size)
+                if len(head) < HEADER.size:
+                    raise IndexUnavailable(f"{what} is truncated")
+                magic, epoch = HEADER.unpack_from(head)
+                if magic != SEGMENT_MAGIC or epoch != self.epoch:
+                    raise IndexUnavailable(f"{what} is not a segment of this store")
+                at = HEADER.size
+                for i in range(index + 1):
+                    raw = os.pread(f.fileno(), FRAME_LEN.size, at)
+                    if len(raw) < FRAME_LEN.size:
+                        raise IndexUnavailable(f"{what} is truncated")
+                    (length,) = FRAME_LEN.unpack(raw)
+                    at += FRAME_LEN.size
+                    if i == index:
+                        body = os.pread(f.fileno(), length, at)
+                        if len(body) != length:
+                            raise IndexUnavailable(f"{what} is truncated")
+                        return body, at + length
+                    at += length
+        except FileNotFoundError:
+            raise IndexUnavailable(f"{what} is missing") from None
+        except OSError as exc:
+            raise IndexUnavailable(f"{what} is unreadable") from exc
+        raise AssertionError("unreachable")
+
+    def _read_keys(self, seg: Mapping[str, Any]) -> Any:
+        """A segment's id keys (cached): frame 0, 8 bytes a vector."""
+        import numpy as np
+
+        name = str(seg["name"])
+        key = (str(self.dir), name)
+        found = _CACHE.keys.get(key)
+        if found is not None:
+            return found
+        what = f"vectors/{name}{SEGMENT_SUFFIX}"
+        body, _ = self._head_frame(name, 0)
+        plain = self._open(body, self._frame_aad(self.epoch, name, 0, int(seg["frames"])), what)
+        if len(plain) != 8 * int(seg["count"]):
+            raise IndexUnavailable(f"{what} has a malformed keys frame")
+        keys = np.frombuffer(plain, "<u8").astype(np.uint64)
+        _CACHE.keys[key] = keys
+        return keys
+
+    def _holding(self, doc: Mapping[str, Any], ids: Collection[str]) -> set[str]:
+        """The segments that may hold one of `ids` (by their keys frames: a segment
+        that holds none of them is never opened further)."""
+        import numpy as np
+
+        if not ids:
+            return set()
+        wanted = id_keys(i.encode() for i in ids)
+        return {str(seg["name"]) for seg in doc["segments"]
+                if np.isin(self._read_keys(seg), wanted).any()}
 
     def _chunk_frame_size(self, dims: int, count: int) -> int:
         return FRAME_LEN.size + envelope.NONCE_LEN + count * (4 + dims) + 16
 
     def _read_chunk(self, meta: _Meta, j: int, fd: int | None = None,
-                    cache: bool = True) -> tuple[Any, Any]:
-        """Chunk `j` of a segment: (scales, int8 vectors), cached unless told not to."""
+                    cache: bool = True, region: memoryview | None = None) -> tuple[Any, Any]:
+        """Chunk `j` of a segment: (scales, int8 vectors), cached unless told not to;
+        read from `region` (the segment's chunks, read at once) when given."""
         import numpy as np
 
         ckey = (self._where, meta.name, j)
@@ -527,7 +644,10 @@ class VectorStore:
         size = self._chunk_frame_size(meta.dims, count)
         what = f"vectors/{meta.name}{SEGMENT_SUFFIX}"
         try:
-            if fd is None:
+            if region is not None:
+                at = offset - meta.chunk_offset
+                raw: bytes | memoryview = region[at:at + size]
+            elif fd is None:
                 with fsio.open_regular(self._segment_path(meta.name)) as f:
                     raw = os.pread(f.fileno(), size, offset)
             else:
@@ -539,7 +659,8 @@ class VectorStore:
         if len(raw) != size or FRAME_LEN.unpack_from(raw)[0] != size - FRAME_LEN.size:
             raise IndexUnavailable(f"{what} is truncated")
         plain = self._open(raw[FRAME_LEN.size:],
-                           self._frame_aad(self.epoch, meta.name, j + 1, meta.frames), what)
+                           self._frame_aad(self.epoch, meta.name, j + HEAD_FRAMES, meta.frames),
+                           what)
         scales = np.frombuffer(plain[:4 * count], "<f4").astype(np.float32)
         q = np.frombuffer(plain[4 * count:], np.int8).reshape(count, meta.dims)
         if cache:
@@ -622,6 +743,18 @@ class VectorStore:
                 out[i.decode()] = d.tobytes()
         return out
 
+    def _digests(self, doc: Mapping[str, Any], ids: Collection[str]) -> dict[str, bytes]:
+        """memory_id -> digest of those of `ids` that are stored."""
+        holding = self._holding(doc, ids)
+        out: dict[str, bytes] = {}
+        for seg in doc["segments"]:
+            if str(seg["name"]) in holding:
+                meta = self._read_meta(seg)
+                for i, d in zip(meta.rows.ids.tolist(), meta.rows.digests, strict=True):
+                    if (memory_id := i.decode()) in ids:
+                        out[memory_id] = d.tobytes()
+        return out
+
     def add(self, model: ModelId, items: Sequence[VectorItem]) -> None:
         """Store vectors (replacing any stored for the same ids) in a new segment."""
         import numpy as np
@@ -691,7 +824,11 @@ class VectorStore:
         changes = np.array(sorted(i.encode() for i in update)) if update else None
         out: list[dict[str, Any]] = []
         dropped: list[str] = []
+        holding = self._holding(doc, {*ids, *(update or {})})
         for seg in doc["segments"]:
+            if str(seg["name"]) not in holding:
+                out.append(dict(seg))
+                continue
             meta = self._read_meta(seg)
             ids_here = meta.rows.ids
             gone = np.isin(ids_here, wanted) if wanted is not None else \
@@ -806,36 +943,34 @@ class VectorStore:
             keep = np.zeros(n, bool)
             keep[[p for p in (pos.get(a.encode()) for a in allowed) if p is not None]] = True
             mask = keep if mask is None else mask & keep
-        first = max(FIRST_MIN, FIRST_PER_HIT * k, n // FIRST_SHARE)
-        if mask is not None and int(np.count_nonzero(mask)) <= first:
+        pool = max(POOL_MIN, POOL_PER_HIT * k, n // POOL_SHARE)
+        if mask is not None and int(np.count_nonzero(mask)) <= pool:
             candidates = mask.nonzero()[0]
-        elif n <= first:
+        elif n <= pool:
             candidates = np.arange(n)
         else:
-            # 1. Hamming distance between sign codes, a 64-bit word position at a time.
-            qwords = _codes(q[None, :]).view(np.uint64)[0]
-            dist = np.zeros(n, np.uint16)
-            for w in range(view.words.shape[0]):
-                dist += np.bitwise_count(view.words[w] ^ qwords[w])
-            if mask is not None:
-                dist[~mask] = np.iinfo(np.uint16).max
-            candidates = np.argpartition(dist, first)[:first]
-            if mask is not None:
-                candidates = candidates[mask[candidates]]
+            candidates = view.nearest_codes(q, pool, mask)
         if len(candidates) == 0:
             return []
-        # 2. The exact query against the candidates' signs (asymmetric distance).
-        second = max(SECOND_MIN, SECOND_PER_HIT * k)
-        if len(candidates) > second:
-            # b·q (which orders as (2b - 1)·q does) by a table of each code byte's share.
-            table = _byte_table(q, view.bits.shape[1])
-            approx = table[np.arange(table.shape[0]), view.bits[candidates]].sum(axis=1)
-            candidates = candidates[np.argpartition(-approx, second)[:second]]
-        # 3. Exact cosine of the stored vectors, decrypting only the chunks that hold them.
+        rerank = max(RERANK_MIN, RERANK_PER_HIT * k)
+        if len(candidates) > rerank:
+            # The exact query against the candidates' signs: b·q (which orders as
+            # (2b - 1)·q does) from a table of each code byte's share.
+            table = _byte_table(q, view.words.shape[0] * 8)
+            codes = np.ascontiguousarray(view.words[:, candidates].T).view(np.uint8)
+            approx = table[np.arange(table.shape[0]), codes].sum(axis=1)
+            candidates = candidates[np.argpartition(-approx, rerank)[:rerank]]
+        # Exact cosine of the stored vectors, decrypting only the chunks that hold them.
+        # einsum rather than a matrix product: BLAS threads cost more than this work on
+        # a busy machine.
         vecs = self._vectors_of(view, candidates).astype(np.float32)
-        norms = np.linalg.norm(vecs, axis=1)
-        scores = (vecs @ q) / np.where(norms > 0, norms, 1.0)  # a vector's scale cancels
-        best = np.argsort(-scores, kind="stable")[:k]
+        norms = np.sqrt(np.einsum("ij,ij->i", vecs, vecs))
+        scores = np.einsum("ij,j->i", vecs, q) / np.where(norms > 0, norms, 1.0)  # scale cancels
+        if len(scores) > k:
+            top = np.argpartition(-scores, k)[:k]
+            best = top[np.argsort(-scores[top], kind="stable")]
+        else:
+            best = np.argsort(-scores, kind="stable")
         return [VectorHit(view.ids[candidates[i]].decode(), float(scores[i])) for i in best]
 
     def _vectors_of(self, view: _View, rows: Any) -> Any:
@@ -860,8 +995,27 @@ class VectorStore:
                 return self._read_chunk(meta, int(view.chunk_index[c]), fds[segment], cache)[1]
 
             if view.dense is not None:
-                for c in np.unique(chunks[~view.loaded[chunks]]).tolist():
-                    qv = chunk(c, False)
+                needed = np.unique(chunks[~view.loaded[chunks]])
+                segments = view.chunk_segment[needed]
+                per_segment = np.bincount(segments, minlength=len(view.metas))
+                bulk = per_segment * 4 >= view.chunks_of
+                region: memoryview | None = None
+                last = -1
+                for c, segment in zip(needed.tolist(), segments.tolist(), strict=True):
+                    if segment != last:  # chunks come segment by segment
+                        region, last = None, segment
+                        if bulk[segment]:
+                            # Most of its chunks are wanted: one read of them all.
+                            chunk(c, False)
+                            meta = view.metas[segment]
+                            size = os.fstat(fds[segment]).st_size - meta.chunk_offset
+                            region = memoryview(os.pread(fds[segment], size,
+                                                         meta.chunk_offset))
+                    if region is not None:
+                        qv = self._read_chunk(view.metas[segment], int(view.chunk_index[c]),
+                                              cache=False, region=region)[1]
+                    else:
+                        qv = chunk(c, False)
                     start = int(view.chunk_start[c])
                     view.dense[start:start + len(qv)] = qv
                     view.loaded[c] = True
@@ -880,7 +1034,15 @@ class VectorStore:
         """An empty store is always current (it claims nothing); else its stamp."""
         if not self.manifest_path.exists():
             return True
-        return self.stamp.present() and self.stored_epoch_or_none() == self.epoch
+        if not (self.stamp.present() and self.stored_epoch_or_none() == self.epoch):
+            return False
+        try:
+            self._manifest()
+        except _OlderFormat:
+            return False
+        except IndexUnavailable:
+            pass  # damage: verify reports it, a repair drops it
+        return True
 
     def stored_epoch_or_none(self) -> int | None:
         try:
@@ -907,7 +1069,9 @@ class VectorStore:
         doc = self._manifest()
         if doc is None:
             return
-        stored = self.has()
+        # Only the segments that may hold one of these ids are opened: a write that
+        # touches a few records costs the segments they are in, not the store.
+        stored = self._digests(doc, {*deletes, *(e.record.memory_id for e in changed)})
         gone = {i for i in deletes if i in stored}
         update: dict[str, tuple[int, str]] = {}
         for entry in changed:
@@ -1004,8 +1168,12 @@ class VectorStore:
         what = f"vectors/{name}{SEGMENT_SUFFIX}"
         _CACHE.metas.pop((str(self.dir), name), None)  # read it from the file again
         try:
+            _CACHE.keys.pop((str(self.dir), name), None)
             meta = self._read_meta(seg)
-            chunks = meta.frames - 1
+            keys = self._read_keys(seg)
+            if not (keys == id_keys(meta.rows.ids.tolist())).all():
+                return [f"{what} has keys that do not match its ids"]
+            chunks = meta.frames - HEAD_FRAMES
             for j in range(chunks):
                 _CACHE.chunks.pop((str(self.dir), name, j), None)
             with fsio.open_regular(self._segment_path(name)) as f:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,11 +80,11 @@ def load_cache(path: Path, kek: bytes) -> Cache:
 
 
 def save_cache(path: Path, kek: bytes, cache: Cache) -> None:
-    doc = cache.to_doc()
-    body = json.dumps(doc, sort_keys=True).encode()
+    body = json.dumps(cache.to_doc(), sort_keys=True).encode()
     fsio.ensure_dir(path.parent)
-    fsio.atomic_write(path, json.dumps({"body": doc,
-                                        "mac": syncseal.cache_mac(kek, body)}).encode())
+    # The body as MAC'd, spliced: a first sync's cache names every record twice.
+    fsio.atomic_write(path, b'{"body": ' + body + b', "mac": "' +
+                      syncseal.cache_mac(kek, body).encode() + b'"}')
 
 
 def last_sync(vault: Vault) -> dict[str, Any] | None:
@@ -164,7 +165,9 @@ def _summary(body: dict[str, Any]) -> dict[str, Any]:
 
 
 class Session:
-    """One user's sync against one remote: the keys checked, the listing read."""
+    """One user's sync against one remote: the keys checked, the listing read. Uploads
+    and downloads run on `remote.workers` threads (an S3 request waits on the network;
+    a folder's writes stay in order, one at a time)."""
 
     def __init__(self, vault: Vault, remote: Remote) -> None:
         self.vault, self.remote = vault, remote
@@ -174,6 +177,19 @@ class Session:
         self.damaged = 0
         self.deleted = 0
         self.uploaded = 0
+        self.pool: Executor | None = None
+        self.pending: list[Future[None]] = []
+
+    def __enter__(self) -> Session:
+        if self.remote.workers > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(self.remote.workers, "mem-sync")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
     # --- the remote -----------------------------------------------------------------------
 
@@ -220,9 +236,23 @@ class Session:
     def read(self, name: str) -> dict[str, Any] | None:
         """An object's body, or None (counted as damaged) when it is gone, under a key
         this remote no longer has, cut short or altered."""
+        body = self._open(name)
+        if body is None:
+            self.damaged += 1
+        return body
+
+    def read_many(self, names: list[str]) -> dict[str, dict[str, Any] | None]:
+        """Several objects' bodies, fetched and opened on the workers (None: damaged)."""
+        if self.pool is None or len(names) < 2:
+            found = {name: self._open(name) for name in names}
+        else:
+            found = dict(zip(names, self.pool.map(self._open, names), strict=True))
+        self.damaged += sum(body is None for body in found.values())
+        return found
+
+    def _open(self, name: str) -> dict[str, Any] | None:
         kid, _, oid = name.rsplit("/", 1)[1].partition("-")
         if kid not in self.keys:
-            self.damaged += 1
             return None
         try:
             body = syncseal.open_object(self.keys[kid][0], self.ns, kid, oid,
@@ -230,16 +260,50 @@ class Session:
             _summary(body)
             return body
         except (syncseal.SyncAuthError, NotFound, DataError, KeyError, TypeError):
-            self.damaged += 1
             return None
 
     def write(self, kid: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        import orjson
+
         body = {**body, "at": body.get("at") or now_iso()}
+        return self._put(kid, orjson.dumps(body), _summary(body))
+
+    def write_add(self, kid: str, items: list[tuple[str, bool, bytes]]
+                  ) -> tuple[str, dict[str, Any]]:
+        """An add of records given as (id, archived, the record's JSON as sealed here):
+        spliced into the operation's JSON as they are, never parsed."""
+        at = now_iso()
+        raw = b"".join((b'{"kind":"add","at":"', at.encode(), b'","records":[',
+                        b",".join(b'{"r":%s,"a":%s}' % (plain, b"true" if archived
+                                                          else b"false")
+                                  for _, archived, plain in items), b"]}"))
+        return self._put(kid, raw, {"kind": "add", "at": at,
+                                    "ids": [i for i, _, _ in items],
+                                    "archived": [i for i, a, _ in items if a]})
+
+    def _put(self, kid: str, raw: bytes, info: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         oid = syncseal.new_object_id()
         name = f"{self.ns}/o/{kid}-{oid}"
-        self.remote.put(name, syncseal.seal_object(self.keys[kid][0], self.ns, kid, oid, body))
+        key = self.keys[kid][0]
+
+        def upload() -> None:
+            self.remote.put(name, syncseal.seal_json(key, self.ns, kid, oid, raw))
+
+        if self.pool is None:
+            upload()
+        else:
+            # Sealing (zlib and AES release the GIL) and the request run on a worker; a
+            # bounded queue keeps a first sync's memory to a few pages.
+            if len(self.pending) >= 2 * self.remote.workers:
+                self.pending.pop(0).result()
+            self.pending.append(self.pool.submit(upload))
         self.uploaded += 1
-        return name, _summary(body)
+        return name, info
+
+    def flush(self) -> None:
+        """Wait for every upload: before anything is deleted or the cache says it is so."""
+        while self.pending:
+            self.pending.pop(0).result()
 
 
 def _pages(items: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
@@ -253,7 +317,7 @@ def sync(vault: Vault, remote: Remote) -> SyncResult:
     path = cache_path(vault)
     fsio.ensure_dir(path.parent)
     with fsio.locked(path.with_suffix(".lock"), vault.settings.lock_timeout,
-                     f"the sync of user {vault.who}"):
+                     f"the sync of user {vault.who}"), session:
         return _sync(session, path)
 
 
@@ -267,11 +331,12 @@ def _sync(s: Session, path: Path) -> SyncResult:
 
     current: dict[str, dict[str, Any]] = {}
     bodies: dict[str, dict[str, Any]] = {}
+    fresh = s.read_many([name for name in names if name not in cache.objects])
     for name in names:
         if name in cache.objects:
             current[name] = cache.objects[name]
             continue
-        body = s.read(name)
+        body = fresh[name]
         if body is not None:
             bodies[name] = body
             current[name] = _summary(body)
@@ -355,9 +420,15 @@ def _sync(s: Session, path: Path) -> SyncResult:
     push_archived = {i for i, a in local1.items() if a} & set(remote_ids) - remote_archived
 
     written: dict[str, dict[str, Any]] = {}
-    items = [{"r": r.stored(), "a": r.archived} for r in _records(vault, push_ids, memo)]
-    for page in _pages(items):
-        name, info = s.write(newest, {"kind": "add", "records": page})
+    page: list[tuple[str, bool, bytes]] = []
+    for item in _sealed(vault, push_ids, memo):
+        page.append(item)
+        if len(page) == PAGE:
+            name, info = s.write_add(newest, page)
+            written[name] = info
+            page = []
+    if page:
+        name, info = s.write_add(newest, page)
         written[name] = info
     if push_archived:
         name, info = s.write(newest, {"kind": "archive", "ids": sorted(push_archived)})
@@ -369,6 +440,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
     if state is not None and frozen_changed_here:
         name, info = s.write(newest, {"kind": "freeze", "frozen": state.frozen})
         written[name] = info
+    s.flush()
     current.update(written)
     # Erasure and new epochs: every object that holds a forgotten record, or is sealed
     # under an older key, is written again without it under the newest key, then deleted.
@@ -393,21 +465,24 @@ def rebuild_derived(vault: Vault, changed: bool) -> None:
     del vault, changed
 
 
-def _records(vault: Vault, ids: set[str], memo: dict[str, Any]) -> list[Record]:
-    """The records with these ids, each file read once; only files that hold one."""
+def _sealed(vault: Vault, ids: set[str], memo: dict[str, Any]
+            ) -> Iterator[tuple[str, bool, bytes]]:
+    """(id, archived, JSON) of the records with these ids, file by file, only files that
+    hold one: line records as they were sealed here (decrypted, never parsed)."""
     if not ids:
-        return []
-    store, out = vault.store, []
+        return
+    import orjson
+
+    store = vault.store
     for home in DOC_FILES:
-        out += [r for r in store.doc_records(home) if r.memory_id in ids]
+        for r in store.doc_records(home):
+            if r.memory_id in ids:
+                yield r.memory_id, False, orjson.dumps(r.stored())
     for archived in (False, True):
         for relpath in vault.layout.line_files(archived=archived):
             if any(i in ids for i in _line_ids(vault, relpath, memo)):
-                for r in store.read_lines(relpath):
-                    if r.memory_id in ids:
-                        r.archived = archived
-                        out.append(r)
-    return out
+                for memory_id, plain in store.line_plains(relpath, ids):
+                    yield memory_id, archived, plain
 
 
 def _pull_adds(s: Session, bodies: dict[str, dict[str, Any]], remote_ids: dict[str, str],
@@ -543,6 +618,7 @@ def _push_destroy(s: Session, path: Path, cache: Cache, names: list[str]) -> Syn
     and key deleted, so no copy on the remote opens any more."""
     kid = s.new_key()
     name, _ = s.write(kid, {"kind": "destroy"})
+    s.flush()
     for old in names:
         s.remote.delete(old)
         s.deleted += 1
@@ -600,6 +676,7 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
         name, info = s.write(newest, {"kind": "freeze", "frozen": freeze[1],
                                       "at": freeze[0]})
         out[name] = info
+    s.flush()
     for name in readable:  # only once what replaces them is written
         s.remote.delete(name)
         s.deleted += 1

@@ -247,3 +247,73 @@ def test_doctor_shows_the_last_sync_and_what_waits(
     assert "0 records waiting" in finding()
     add(a, "Likes climbing", "fact")
     assert "1 record waiting" in finding()
+
+
+class Gated:
+    """A remote whose first listing waits until every machine at the gate has listed:
+    both syncs then push without having seen the other's objects."""
+
+    def __init__(self, remote: Any, gate: Any) -> None:
+        self.remote, self.gate, self.waited = remote, gate, False
+        self.url, self.workers = remote.url, remote.workers
+
+    def list(self, prefix: str) -> Any:
+        names = list(self.remote.list(prefix))
+        if not self.waited:
+            self.waited = True
+            self.gate.wait(timeout=60)
+        return iter(names)
+
+    def get(self, name: str) -> bytes:
+        return bytes(self.remote.get(name))
+
+    def put(self, name: str, data: bytes) -> None:
+        self.remote.put(name, data)
+
+    def delete(self, name: str) -> None:
+        self.remote.delete(name)
+
+
+def at_once(pairs: list[tuple[Vault, Any]]) -> None:
+    """Sync several machines at the same moment, each on its own thread."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    gate = threading.Barrier(len(pairs))
+    with ThreadPoolExecutor(len(pairs)) as pool:
+        for done in [pool.submit(sync_ops.sync, v, Gated(r, gate)) for v, r in pairs]:
+            done.result()
+
+
+def concurrent_round(tmp: Path, open_one: Any) -> None:
+    """Two machines with their own records and the same session sync at once, twice
+    (the second time after a rotation on one): nothing is lost, one more round
+    converges, and a round after that moves nothing."""
+    a, b = machine(tmp, "a"), machine(tmp, "b")
+    for i in range(3):
+        add(a, f"a fact {i}", "fact")
+        add(b, f"b fact {i}", "fact")
+    ingest_text(a, transcript("s", 4), None, "jsonl", session="shared")
+    ingest_text(b, transcript("s", 6), None, "jsonl", session="shared")
+    at_once([(a, open_one()), (b, open_one())])
+    facts = {r.content for v in (a, b) for r in v.store.records() if r.type == "fact"}
+    assert len(facts) == 6
+    add(a, "a fact after", "fact")
+    rotate_key(b, now=True)
+    add(b, "b fact after", "fact")
+    at_once([(a, open_one()), (b, open_one())])
+    for v in (a, b):
+        sync_ops.sync(v, open_one())
+    assert contents(a) == contents(b)
+    assert {r.content for r in a.store.records() if r.type == "fact"} == facts | {
+        "a fact after", "b fact after"}
+    assert sorted(r.message_id for r in a.store.records() if r.type == "message") == [
+        f"m{i}" for i in range(6)]
+    again = [sync_ops.sync(v, open_one()) for v in (a, b)]
+    assert all((r.pushed, r.pulled, r.damaged) == (0, 0, 0) for r in again)
+
+
+def test_two_machines_syncing_at_the_same_moment(tmp_path: Path,
+                                                 remote: FolderRemote) -> None:
+    concurrent_round(tmp_path, lambda: FolderRemote(remote.url, remote.root))
+    assert set(read_remote(remote.root)["records"]) == ids(machine(tmp_path, "a"))

@@ -109,3 +109,11 @@ def test_the_command_saves_the_remote_and_speaks_json(
     again = mem(script_runner, "sync", "--json", **env)  # the remote from config.yaml
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["pushed"] == 0
+
+
+@pytest.mark.long  # the folder variant runs in make test; this one adds the threads' S3
+def test_two_machines_syncing_at_the_same_moment_through_s3(
+        tmp_path: Path, s3_server: str, bucket: str) -> None:
+    from tests.test_sync import concurrent_round
+
+    concurrent_round(tmp_path, lambda: open_remote(f"s3://{bucket}/mem", s3_server))

@@ -480,7 +480,10 @@ def _sealed(vault: Vault, ids: set[str], memo: dict[str, Any]
                 yield r.memory_id, False, orjson.dumps(r.stored())
     for archived in (False, True):
         for relpath in vault.layout.line_files(archived=archived):
-            if any(i in ids for i in _line_ids(vault, relpath, memo)):
+            # scan_local filled the memo moments ago: what each file held then decides
+            # which files are read (a record moved in since goes with the next sync).
+            held = memo[relpath][2] if relpath in memo else _line_ids(vault, relpath, memo)
+            if any(i in ids for i in held):
                 for memory_id, plain in store.line_plains(relpath, ids):
                     yield memory_id, archived, plain
 

@@ -317,3 +317,79 @@ def test_two_machines_syncing_at_the_same_moment(tmp_path: Path,
                                                  remote: FolderRemote) -> None:
     concurrent_round(tmp_path, lambda: FolderRemote(remote.url, remote.root))
     assert set(read_remote(remote.root)["records"]) == ids(machine(tmp_path, "a"))
+
+
+def test_preferences_merge_per_key_by_the_latest_change(
+        tmp_path: Path, remote: FolderRemote, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memvault.ops import prefs
+
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+
+    def settings(v: Vault) -> dict[str, str]:
+        return {k: e["value"] for k, e in prefs.read(v).items()}
+
+    prefs.set_(a, "editor", "vim")
+    prefs.set_(a, "theme", f"dark{CANARY}")
+    assert sync_ops.sync(a, remote).prefs_pushed == 2
+    assert sync_ops.sync(b, remote).prefs_pulled == 2
+    assert settings(b) == {"editor": "vim", "theme": f"dark{CANARY}"}
+    # b changes one key, a unsets another and sets a third: each key's latest wins, and
+    # an unset travels as one.
+    prefs.set_(b, "editor", "emacs")
+    prefs.unset(a, "theme")
+    prefs.set_(a, "lang", "en")
+    for v in (a, b, a):
+        sync_ops.sync(v, remote)
+    assert settings(a) == settings(b) == {"editor": "emacs", "lang": "en"}
+    # Both set one key before syncing: the later change wins whichever syncs first.
+    prefs.set_(b, "lang", "fr")
+    prefs.set_(a, "lang", "de")
+    for v in (a, b, a):
+        sync_ops.sync(v, remote)
+    assert settings(a)["lang"] == settings(b)["lang"] == "de"
+    # A machine whose clock runs behind: its change, made after it saw the other's,
+    # still wins (it is stamped just after the change it replaces).
+    monkeypatch.setattr(prefs, "now_iso", lambda: "2001-01-01T00:00:00.000000Z")
+    prefs.unset(b, "lang")
+    monkeypatch.undo()
+    for v in (b, a):
+        sync_ops.sync(v, remote)
+    assert settings(a) == settings(b) == {"editor": "emacs"}
+    assert [sync_ops.sync(v, remote).prefs_pushed for v in (a, b)] == [0, 0]
+    # Keys and values leave the machine sealed; the cache names keys only by a tag.
+    for path in [*remote.root.rglob("*"), *tmp_path.glob("*/*/.sync/*")]:
+        data = path.read_bytes() if path.is_file() else b""
+        for needle in (b"editor", b"emacs", CANARY.encode()):
+            assert needle not in data, (path, needle)
+
+
+def test_a_key_retired_while_another_machine_writes_under_it(
+        tmp_path: Path, remote: FolderRemote) -> None:
+    """b re-keys and retires the old remote key while a, which listed before, is about
+    to write under it: a puts the key back, and b opens what a wrote."""
+    import threading
+
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    add(a, "first fact", "fact")
+    sync_ops.sync(a, remote)
+    sync_ops.sync(b, remote)
+    add(a, "written under the old key", "fact")
+    rotate_key(b, now=True)
+    at_put, b_done = threading.Event(), threading.Event()
+
+    class Held(FolderRemote):
+        def put(self, name: str, data: bytes) -> None:
+            if "/o/" in name:
+                at_put.set()
+                assert b_done.wait(60)
+            super().put(name, data)
+
+    worker = threading.Thread(target=sync_ops.sync, args=(a, Held(remote.url, remote.root)))
+    worker.start()
+    assert at_put.wait(60)
+    sync_ops.sync(b, remote)  # the old key has no object yet: b deletes it
+    b_done.set()
+    worker.join(60)
+    result = sync_ops.sync(b, remote)
+    assert (result.pulled, result.damaged) == (1, 0)
+    assert contents(a) == contents(b)

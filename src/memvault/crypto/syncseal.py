@@ -6,6 +6,7 @@ Nothing here knows what an operation means: it seals and opens JSON.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import zlib
@@ -106,6 +107,20 @@ def open_object(key: bytes, ns: str, kid: str, oid: str, blob: bytes) -> dict[st
     if not isinstance(body, dict):
         raise SyncAuthError("a malformed object")
     return body
+
+
+@functools.lru_cache(maxsize=8)
+def _pref_key(kek: bytes) -> bytes:
+    return envelope.hkdf(kek, "mem/sync/pref/v1")
+
+
+def pref_tags(kek: bytes, key: str, value: str | None) -> tuple[str, str]:
+    """Keyed tags of a preference's key and of its value (None: unset): the cache names
+    a key only by its tag, and the value's tag breaks a tie of times the same way on
+    every machine."""
+    k = _pref_key(kek)
+    what = envelope.lp("unset", key) if value is None else envelope.lp("value", key, value)
+    return envelope.keyed_hash(k, envelope.lp("key", key)), envelope.keyed_hash(k, what)
 
 
 def cache_mac(kek: bytes, body: bytes) -> str:

@@ -159,6 +159,13 @@ def _summary(body: dict[str, Any]) -> dict[str, Any]:
             out["marks"] = [str(m) for m in body.get("marks", [])]
     elif kind == "freeze":
         out["frozen"] = bool(body["frozen"])
+    elif kind == "prefs":
+        keys: dict[str, list[str]] = {}
+        for e in body["entries"]:
+            order = [str(e["at"]), str(e["o"])]
+            if order > keys.get(str(e["t"]), ["", ""]):
+                keys[str(e["t"])] = order
+        out["keys"] = keys
     elif kind != "destroy":
         raise DataError(f"an object of unknown kind {kind!r}")
     return out
@@ -389,6 +396,13 @@ def _sync(s: Session, path: Path) -> SyncResult:
         with vault.transaction(allow_frozen=True) as tx:
             tx.state.forgotten |= remote_marks
             tx.touch()
+    remote_prefs: dict[str, list[str]] = {}
+    for info in current.values():
+        if info["kind"] == "prefs":
+            for t, order in info["keys"].items():
+                if order > remote_prefs.get(t, ["", ""]):
+                    remote_prefs[t] = order
+    prefs_pulled = _pull_prefs(s, bodies)
     freezes = sorted(((i["at"], n, i["frozen"]) for n, i in current.items()
                       if i["kind"] == "freeze"))
     frozen_changed_here = state is not None and state.frozen != cache.frozen
@@ -440,6 +454,11 @@ def _sync(s: Session, path: Path) -> SyncResult:
     if state is not None and frozen_changed_here:
         name, info = s.write(newest, {"kind": "freeze", "frozen": state.frozen})
         written[name] = info
+    push_prefs = [e for e in _pref_entries(s) if [e["at"], e["o"]] >
+                  remote_prefs.get(e["t"], ["", ""])]
+    if push_prefs:
+        name, info = s.write(newest, {"kind": "prefs", "entries": push_prefs})
+        written[name] = info
     s.flush()
     current.update(written)
     # Erasure and new epochs: every object that holds a forgotten record, or is sealed
@@ -452,10 +471,42 @@ def _sync(s: Session, path: Path) -> SyncResult:
     cache.keys = set(s.keys)
     cache.frozen = state.frozen if state else False
     cache.last_sync, cache.remote = now_iso(), remote.url
+    _retire_keys(s, newest)  # before the cache: a kill in between re-reads what it wrote
     save_cache(path, s.kek, cache)
-    _retire_keys(s, newest)
     return SyncResult(len(push_ids), pulled, forgotten, remote.url, s.damaged,
-                      len(push_tombs))
+                      len(push_tombs), len(push_prefs), prefs_pulled)
+
+
+def _pref_entries(s: Session) -> list[dict[str, Any]]:
+    """This machine's preferences (and unsets) as a prefs operation's entries."""
+    from memvault.ops import prefs
+
+    out = []
+    for key, (at, value) in sorted(prefs.entries(s.vault).items()):
+        t, o = syncseal.pref_tags(s.kek, key, value)
+        out.append({"k": key, "v": value, "at": at, "t": t, "o": o})
+    return out
+
+
+def _pull_prefs(s: Session, bodies: dict[str, dict[str, Any]]) -> int:
+    """Apply the preference changes of the objects read now that win over this
+    machine's: per key, the latest time, then the greater value tag (docs/sync.md)."""
+    from memvault.ops import prefs
+
+    best: dict[str, dict[str, Any]] = {}
+    for body in bodies.values():
+        if body["kind"] == "prefs":
+            for e in body["entries"]:
+                held = best.get(e["k"])
+                if held is None or [e["at"], e["o"]] > [held["at"], held["o"]]:
+                    best[e["k"]] = e
+    if not best:
+        return 0
+    here = {e["k"]: [e["at"], e["o"]] for e in _pref_entries(s)}
+    winners = {k: (str(e["at"]), None if e["v"] is None else str(e["v"]))
+               for k, e in best.items() if [e["at"], e["o"]] > here.get(k, ["", ""])}
+    prefs.apply(s.vault, winners)
+    return len(winners)
 
 
 def rebuild_derived(vault: Vault, changed: bool) -> None:
@@ -646,6 +697,7 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
     gone: set[str] = set()
     marks: set[str] = set()
     freeze: tuple[str, bool] | None = None
+    settings: dict[str, dict[str, Any]] = {}
     readable: list[str] = []
     for name in stale:
         body = bodies.get(name) or s.read(name)
@@ -664,6 +716,11 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
             marks.update(body.get("marks", []))
         elif kind == "freeze" and (freeze is None or body["at"] > freeze[0]):
             freeze = (body["at"], bool(body["frozen"]))
+        elif kind == "prefs":
+            for e in body["entries"]:
+                held = settings.get(e["k"])
+                if held is None or [e["at"], e["o"]] > [held["at"], held["o"]]:
+                    settings[e["k"]] = e
     out = {n: i for n, i in current.items() if n not in readable}
     for page in _pages(list(records.values())):
         name, info = s.write(newest, {"kind": "add", "records": page})
@@ -679,6 +736,10 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
         name, info = s.write(newest, {"kind": "freeze", "frozen": freeze[1],
                                       "at": freeze[0]})
         out[name] = info
+    if settings:
+        name, info = s.write(newest, {"kind": "prefs",
+                                      "entries": [settings[k] for k in sorted(settings)]})
+        out[name] = info
     s.flush()
     for name in readable:  # only once what replaces them is written
         s.remote.delete(name)
@@ -687,16 +748,36 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
 
 
 def _retire_keys(s: Session, newest: str) -> None:
-    """Delete the older remote keys that a fresh listing shows no object under (another
-    machine may still be writing under one: that key then waits for a later sync)."""
+    """Delete the older remote keys that a fresh listing shows no object under, then
+    look again. A machine that began its sync before the newest key existed may be
+    writing under an older one at this moment: whichever of the two looks last sees
+    the other's change (this one an object under a key it deleted; the writer its key
+    gone), and puts the key back, so no object is left that nobody can open."""
     kids, names = s.listing()
     used = {n.rsplit("/", 1)[1].partition("-")[0] for n in names}
     made = s.keys[newest][1]
+    deleted: list[str] = []
+    if newest not in kids:  # deleted by another machine while this one wrote under it
+        _restore_key(s, newest)
     for kid in kids:
         # A key this sync did not check may be another machine's newest: never touched.
         if kid in s.keys and s.keys[kid][1] < made and kid not in used:
             s.remote.delete(f"{s.ns}/k/{kid}")
+            deleted.append(kid)
+    if not deleted:
+        return
+    _, names = s.listing()
+    used = {n.rsplit("/", 1)[1].partition("-")[0] for n in names}
+    for kid in deleted:
+        if kid in used:
+            _restore_key(s, kid)
+        else:
             s.keys.pop(kid, None)
+
+
+def _restore_key(s: Session, kid: str) -> None:
+    key, at = s.keys[kid]
+    s.remote.put(f"{s.ns}/k/{kid}", syncseal.wrap_key(s.kek, s.ns, kid, key, at))
 
 
 def run(vault: Vault, url: str, endpoint_url: str | None = None,

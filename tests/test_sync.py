@@ -393,3 +393,72 @@ def test_a_key_retired_while_another_machine_writes_under_it(
     result = sync_ops.sync(b, remote)
     assert (result.pulled, result.damaged) == (1, 0)
     assert contents(a) == contents(b)
+
+
+def test_a_message_that_grows_after_its_first_sync_reaches_the_others(
+        tmp_path: Path, remote: FolderRemote) -> None:
+    from memvault.model.records import NewMessage
+    from memvault.ops.ingest import add_messages
+
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+
+    def say(v: Vault, last: str) -> Any:
+        return add_messages(v, "live", [NewMessage("the first turn", "user", "t1"),
+                                        NewMessage(last, "assistant", "t2")])
+
+    say(a, "a reply cut")
+    sync_ops.sync(a, remote)
+    sync_ops.sync(b, remote)
+    assert say(a, "a reply cut short by the hook, now whole").updated == 1
+    result = sync_ops.sync(a, remote)
+    assert (result.pushed, result.updates_pushed) == (0, 1)
+    assert sync_ops.sync(b, remote).updates_pulled == 1
+    assert contents(b) == contents(a)
+    assert "a reply cut short by the hook, now whole" in contents(b).values()
+    # Found by search, not only by id: the index was rebuilt with the new words.
+    from memvault.model.records import Filters
+    from memvault.ops.recall import search
+
+    assert search(b, "whole", Filters(limit=5)).results
+    # A third machine's first sync takes the latest version, and a re-key keeps it.
+    c = machine(tmp_path, "c")
+    rotate_key(c, now=True)
+    sync_ops.sync(c, remote)
+    assert contents(c) == contents(a)
+    rotate_key(a, now=True)
+    for v in (a, b, c):
+        sync_ops.sync(v, remote)
+    assert contents(b) == contents(c) == contents(a)
+    assert [sync_ops.sync(v, remote).updates_pushed for v in (a, b, c)] == [0, 0, 0]
+
+
+def test_all_users_syncs_every_user_held_or_synced_before(
+        tmp_path: Path, remote: FolderRemote, script_runner: Any) -> None:
+    from dataclasses import replace
+
+    from memvault.ops.admin import destroy
+    from tests.conftest import mem
+
+    def as_user(v: Vault, user: str) -> Vault:
+        return Vault(replace(v.settings, values={**v.settings.values, "user": user}),
+                     master=v.master)
+
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    for v, who in ((a, "alice"), (a, "bob"), (b, "bob"), (b, "carol")):
+        add(as_user(v, who), f"{who} likes tea on {v.root.name}", "fact")
+    env = {"MEM_VAULT": str(a.root), "MEM_SYNC_REMOTE": str(remote.root)}
+    done = mem(script_runner, "sync", "--all-users", "--json", **env)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["users"], doc["pushed"]) == (["default/alice", "default/bob"], 2)
+    # b holds bob and carol: bob's record from a arrives; alice's namespace is opaque
+    # to a machine that never held her, so she waits for her first sync by name there.
+    result = sync_ops.run(b, str(remote.root), all_users=True)
+    assert result.users == ("default/bob", "default/carol") and result.pulled == 1
+    assert len(contents(as_user(b, "bob"))) == 2
+    # A user destroyed here is still synced (from the sync's record of it): the destroy
+    # reaches the other machine.
+    destroy(as_user(a, "bob"), "bob")
+    assert "default/bob" in sync_ops.run(a, str(remote.root), all_users=True).users
+    sync_ops.run(b, str(remote.root), all_users=True)
+    assert not as_user(b, "bob").exists() and as_user(b, "carol").exists()

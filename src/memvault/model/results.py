@@ -372,6 +372,8 @@ class SyncResult(Result):
     erasures_pushed: int = 0  # ids this machine forgot, now forgotten everywhere
     prefs_pushed: int = 0  # preference changes (sets and unsets) sent
     prefs_pulled: int = 0  # another machine's preference changes that won here
+    updates_pushed: int = 0  # records held there in an older version (a grown message)
+    updates_pulled: int = 0  # records replaced here by another machine's later version
 
 
 @dataclass(frozen=True)

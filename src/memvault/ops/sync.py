@@ -107,11 +107,12 @@ def waiting(vault: Vault) -> int:
     return len(set(scan_local(vault)) - seen)
 
 
-def scan_local(vault: Vault, memo: dict[str, Any] | None = None) -> dict[str, bool]:
+def scan_local(vault: Vault, memo: dict[str, Any] | None = None,
+               changed: set[str] | None = None) -> dict[str, bool]:
     """Every record id this machine holds, and whether it is archived: clear ids only
     (line headers, the two small documents), nothing else decrypted. `memo` (relpath ->
     [size, mtime_ns, ids]) spares the headers of line files unchanged since it was
-    filled, so a sync reads O(what changed)."""
+    filled, so a sync reads O(what changed); `changed` collects the files read again."""
     if not vault.exists():
         return {}
     store, layout, out = vault.store, vault.layout, {}
@@ -122,7 +123,7 @@ def scan_local(vault: Vault, memo: dict[str, Any] | None = None) -> dict[str, bo
     for archived in (False, True):  # archived last: a record caught in both is archived
         for relpath in layout.line_files(archived=archived):
             seen.add(relpath)
-            for memory_id in _line_ids(vault, relpath, memo):
+            for memory_id in _line_ids(vault, relpath, memo, changed):
                 out[memory_id] = archived
     if memo is not None:
         for gone in set(memo) - seen:
@@ -130,7 +131,8 @@ def scan_local(vault: Vault, memo: dict[str, Any] | None = None) -> dict[str, bo
     return out
 
 
-def _line_ids(vault: Vault, relpath: str, memo: dict[str, Any] | None) -> list[str]:
+def _line_ids(vault: Vault, relpath: str, memo: dict[str, Any] | None,
+              changed: set[str] | None = None) -> list[str]:
     if memo is None:
         return list(vault.store.line_ids(relpath))
     try:
@@ -142,7 +144,28 @@ def _line_ids(vault: Vault, relpath: str, memo: dict[str, Any] | None) -> list[s
         return list(known[2])
     ids = list(vault.store.line_ids(relpath))
     memo[relpath] = [st.st_size, st.st_mtime_ns, ids]
+    if changed is not None:
+        changed.add(relpath)
     return ids
+
+
+def version(record: dict[str, Any]) -> str:
+    """A record's version: when it last changed after it was made (a transcript message
+    that grew, a restated fact), else "". Of two copies of one id, the later wins."""
+    updated, created = str(record.get("updated_at") or ""), str(record.get("created_at"))
+    return updated if updated > created else ""
+
+
+def _plain_version(plain: bytes) -> str:
+    """version() of a record's JSON as orjson seals it, found without a parse (a quote
+    inside a string is escaped, so these field openings are never content)."""
+    found = []
+    for opening in (b'"updated_at":"', b'"created_at":"'):
+        at = plain.find(opening)
+        if at < 0:
+            return version(json.loads(plain))
+        found.append(plain[at + len(opening):plain.index(b'"', at + len(opening))])
+    return found[0].decode() if found[0] > found[1] else ""
 
 
 def _summary(body: dict[str, Any]) -> dict[str, Any]:
@@ -153,6 +176,9 @@ def _summary(body: dict[str, Any]) -> dict[str, Any]:
         out["ids"] = [str(item["r"]["memory_id"]) for item in body["records"]]
         out["archived"] = [str(item["r"]["memory_id"]) for item in body["records"]
                            if item.get("a")]
+        versions = {str(item["r"]["memory_id"]): version(item["r"])
+                    for item in body["records"]}
+        out["v"] = {i: v for i, v in versions.items() if v}
     elif kind in ("archive", "forget"):
         out["ids"] = [str(i) for i in body["ids"]]
         if kind == "forget":
@@ -284,9 +310,11 @@ class Session:
                         b",".join(b'{"r":%s,"a":%s}' % (plain, b"true" if archived
                                                           else b"false")
                                   for _, archived, plain in items), b"]}"))
+        versions = {i: _plain_version(plain) for i, _, plain in items}
         return self._put(kid, raw, {"kind": "add", "at": at,
                                     "ids": [i for i, _, _ in items],
-                                    "archived": [i for i, a, _ in items if a]})
+                                    "archived": [i for i, a, _ in items if a],
+                                    "v": {i: v for i, v in versions.items() if v}})
 
     def _put(self, kid: str, raw: bytes, info: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         oid = syncseal.new_object_id()
@@ -362,19 +390,26 @@ def _sync(s: Session, path: Path) -> SyncResult:
         return _push_destroy(s, path, cache, names)
 
     memo = cache.files
-    local0 = scan_local(vault, memo)
+    changed: set[str] = set()
+    local0 = scan_local(vault, memo, changed)
     state = vault.state() if vault.exists() else None
     epoch0 = state.key_version if state else 0
     deleted_here = cache.local - set(local0)
 
-    remote_ids: dict[str, str] = {}  # id -> an object that holds it
+    remote_ids: dict[str, str] = {}  # id -> the object that holds its latest version
+    remote_versions: dict[str, str] = {}  # id -> that version, when not ""
     remote_archived: set[str] = set()
     remote_tombs: set[str] = set()
     remote_marks: set[str] = set()
     for name, info in current.items():
         if info["kind"] == "add":
+            versions = info.get("v", {})
             for i in info["ids"]:
-                remote_ids.setdefault(i, name)
+                v = versions.get(i, "")
+                if i not in remote_ids or v > remote_versions.get(i, ""):
+                    remote_ids[i] = name
+                    if v:
+                        remote_versions[i] = v
             remote_archived.update(info["archived"])
         elif info["kind"] == "archive":
             remote_archived.update(info["ids"])
@@ -385,6 +420,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
 
     # --- pull ---------------------------------------------------------------------------
     pulled = _pull_adds(s, bodies, remote_ids, set(local0), tombs)
+    updated = _pull_updates(s, bodies, remote_ids, local0, tombs, memo)
     local = scan_local(vault, memo) if pulled else local0
     archive_here = {i for i, a in local.items() if not a} & remote_archived - tombs
     if archive_here:
@@ -420,7 +456,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
 
         with vault.transaction(allow_frozen=True) as tx:
             keys.reencrypt(tx, rewrite=True)
-    rebuild_derived(vault, bool(pulled or archive_here or forgotten))
+    rebuild_derived(vault, bool(pulled or updated or archive_here or forgotten))
 
     # --- push ---------------------------------------------------------------------------
     local1 = scan_local(vault, memo)
@@ -435,7 +471,9 @@ def _sync(s: Session, path: Path) -> SyncResult:
 
     written: dict[str, dict[str, Any]] = {}
     page: list[tuple[str, bool, bytes]] = []
-    for item in _sealed(vault, push_ids, memo):
+    grown = _grown_here(vault, changed & set(memo), set(remote_ids) - tombs,
+                        remote_versions, memo)
+    for item in [*_sealed(vault, push_ids, memo), *grown]:
         page.append(item)
         if len(page) == PAGE:
             name, info = s.write_add(newest, page)
@@ -474,7 +512,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
     _retire_keys(s, newest)  # before the cache: a kill in between re-reads what it wrote
     save_cache(path, s.kek, cache)
     return SyncResult(len(push_ids), pulled, forgotten, remote.url, s.damaged,
-                      len(push_tombs), len(push_prefs), prefs_pulled)
+                      len(push_tombs), len(push_prefs), prefs_pulled, len(grown), updated)
 
 
 def _pref_entries(s: Session) -> list[dict[str, Any]]:
@@ -539,6 +577,87 @@ def _sealed(vault: Vault, ids: set[str], memo: dict[str, Any]
                     yield memory_id, archived, plain
 
 
+def _grown_here(vault: Vault, changed: set[str], remote: set[str],
+                versions: dict[str, str], memo: dict[str, Any]
+                ) -> list[tuple[str, bool, bytes]]:
+    """Records the remote holds in an older version than this machine (a message that
+    grew since it was pushed, a restated fact): only the files changed since the last
+    sync, and the two documents, are decrypted to find them."""
+    import orjson
+
+    out: list[tuple[str, bool, bytes]] = []
+    candidates: list[tuple[Record, bool]] = []
+    for home in DOC_FILES:
+        candidates += [(r, False) for r in vault.store.doc_records(home)
+                       if r.memory_id in remote]
+    for relpath in sorted(changed):
+        if any(i in remote for i in memo[relpath][2]):
+            archived = not relpath.startswith("sessions/")
+            candidates += [(r, archived) for r in vault.store.read_lines(relpath)
+                           if r.memory_id in remote]
+    for r, archived in candidates:
+        doc = r.stored()
+        if version(doc) > versions.get(r.memory_id, ""):
+            out.append((r.memory_id, archived, orjson.dumps(doc)))
+    return out
+
+
+def _pull_updates(s: Session, bodies: dict[str, dict[str, Any]], remote_ids: dict[str, str],
+                  local: dict[str, bool], tombs: set[str], memo: dict[str, Any]) -> int:
+    """Replace records held here by a later version another machine pushed (only objects
+    read now can hold one this machine has not seen)."""
+    newer: dict[str, dict[str, Any]] = {}
+    for name, body in bodies.items():
+        if body["kind"] != "add":
+            continue
+        for item in body["records"]:
+            i = str(item["r"]["memory_id"])
+            if i in local and i not in tombs and remote_ids.get(i) == name \
+                    and version(item["r"]):
+                newer[i] = item["r"]
+    if not newer:
+        return 0
+    vault, done = s.vault, 0
+    where = {i: relpath for relpath, (_, _, ids) in memo.items() for i in ids if i in newer}
+    changed: set[str] = set()
+    with vault.transaction(allow_frozen=True) as tx:
+        for home in DOC_FILES:
+            doc = tx.store.read_doc(home)
+            hits = [at for at, r in enumerate((doc or {}).get("records", []))
+                    if r.get("memory_id") in newer and
+                    version(newer[r["memory_id"]]) > version(r)]
+            if doc is None or not hits:
+                continue
+            for at in hits:
+                doc["records"][at] = {**newer[doc["records"][at]["memory_id"]],
+                                      "org_id": vault.org, "user_id": vault.user}
+            for r in doc["records"]:
+                r["key_version"] = tx.epoch
+            tx.write_doc(home, doc)
+            done += len(hits)
+            changed.add(home)
+        for relpath in sorted(set(where.values())):
+            lines = tx.store.read_lines(relpath)
+            hit = False
+            for at, here in enumerate(lines):
+                there = newer.get(here.memory_id)
+                if there is None or version(there) <= version(here.stored()):
+                    continue
+                record = Record.from_stored(there)
+                record.org_id, record.user_id = vault.org, vault.user
+                record.key_version, record.archived = tx.epoch, here.archived
+                lines[at], hit = record, True
+                done += 1
+            if hit:
+                tx.rewrite(relpath, lines)
+                changed.add(relpath)
+        if done:
+            tx.touch()
+            tx.audit("sync.update", sorted(newer), updated=done)
+            tx.rebuild_indexes(changed=changed)
+    return done
+
+
 def _pull_adds(s: Session, bodies: dict[str, dict[str, Any]], remote_ids: dict[str, str],
                local: set[str], tombs: set[str]) -> int:
     """Add the records the remote holds and this machine lacks (never a forgotten one)."""
@@ -551,7 +670,7 @@ def _pull_adds(s: Session, bodies: dict[str, dict[str, Any]], remote_ids: dict[s
         if body is None:
             continue
         for item in body["records"]:
-            if item["r"]["memory_id"] in wanted:
+            if item["r"]["memory_id"] in wanted and remote_ids[item["r"]["memory_id"]] == name:
                 found[item["r"]["memory_id"]] = (Record.from_stored(item["r"]), bool(item["a"]))
     return _add_records(s.vault, list(found.values()))
 
@@ -707,8 +826,10 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
         kind = body["kind"]
         if kind == "add":
             for item in body["records"]:
-                if item["r"]["memory_id"] not in tombs:
-                    records[item["r"]["memory_id"]] = item
+                i = item["r"]["memory_id"]
+                if i not in tombs and (i not in records or
+                                       version(item["r"]) > version(records[i]["r"])):
+                    records[i] = item
         elif kind == "archive":
             archived.update(body["ids"])
         elif kind == "forget":

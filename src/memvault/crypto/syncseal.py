@@ -21,7 +21,9 @@ TAG_OBJECT = "mem/sync/op/v1"
 TAG_KEY = "mem/sync/key/v1"
 PAD = 4096  # sizes are rounded up to this, so a small forget looks like a small add
 PAD_LARGE = 1 << 16  # past this, to the next eighth of the next power of two
-LEVEL = 1  # zlib's
+# zlib's level: on 10,000 records' JSON (6 MB), 3 gives 1.40 MB in 0.06 s where 6 gives
+# 1.29 MB in 0.31 s (a first sync compresses every record)
+LEVEL = 3
 
 
 class SyncAuthError(Exception):
@@ -79,9 +81,7 @@ def seal_object(key: bytes, ns: str, kid: str, oid: str, body: dict[str, Any]) -
 
 def seal_json(key: bytes, ns: str, kid: str, oid: str, raw: bytes) -> bytes:
     """An operation's JSON, compressed, length-prefixed and padded (the whole object is a
-    padded size), sealed in one AEAD call with its full name as AAD. zlib's fastest
-    level: a first sync compresses every record, and level 6 costs three times the time
-    for a few percent fewer bytes on these (mostly random ids and short texts)."""
+    padded size), sealed in one AEAD call with its full name as AAD."""
     packed = zlib.compress(raw, LEVEL)
     framed = len(packed).to_bytes(4, "big") + packed
     overhead = 5 + envelope.NONCE_LEN + 16  # magic, format, nonce; the tag

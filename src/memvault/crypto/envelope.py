@@ -215,6 +215,12 @@ def _fast_line(raw: bytes) -> tuple[bytes, bytes, bytes, bytes, bytes] | None:
     return kv, memory_id, ts, nonce, ct
 
 
+def line_id(raw: bytes) -> str:
+    """The record id of a line envelope (parse_line's, without the other fields)."""
+    fast = _fast_line(raw)
+    return fast[1].decode() if fast is not None else str(parse_line(raw)["id"])
+
+
 def parse_line(raw: bytes) -> dict[str, object]:
     """The clear fields of a line envelope; DataError when the line is not one."""
     fast = _fast_line(raw)
@@ -255,9 +261,9 @@ def open_line(key: bytes, org: str, user: str, relpath: str, doc: dict[str, obje
 
 def open_lines(key_for: Callable[[int], bytes], org: str, user: str, relpath: str,
                lines: list[bytes], wanted: Container[str]
-               ) -> list[tuple[int, str, bytes | None]]:
+               ) -> list[tuple[int, str, str, bytes | None]]:
     """Open the lines of one file whose id is wanted, in one loop: (the line's index, its
-    id, its plaintext, or None when it does not open or is not a line envelope; a line
+    id and time, its plaintext, or None when it does not open or is not a line envelope; a line
     that is not one has the id ""). The checks are open_line's; the fields shared by
     a file are encoded once, and a line as seal_line writes it is read without JSON."""
     import binascii
@@ -267,7 +273,7 @@ def open_lines(key_for: Callable[[int], bytes], org: str, user: str, relpath: st
     prefix = _line_prefix(org, user, relpath)
     decode, encode = binascii.a2b_base64, binascii.b2a_base64
     aeads: dict[int, Any] = {}
-    out: list[tuple[int, str, bytes | None]] = []
+    out: list[tuple[int, str, str, bytes | None]] = []
     for at, raw in enumerate(lines):
         if not raw:
             continue
@@ -276,7 +282,7 @@ def open_lines(key_for: Callable[[int], bytes], org: str, user: str, relpath: st
             try:
                 doc = parse_line(raw)
             except DataError:
-                out.append((at, "", None))
+                out.append((at, "", "", None))
                 continue
             if doc["id"] not in wanted:
                 continue
@@ -285,7 +291,7 @@ def open_lines(key_for: Callable[[int], bytes], org: str, user: str, relpath: st
                                                 relpath, doc)
             except AuthError:
                 plain = None
-            out.append((at, str(doc["id"]), plain))
+            out.append((at, str(doc["id"]), str(doc["ts"]), plain))
             continue
         kv_b, id_b, ts_b, nonce_b, ct_b = fast
         memory_id = id_b.decode()
@@ -307,7 +313,7 @@ def open_lines(key_for: Callable[[int], bytes], org: str, user: str, relpath: st
             plain = aead.decrypt(nonce, ct, aad)
         except (ValueError, InvalidTag):
             plain = None
-        out.append((at, memory_id, plain))
+        out.append((at, memory_id, ts_b.decode(), plain))
     return out
 
 

@@ -29,6 +29,8 @@ from memvault.storage.remote import Remote
 from memvault.storage.state import Superseded
 from memvault.vault.vault import Transaction, Vault
 
+# A record on its way out: id, archived, its JSON as sealed here, its version.
+Item = tuple[str, bool, bytes, str]
 PAGE = 2000  # records per add object: an upload resumes from the last page sent
 CACHE_FORMAT = 2  # 1: the body inside a JSON object with its MAC
 
@@ -166,16 +168,14 @@ def version(record: dict[str, Any]) -> str:
     return updated if updated > created else ""
 
 
-def _plain_version(plain: bytes) -> str:
+def _plain_version(plain: bytes, created_at: str) -> str:
     """version() of a record's JSON as orjson seals it, found without a parse (a quote
-    inside a string is escaped, so these field openings are never content)."""
-    found = []
-    for opening in (b'"updated_at":"', b'"created_at":"'):
-        at = plain.find(opening)
-        if at < 0:
-            return version(json.loads(plain))
-        found.append(plain[at + len(opening):plain.index(b'"', at + len(opening))])
-    return found[0].decode() if found[0] > found[1] else ""
+    inside a string is escaped, so this field's opening is never content)."""
+    at = plain.find(b'"updated_at":"')
+    if at < 0:
+        return version(json.loads(plain))
+    updated = plain[at + 14:plain.index(b'"', at + 14)].decode()
+    return updated if updated > created_at else ""
 
 
 def _summary(body: dict[str, Any]) -> dict[str, Any]:
@@ -311,20 +311,18 @@ class Session:
         body = {**body, "at": body.get("at") or now_iso()}
         return self._put(kid, orjson.dumps(body), _summary(body))
 
-    def write_add(self, kid: str, items: list[tuple[str, bool, bytes]]
-                  ) -> tuple[str, dict[str, Any]]:
-        """An add of records given as (id, archived, the record's JSON as sealed here):
-        spliced into the operation's JSON as they are, never parsed."""
+    def write_add(self, kid: str, items: list[Item]) -> tuple[str, dict[str, Any]]:
+        """An add of records given as (id, archived, the record's JSON as sealed here, its
+        version): spliced into the operation's JSON as they are, never parsed."""
         at = now_iso()
         raw = b"".join((b'{"kind":"add","at":"', at.encode(), b'","records":[',
                         b",".join(b'{"r":%s,"a":%s}' % (plain, b"true" if archived
                                                           else b"false")
-                                  for _, archived, plain in items), b"]}"))
-        versions = {i: _plain_version(plain) for i, _, plain in items}
+                                  for _, archived, plain, _ in items), b"]}"))
         return self._put(kid, raw, {"kind": "add", "at": at,
-                                    "ids": [i for i, _, _ in items],
-                                    "archived": [i for i, a, _ in items if a],
-                                    "v": {i: v for i, v in versions.items() if v}})
+                                    "ids": [item[0] for item in items],
+                                    "archived": [i for i, a, _, _ in items if a],
+                                    "v": {i: v for i, _, _, v in items if v}})
 
     def _put(self, kid: str, raw: bytes, info: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         oid = syncseal.new_object_id()
@@ -480,7 +478,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
     push_archived = {i for i, a in local1.items() if a} & set(remote_ids) - remote_archived
 
     written: dict[str, dict[str, Any]] = {}
-    page: list[tuple[str, bool, bytes]] = []
+    page: list[Item] = []
     grown = _grown_here(vault, changed & set(memo), set(remote_ids) - tombs,
                         remote_versions, memo)
     for item in [*_sealed(vault, push_ids, memo), *grown]:
@@ -564,8 +562,7 @@ def rebuild_derived(vault: Vault, changed: bool) -> None:
     del vault, changed
 
 
-def _sealed(vault: Vault, ids: set[str], memo: dict[str, Any]
-            ) -> Iterator[tuple[str, bool, bytes]]:
+def _sealed(vault: Vault, ids: set[str], memo: dict[str, Any]) -> Iterator[Item]:
     """(id, archived, JSON) of the records with these ids, file by file, only files that
     hold one: line records as they were sealed here (decrypted, never parsed)."""
     if not ids:
@@ -576,26 +573,27 @@ def _sealed(vault: Vault, ids: set[str], memo: dict[str, Any]
     for home in DOC_FILES:
         for r in store.doc_records(home):
             if r.memory_id in ids:
-                yield r.memory_id, False, orjson.dumps(r.stored())
+                doc = r.stored()
+                yield r.memory_id, False, orjson.dumps(doc), version(doc)
     for archived in (False, True):
         for relpath in vault.layout.line_files(archived=archived):
             # scan_local filled the memo moments ago: what each file held then decides
             # which files are read (a record moved in since goes with the next sync).
             held = memo[relpath][2] if relpath in memo else _line_ids(vault, relpath, memo)
             if any(i in ids for i in held):
-                for memory_id, plain in store.line_plains(relpath, ids):
-                    yield memory_id, archived, plain
+                for memory_id, created_at, plain in store.line_plains(relpath, ids):
+                    yield memory_id, archived, plain, _plain_version(plain, created_at)
 
 
 def _grown_here(vault: Vault, changed: set[str], remote: set[str],
                 versions: dict[str, str], memo: dict[str, Any]
-                ) -> list[tuple[str, bool, bytes]]:
+                ) -> list[Item]:
     """Records the remote holds in an older version than this machine (a message that
     grew since it was pushed, a restated fact): only the files changed since the last
     sync, and the two documents, are decrypted to find them."""
     import orjson
 
-    out: list[tuple[str, bool, bytes]] = []
+    out: list[Item] = []
     candidates: list[tuple[Record, bool]] = []
     for home in DOC_FILES:
         candidates += [(r, False) for r in vault.store.doc_records(home)
@@ -607,8 +605,9 @@ def _grown_here(vault: Vault, changed: set[str], remote: set[str],
                            if r.memory_id in remote]
     for r, archived in candidates:
         doc = r.stored()
-        if version(doc) > versions.get(r.memory_id, ""):
-            out.append((r.memory_id, archived, orjson.dumps(doc)))
+        v = version(doc)
+        if v > versions.get(r.memory_id, ""):
+            out.append((r.memory_id, archived, orjson.dumps(doc), v))
     return out
 
 

@@ -280,7 +280,7 @@ class UserStore:
             for raw in fh:
                 if raw.endswith(b"\n"):
                     try:
-                        yield str(envelope.parse_line(raw[:-1])["id"])
+                        yield envelope.line_id(raw[:-1])
                     except DataError:
                         continue
 
@@ -413,8 +413,10 @@ class UserStore:
             raise DataError("record id does not match its envelope")
         return record
 
-    def line_plains(self, relpath: str, wanted: Container[str]) -> list[tuple[str, bytes]]:
-        """(id, the record's JSON as sealed) of each line whose id is wanted: decrypted,
+    def line_plains(self, relpath: str, wanted: Container[str]
+                    ) -> list[tuple[str, str, bytes]]:
+        """(id, created_at, the record's JSON as sealed) of each line whose id is wanted
+        (the first two from its clear header, bound to it by the AEAD): decrypted,
         not parsed, for a sync that forwards records whole. A torn tail is skipped, as
         read_lines skips it; any other bad line is a DataError."""
         try:
@@ -422,8 +424,8 @@ class UserStore:
         except FileNotFoundError:
             return []
         lines = data.split(b"\n")
-        out: list[tuple[str, bytes]] = []
-        for at, memory_id, plain in envelope.open_lines(self.record_key, self.org,
+        out: list[tuple[str, str, bytes]] = []
+        for at, memory_id, ts, plain in envelope.open_lines(self.record_key, self.org,
                                                         self.user, relpath, lines, wanted):
             if plain is None:
                 if at == len(lines) - 1:
@@ -440,7 +442,7 @@ class UserStore:
                 if not isinstance(inner, dict) or inner.get("memory_id") != memory_id:
                     raise DataError(f"{self._name(relpath)} line {at + 1}: record id "
                                     "does not match its envelope")
-            out.append((memory_id, plain))
+            out.append((memory_id, ts, plain))
         return out
 
     def scan_lines(self, relpath: str) -> LineScan:

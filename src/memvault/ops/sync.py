@@ -449,7 +449,10 @@ def _sync(s: Session, path: Path) -> SyncResult:
     prefs_pulled = _pull_prefs(s, bodies)
     freezes = sorted(((i["at"], n, i["frozen"]) for n, i in current.items()
                       if i["kind"] == "freeze"))
-    frozen_changed_here = state is not None and state.frozen != cache.frozen
+    # Without a cache (its first sync, or one dropped) this machine cannot tell its flag
+    # changed: the remote's latest freeze, when there is one, decides.
+    frozen_changed_here = state is not None and state.frozen != cache.frozen and (
+        cache.last_sync is not None or not freezes)
     if freezes and not frozen_changed_here and state is not None \
             and freezes[-1][2] != state.frozen:
         _set_frozen(vault, freezes[-1][2])

@@ -247,3 +247,218 @@ def test_doctor_shows_the_last_sync_and_what_waits(
     assert "0 records waiting" in finding()
     add(a, "Likes climbing", "fact")
     assert "1 record waiting" in finding()
+
+
+class Gated:
+    """A remote whose first listing waits until every machine at the gate has listed:
+    both syncs then push without having seen the other's objects."""
+
+    def __init__(self, remote: Any, gate: Any) -> None:
+        self.remote, self.gate, self.waited = remote, gate, False
+        self.url, self.workers = remote.url, remote.workers
+
+    def list(self, prefix: str) -> Any:
+        names = list(self.remote.list(prefix))
+        if not self.waited:
+            self.waited = True
+            self.gate.wait(timeout=60)
+        return iter(names)
+
+    def get(self, name: str) -> bytes:
+        return bytes(self.remote.get(name))
+
+    def put(self, name: str, data: bytes) -> None:
+        self.remote.put(name, data)
+
+    def delete(self, name: str) -> None:
+        self.remote.delete(name)
+
+
+def at_once(pairs: list[tuple[Vault, Any]]) -> None:
+    """Sync several machines at the same moment, each on its own thread."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    gate = threading.Barrier(len(pairs))
+    with ThreadPoolExecutor(len(pairs)) as pool:
+        for done in [pool.submit(sync_ops.sync, v, Gated(r, gate)) for v, r in pairs]:
+            done.result()
+
+
+def concurrent_round(tmp: Path, open_one: Any) -> None:
+    """Two machines with their own records and the same session sync at once, twice
+    (the second time after a rotation on one): nothing is lost, one more round
+    converges, and a round after that moves nothing."""
+    a, b = machine(tmp, "a"), machine(tmp, "b")
+    for i in range(3):
+        add(a, f"a fact {i}", "fact")
+        add(b, f"b fact {i}", "fact")
+    ingest_text(a, transcript("s", 4), None, "jsonl", session="shared")
+    ingest_text(b, transcript("s", 6), None, "jsonl", session="shared")
+    at_once([(a, open_one()), (b, open_one())])
+    facts = {r.content for v in (a, b) for r in v.store.records() if r.type == "fact"}
+    assert len(facts) == 6
+    add(a, "a fact after", "fact")
+    rotate_key(b, now=True)
+    add(b, "b fact after", "fact")
+    at_once([(a, open_one()), (b, open_one())])
+    for v in (a, b):
+        sync_ops.sync(v, open_one())
+    assert contents(a) == contents(b)
+    assert {r.content for r in a.store.records() if r.type == "fact"} == facts | {
+        "a fact after", "b fact after"}
+    assert sorted(r.message_id for r in a.store.records() if r.type == "message") == [
+        f"m{i}" for i in range(6)]
+    again = [sync_ops.sync(v, open_one()) for v in (a, b)]
+    assert all((r.pushed, r.pulled, r.damaged) == (0, 0, 0) for r in again)
+
+
+def test_two_machines_syncing_at_the_same_moment(tmp_path: Path,
+                                                 remote: FolderRemote) -> None:
+    concurrent_round(tmp_path, lambda: FolderRemote(remote.url, remote.root))
+    assert set(read_remote(remote.root)["records"]) == ids(machine(tmp_path, "a"))
+
+
+def test_preferences_merge_per_key_by_the_latest_change(
+        tmp_path: Path, remote: FolderRemote, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memvault.ops import prefs
+
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+
+    def settings(v: Vault) -> dict[str, str]:
+        return {k: e["value"] for k, e in prefs.read(v).items()}
+
+    prefs.set_(a, "editor", "vim")
+    prefs.set_(a, "theme", f"dark{CANARY}")
+    assert sync_ops.sync(a, remote).prefs_pushed == 2
+    assert sync_ops.sync(b, remote).prefs_pulled == 2
+    assert settings(b) == {"editor": "vim", "theme": f"dark{CANARY}"}
+    # b changes one key, a unsets another and sets a third: each key's latest wins, and
+    # an unset travels as one.
+    prefs.set_(b, "editor", "emacs")
+    prefs.unset(a, "theme")
+    prefs.set_(a, "lang", "en")
+    for v in (a, b, a):
+        sync_ops.sync(v, remote)
+    assert settings(a) == settings(b) == {"editor": "emacs", "lang": "en"}
+    # Both set one key before syncing: the later change wins whichever syncs first.
+    prefs.set_(b, "lang", "fr")
+    prefs.set_(a, "lang", "de")
+    for v in (a, b, a):
+        sync_ops.sync(v, remote)
+    assert settings(a)["lang"] == settings(b)["lang"] == "de"
+    # A machine whose clock runs behind: its change, made after it saw the other's,
+    # still wins (it is stamped just after the change it replaces).
+    monkeypatch.setattr(prefs, "now_iso", lambda: "2001-01-01T00:00:00.000000Z")
+    prefs.unset(b, "lang")
+    monkeypatch.undo()
+    for v in (b, a):
+        sync_ops.sync(v, remote)
+    assert settings(a) == settings(b) == {"editor": "emacs"}
+    assert [sync_ops.sync(v, remote).prefs_pushed for v in (a, b)] == [0, 0]
+    # Keys and values leave the machine sealed; the cache names keys only by a tag.
+    for path in [*remote.root.rglob("*"), *tmp_path.glob("*/*/.sync/*")]:
+        data = path.read_bytes() if path.is_file() else b""
+        for needle in (b"editor", b"emacs", CANARY.encode()):
+            assert needle not in data, (path, needle)
+
+
+def test_a_key_retired_while_another_machine_writes_under_it(
+        tmp_path: Path, remote: FolderRemote) -> None:
+    """b re-keys and retires the old remote key while a, which listed before, is about
+    to write under it: a puts the key back, and b opens what a wrote."""
+    import threading
+
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    add(a, "first fact", "fact")
+    sync_ops.sync(a, remote)
+    sync_ops.sync(b, remote)
+    add(a, "written under the old key", "fact")
+    rotate_key(b, now=True)
+    at_put, b_done = threading.Event(), threading.Event()
+
+    class Held(FolderRemote):
+        def put(self, name: str, data: bytes) -> None:
+            if "/o/" in name:
+                at_put.set()
+                assert b_done.wait(60)
+            super().put(name, data)
+
+    worker = threading.Thread(target=sync_ops.sync, args=(a, Held(remote.url, remote.root)))
+    worker.start()
+    assert at_put.wait(60)
+    sync_ops.sync(b, remote)  # the old key has no object yet: b deletes it
+    b_done.set()
+    worker.join(60)
+    result = sync_ops.sync(b, remote)
+    assert (result.pulled, result.damaged) == (1, 0)
+    assert contents(a) == contents(b)
+
+
+def test_a_message_that_grows_after_its_first_sync_reaches_the_others(
+        tmp_path: Path, remote: FolderRemote) -> None:
+    from memvault.model.records import NewMessage
+    from memvault.ops.ingest import add_messages
+
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+
+    def say(v: Vault, last: str) -> Any:
+        return add_messages(v, "live", [NewMessage("the first turn", "user", "t1"),
+                                        NewMessage(last, "assistant", "t2")])
+
+    say(a, "a reply cut")
+    sync_ops.sync(a, remote)
+    sync_ops.sync(b, remote)
+    assert say(a, "a reply cut short by the hook, now whole").updated == 1
+    result = sync_ops.sync(a, remote)
+    assert (result.pushed, result.updates_pushed) == (0, 1)
+    assert sync_ops.sync(b, remote).updates_pulled == 1
+    assert contents(b) == contents(a)
+    assert "a reply cut short by the hook, now whole" in contents(b).values()
+    # Found by search, not only by id: the index was rebuilt with the new words.
+    from memvault.model.records import Filters
+    from memvault.ops.recall import search
+
+    assert search(b, "whole", Filters(limit=5)).results
+    # A third machine's first sync takes the latest version, and a re-key keeps it.
+    c = machine(tmp_path, "c")
+    rotate_key(c, now=True)
+    sync_ops.sync(c, remote)
+    assert contents(c) == contents(a)
+    rotate_key(a, now=True)
+    for v in (a, b, c):
+        sync_ops.sync(v, remote)
+    assert contents(b) == contents(c) == contents(a)
+    assert [sync_ops.sync(v, remote).updates_pushed for v in (a, b, c)] == [0, 0, 0]
+
+
+def test_all_users_syncs_every_user_held_or_synced_before(
+        tmp_path: Path, remote: FolderRemote, script_runner: Any) -> None:
+    from dataclasses import replace
+
+    from memvault.ops.admin import destroy
+    from tests.conftest import mem
+
+    def as_user(v: Vault, user: str) -> Vault:
+        return Vault(replace(v.settings, values={**v.settings.values, "user": user}),
+                     master=v.master)
+
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    for v, who in ((a, "alice"), (a, "bob"), (b, "bob"), (b, "carol")):
+        add(as_user(v, who), f"{who} likes tea on {v.root.name}", "fact")
+    env = {"MEM_VAULT": str(a.root), "MEM_SYNC_REMOTE": str(remote.root)}
+    done = mem(script_runner, "sync", "--all-users", "--json", **env)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["users"], doc["pushed"]) == (["default/alice", "default/bob"], 2)
+    # b holds bob and carol: bob's record from a arrives; alice's namespace is opaque
+    # to a machine that never held her, so she waits for her first sync by name there.
+    result = sync_ops.run(b, str(remote.root), all_users=True)
+    assert result.users == ("default/bob", "default/carol") and result.pulled == 1
+    assert len(contents(as_user(b, "bob"))) == 2
+    # A user destroyed here is still synced (from the sync's record of it): the destroy
+    # reaches the other machine.
+    destroy(as_user(a, "bob"), "bob")
+    assert "default/bob" in sync_ops.run(a, str(remote.root), all_users=True).users
+    sync_ops.run(b, str(remote.root), all_users=True)
+    assert not as_user(b, "bob").exists() and as_user(b, "carol").exists()

@@ -109,3 +109,96 @@ def test_the_command_saves_the_remote_and_speaks_json(
     again = mem(script_runner, "sync", "--json", **env)  # the remote from config.yaml
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["pushed"] == 0
+
+
+@pytest.mark.long  # the folder variant runs in make test; this one adds the threads' S3
+def test_two_machines_syncing_at_the_same_moment_through_s3(
+        tmp_path: Path, s3_server: str, bucket: str) -> None:
+    from tests.test_sync import concurrent_round
+
+    concurrent_round(tmp_path, lambda: open_remote(f"s3://{bucket}/mem", s3_server))
+
+
+# `mem sync`, killed (SIGKILL) once the n-th request to the remote has had its answer:
+# every request a sync makes is a kill point, as every file call is in the crash
+# enumeration. Each request counted is written out, so the clean run tells how many.
+KILLED_AFTER = """
+import os, signal, sys
+import botocore.client
+limit, count, seen = int(os.environ["KILL_AFTER"]), [0], os.environ["REQUESTS_SEEN"]
+call = botocore.client.BaseClient._make_api_call
+def counted(self, op, params):
+    out = call(self, op, params)
+    count[0] += 1
+    with open(seen, "w") as f:
+        f.write(str(count[0]))
+    if count[0] == limit:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return out
+botocore.client.BaseClient._make_api_call = counted
+sys.argv[0] = "mem"
+from memvault.cli import main
+main()
+"""
+
+
+def killed_sync(tmp: Path, vault: Path, url: str, endpoint: str, after: int) -> int:
+    env = {**os.environ, "MEM_VAULT": str(vault), "KILL_AFTER": str(after),
+           "REQUESTS_SEEN": str(tmp / "seen")}
+    done = subprocess.run([sys.executable, "-c", KILLED_AFTER, "sync", "--remote", url,
+                           "--endpoint-url", endpoint], env=env, capture_output=True,
+                          timeout=120)
+    assert done.returncode in (0, -9), done.stderr
+    return int((tmp / "seen").read_text())
+
+
+def reset(endpoint: str, bucket: str, objects_: dict[str, bytes]) -> None:
+    client: Any = boto3.client("s3", endpoint_url=endpoint)
+    for key in list(objects(endpoint, bucket)):
+        client.delete_object(Bucket=bucket, Key=key)
+    for key, data in objects_.items():
+        client.put_object(Bucket=bucket, Key=key, Body=data)
+
+
+@pytest.mark.long  # a mem process per kill point: the folder row of the crash run is quick
+def test_a_kill_after_any_request_loses_nothing(
+        tmp_path: Path, s3_server: str, bucket: str) -> None:
+    import shutil
+
+    from memvault.ops import prefs
+    from memvault.vault.vault import Vault
+    from tests.conftest import LONG
+    from tests.sync_oracle import read_remote
+
+    url = f"s3://{bucket}/mem"
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    add(a, f"Likes {CANARY}", "fact")
+    ingest_text(a, transcript("s1", 3), None, "jsonl", session="s1")
+    prefs.set_(a, "editor", "vim")
+    add(b, "The vicuna note", "fact")
+    sync_ops.sync(b, open_remote(url, s3_server))  # another machine pushed first
+    template = objects(s3_server, bucket)
+    shutil.copytree(tmp_path / "a", tmp_path / "a-template")
+    total = killed_sync(tmp_path, tmp_path / "a", url, s3_server, 0)  # never killed
+    assert total > 4
+    points = range(1, total + 1) if LONG else sorted({1, total // 2})
+    for after in points:
+        shutil.rmtree(tmp_path / "a")
+        shutil.copytree(tmp_path / "a-template", tmp_path / "a")
+        reset(s3_server, bucket, template)
+        killed_sync(tmp_path, tmp_path / "a", url, s3_server, after)
+        here = Vault(a.settings)
+        again = sync_ops.sync(here, open_remote(url, s3_server))  # the rerun
+        assert again.damaged == 0, after
+        held = {r.memory_id for r in here.store.records()}
+        assert len(held) == 5 and "The vicuna note" in contents(here).values(), after
+        folder = tmp_path / f"remote-{after}"
+        for key, data in objects(s3_server, bucket).items():
+            (folder / key).parent.mkdir(parents=True, exist_ok=True)
+            (folder / key).write_bytes(data)
+        assert set(read_remote(folder / "mem")["records"]) == held, after
+        other = sync_ops.sync(b, open_remote(url, s3_server))
+        assert other.damaged == 0 and contents(b) == contents(here), after
+        assert prefs.read(b)["editor"]["value"] == "vim", after
+        shutil.rmtree(tmp_path / "b")
+        b = machine(tmp_path, "b")

@@ -6,6 +6,7 @@ Nothing here knows what an operation means: it seals and opens JSON.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import zlib
@@ -20,6 +21,9 @@ TAG_OBJECT = "mem/sync/op/v1"
 TAG_KEY = "mem/sync/key/v1"
 PAD = 4096  # sizes are rounded up to this, so a small forget looks like a small add
 PAD_LARGE = 1 << 16  # past this, to the next eighth of the next power of two
+# zlib's level: on 10,000 records' JSON (6 MB), 3 gives 1.40 MB in 0.06 s where 6 gives
+# 1.29 MB in 0.31 s (a first sync compresses every record)
+LEVEL = 3
 
 
 class SyncAuthError(Exception):
@@ -72,10 +76,14 @@ def padded_size(size: int) -> int:
 
 
 def seal_object(key: bytes, ns: str, kid: str, oid: str, body: dict[str, Any]) -> bytes:
-    """JSON, compressed, length-prefixed and padded (the whole object is a padded size),
-    sealed with its full name as AAD."""
-    raw = zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 6)
-    framed = len(raw).to_bytes(4, "big") + raw
+    return seal_json(key, ns, kid, oid, json.dumps(body, separators=(",", ":")).encode())
+
+
+def seal_json(key: bytes, ns: str, kid: str, oid: str, raw: bytes) -> bytes:
+    """An operation's JSON, compressed, length-prefixed and padded (the whole object is a
+    padded size), sealed in one AEAD call with its full name as AAD."""
+    packed = zlib.compress(raw, LEVEL)
+    framed = len(packed).to_bytes(4, "big") + packed
     overhead = 5 + envelope.NONCE_LEN + 16  # magic, format, nonce; the tag
     plain = framed + bytes(padded_size(len(framed) + overhead) - len(framed) - overhead)
     nonce, ct = envelope.seal_raw(key, plain, envelope.lp(TAG_OBJECT, ns, kid, oid))
@@ -83,13 +91,15 @@ def seal_object(key: bytes, ns: str, kid: str, oid: str, body: dict[str, Any]) -
 
 
 def open_object(key: bytes, ns: str, kid: str, oid: str, blob: bytes) -> dict[str, Any]:
+    import orjson  # the records of a first pull: several times the stdlib's speed
+
     if blob[:4] != OBJECT_MAGIC or blob[4:5] != bytes([FORMAT]):
         raise SyncAuthError("not a mem sync object")
     nonce, ct = blob[5:5 + envelope.NONCE_LEN], blob[5 + envelope.NONCE_LEN:]
     try:
         plain = envelope.open_raw(key, nonce, ct, envelope.lp(TAG_OBJECT, ns, kid, oid))
         size = int.from_bytes(plain[:4], "big")
-        body = json.loads(zlib.decompress(plain[4:4 + size]))
+        body = orjson.loads(zlib.decompress(plain[4:4 + size]))
     except envelope.AuthError as exc:
         raise SyncAuthError("the object does not open") from exc
     except (ValueError, zlib.error) as exc:
@@ -97,6 +107,20 @@ def open_object(key: bytes, ns: str, kid: str, oid: str, blob: bytes) -> dict[st
     if not isinstance(body, dict):
         raise SyncAuthError("a malformed object")
     return body
+
+
+@functools.lru_cache(maxsize=8)
+def _pref_key(kek: bytes) -> bytes:
+    return envelope.hkdf(kek, "mem/sync/pref/v1")
+
+
+def pref_tags(kek: bytes, key: str, value: str | None) -> tuple[str, str]:
+    """Keyed tags of a preference's key and of its value (None: unset): the cache names
+    a key only by its tag, and the value's tag breaks a tie of times the same way on
+    every machine."""
+    k = _pref_key(kek)
+    what = envelope.lp("unset", key) if value is None else envelope.lp("value", key, value)
+    return envelope.keyed_hash(k, envelope.lp("key", key)), envelope.keyed_hash(k, what)
 
 
 def cache_mac(kek: bytes, body: bytes) -> str:

@@ -370,6 +370,10 @@ class SyncResult(Result):
     remote: str
     damaged: int = 0  # remote objects that did not open (retried by the next sync)
     erasures_pushed: int = 0  # ids this machine forgot, now forgotten everywhere
+    prefs_pushed: int = 0  # preference changes (sets and unsets) sent
+    prefs_pulled: int = 0  # another machine's preference changes that won here
+    updates_pushed: int = 0  # records held there in an older version (a grown message)
+    updates_pulled: int = 0  # records replaced here by another machine's later version
 
 
 @dataclass(frozen=True)

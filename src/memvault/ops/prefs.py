@@ -35,13 +35,67 @@ def set_(vault: Vault, key: str, value: str) -> Pref:
     policy.admit_key(key)
     with vault.transaction() as tx:
         doc = tx.store.read_doc(PREFERENCES) or {"format": 1, "records": []}
-        entry = {"value": value, "updated_at": now_iso()}
+        entry = {"value": value, "updated_at": stamp(doc, key)}
         doc.setdefault("settings", {})[key] = entry
+        doc.get("unset", {}).pop(key, None)
         for r in doc.get("records", []):
             r["key_version"] = tx.epoch
         tx.write_doc(PREFERENCES, doc)
         tx.audit("pref.set", hashes=[tx.hash_of(key)])
     return Pref(key, value, entry["updated_at"])
+
+
+def stamp(doc: dict[str, Any], key: str) -> str:
+    """The time of a change to `key`: now, or just after the key's last change when the
+    clock reads earlier (one synced from a machine whose clock runs ahead), so a change
+    made after seeing another always wins over it (docs/sync.md)."""
+    from datetime import datetime, timedelta
+
+    now = now_iso()
+    before = max(str(settings_of(doc).get(key, {}).get("updated_at", "")),
+                 str(doc.get("unset", {}).get(key, "")))
+    if now > before:
+        return now
+    after = datetime.fromisoformat(before) + timedelta(microseconds=1)
+    return after.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def entries(vault: Vault) -> dict[str, tuple[str, str | None]]:
+    """Every setting and every unset (value None: a tombstone, kept so that a sync
+    carries it), key → (time, value)."""
+    if not vault.exists():
+        return {}
+    vault.state()
+    doc = vault.store.read_doc(PREFERENCES) or {}
+    out: dict[str, tuple[str, str | None]] = {
+        k: (str(at), None) for k, at in doc.get("unset", {}).items()}
+    for k, v in settings_of(doc).items():
+        if k not in out or str(v["updated_at"]) > out[k][0]:
+            out[k] = (str(v["updated_at"]), str(v["value"]))
+    return out
+
+
+def apply(vault: Vault, winners: dict[str, tuple[str, str | None]]) -> None:
+    """Write entries another machine made that win over this one's (the sync decides),
+    with their own times: a set, or an unset (None)."""
+    if not winners:
+        return
+    with vault.transaction(allow_frozen=True) as tx:
+        doc = tx.store.read_doc(PREFERENCES) or {"format": 1, "records": []}
+        settings, gone = doc.setdefault("settings", {}), doc.setdefault("unset", {})
+        for key, (at, value) in winners.items():
+            if value is None:
+                settings.pop(key, None)
+                gone[key] = at
+            else:
+                settings[key] = {"value": value, "updated_at": at}
+                gone.pop(key, None)
+        if not gone:
+            del doc["unset"]
+        for r in doc.get("records", []):
+            r["key_version"] = tx.epoch
+        tx.write_doc(PREFERENCES, doc)
+        tx.audit("sync.prefs", hashes=[tx.hash_of(k) for k in sorted(winners)])
 
 
 def get(vault: Vault, key: str) -> Pref:
@@ -67,7 +121,9 @@ def unset(vault: Vault, key: str) -> PrefRemoved:
         settings = settings_of(doc)
         if key not in settings:
             raise NotFound(f"no preference named {key!r}")
+        at = stamp(doc, key)
         removed = settings.pop(key)
+        doc.setdefault("unset", {})[key] = at
         for r in doc.get("records", []):
             r["key_version"] = tx.epoch
         tx.write_doc(PREFERENCES, doc)

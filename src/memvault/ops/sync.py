@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,10 @@ from memvault.storage.remote import Remote
 from memvault.storage.state import Superseded
 from memvault.vault.vault import Transaction, Vault
 
+# A record on its way out: id, archived, its JSON as sealed here, its version.
+Item = tuple[str, bool, bytes, str]
 PAGE = 2000  # records per add object: an upload resumes from the last page sent
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 1: the body inside a JSON object with its MAC
 
 
 def cache_path(vault: Vault) -> Path:
@@ -54,21 +57,31 @@ class Cache:
     files: dict[str, Any] = field(default_factory=dict)
 
     def to_doc(self) -> dict[str, Any]:
-        return {"format": CACHE_FORMAT, "objects": self.objects, "local": sorted(self.local),
+        return {"format": CACHE_FORMAT, "objects": self.objects, "local": list(self.local),
                 "epoch": self.epoch, "keys": sorted(self.keys), "frozen": self.frozen,
                 "destroyed": sorted(self.destroyed), "last_sync": self.last_sync,
                 "remote": self.remote, "files": self.files}
 
 
+def _cache_body(data: bytes) -> tuple[bytes, bytes, dict[str, Any]]:
+    """(the MAC, the body's bytes, the body) of a cache file: its first line is the MAC
+    of the bytes after it, so a load checks it without writing the body out again."""
+    import orjson
+
+    mac, _, body = data.partition(b"\n")
+    doc = orjson.loads(body)
+    if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
+        raise ValueError("another cache format")
+    return mac, body, doc
+
+
 def load_cache(path: Path, kek: bytes) -> Cache:
-    """The cache, or an empty one (absent, from another key, or edited: all of these
-    only make the next sync read more)."""
+    """The cache, or an empty one (absent, from another key or format, or edited: all of
+    these only make the next sync read more)."""
     try:
-        raw = json.loads(fsio.read_regular(path))
-        body = json.dumps(raw["body"], sort_keys=True).encode()
-        if raw.get("mac") != syncseal.cache_mac(kek, body):
+        mac, body, doc = _cache_body(fsio.read_regular(path))
+        if mac.decode() != syncseal.cache_mac(kek, body):
             return Cache()
-        doc = raw["body"]
         return Cache(objects=dict(doc["objects"]), local=set(doc["local"]),
                      epoch=int(doc["epoch"]), keys=set(doc["keys"]),
                      frozen=bool(doc["frozen"]), destroyed=set(doc["destroyed"]),
@@ -79,18 +92,19 @@ def load_cache(path: Path, kek: bytes) -> Cache:
 
 
 def save_cache(path: Path, kek: bytes, cache: Cache) -> None:
-    doc = cache.to_doc()
-    body = json.dumps(doc, sort_keys=True).encode()
+    import orjson
+
+    # orjson: a first sync's cache names every record twice (megabytes at 100,000).
+    body = orjson.dumps(cache.to_doc())
     fsio.ensure_dir(path.parent)
-    fsio.atomic_write(path, json.dumps({"body": doc,
-                                        "mac": syncseal.cache_mac(kek, body)}).encode())
+    fsio.atomic_write(path, syncseal.cache_mac(kek, body).encode() + b"\n" + body)
 
 
 def last_sync(vault: Vault) -> dict[str, Any] | None:
     """When this user last synced and with which remote (for doctor and stats); no key
     is needed to read it, and nothing in it is checked."""
     try:
-        doc = json.loads(fsio.read_regular(cache_path(vault)))["body"]
+        doc = _cache_body(fsio.read_regular(cache_path(vault)))[2]
         return {"at": doc.get("last_sync"), "remote": doc.get("remote")}
     except (OSError, ValueError, KeyError, TypeError, DataError):
         return None
@@ -99,18 +113,18 @@ def last_sync(vault: Vault) -> dict[str, Any] | None:
 def waiting(vault: Vault) -> int:
     """Records held here that the last sync did not see (what the next one pushes)."""
     try:
-        doc = json.loads(fsio.read_regular(cache_path(vault)))["body"]
-        seen = set(doc["local"])
+        seen = set(_cache_body(fsio.read_regular(cache_path(vault)))[2]["local"])
     except (OSError, ValueError, KeyError, TypeError, DataError):
         seen = set()
     return len(set(scan_local(vault)) - seen)
 
 
-def scan_local(vault: Vault, memo: dict[str, Any] | None = None) -> dict[str, bool]:
+def scan_local(vault: Vault, memo: dict[str, Any] | None = None,
+               changed: set[str] | None = None) -> dict[str, bool]:
     """Every record id this machine holds, and whether it is archived: clear ids only
     (line headers, the two small documents), nothing else decrypted. `memo` (relpath ->
     [size, mtime_ns, ids]) spares the headers of line files unchanged since it was
-    filled, so a sync reads O(what changed)."""
+    filled, so a sync reads O(what changed); `changed` collects the files read again."""
     if not vault.exists():
         return {}
     store, layout, out = vault.store, vault.layout, {}
@@ -121,7 +135,7 @@ def scan_local(vault: Vault, memo: dict[str, Any] | None = None) -> dict[str, bo
     for archived in (False, True):  # archived last: a record caught in both is archived
         for relpath in layout.line_files(archived=archived):
             seen.add(relpath)
-            for memory_id in _line_ids(vault, relpath, memo):
+            for memory_id in _line_ids(vault, relpath, memo, changed):
                 out[memory_id] = archived
     if memo is not None:
         for gone in set(memo) - seen:
@@ -129,7 +143,8 @@ def scan_local(vault: Vault, memo: dict[str, Any] | None = None) -> dict[str, bo
     return out
 
 
-def _line_ids(vault: Vault, relpath: str, memo: dict[str, Any] | None) -> list[str]:
+def _line_ids(vault: Vault, relpath: str, memo: dict[str, Any] | None,
+              changed: set[str] | None = None) -> list[str]:
     if memo is None:
         return list(vault.store.line_ids(relpath))
     try:
@@ -141,7 +156,26 @@ def _line_ids(vault: Vault, relpath: str, memo: dict[str, Any] | None) -> list[s
         return list(known[2])
     ids = list(vault.store.line_ids(relpath))
     memo[relpath] = [st.st_size, st.st_mtime_ns, ids]
+    if changed is not None:
+        changed.add(relpath)
     return ids
+
+
+def version(record: dict[str, Any]) -> str:
+    """A record's version: when it last changed after it was made (a transcript message
+    that grew, a restated fact), else "". Of two copies of one id, the later wins."""
+    updated, created = str(record.get("updated_at") or ""), str(record.get("created_at"))
+    return updated if updated > created else ""
+
+
+def _plain_version(plain: bytes, created_at: str) -> str:
+    """version() of a record's JSON as orjson seals it, found without a parse (a quote
+    inside a string is escaped, so this field's opening is never content)."""
+    at = plain.find(b'"updated_at":"')
+    if at < 0:
+        return version(json.loads(plain))
+    updated = plain[at + 14:plain.index(b'"', at + 14)].decode()
+    return updated if updated > created_at else ""
 
 
 def _summary(body: dict[str, Any]) -> dict[str, Any]:
@@ -152,19 +186,31 @@ def _summary(body: dict[str, Any]) -> dict[str, Any]:
         out["ids"] = [str(item["r"]["memory_id"]) for item in body["records"]]
         out["archived"] = [str(item["r"]["memory_id"]) for item in body["records"]
                            if item.get("a")]
+        versions = {str(item["r"]["memory_id"]): version(item["r"])
+                    for item in body["records"]}
+        out["v"] = {i: v for i, v in versions.items() if v}
     elif kind in ("archive", "forget"):
         out["ids"] = [str(i) for i in body["ids"]]
         if kind == "forget":
             out["marks"] = [str(m) for m in body.get("marks", [])]
     elif kind == "freeze":
         out["frozen"] = bool(body["frozen"])
+    elif kind == "prefs":
+        keys: dict[str, list[str]] = {}
+        for e in body["entries"]:
+            order = [str(e["at"]), str(e["o"])]
+            if order > keys.get(str(e["t"]), ["", ""]):
+                keys[str(e["t"])] = order
+        out["keys"] = keys
     elif kind != "destroy":
         raise DataError(f"an object of unknown kind {kind!r}")
     return out
 
 
 class Session:
-    """One user's sync against one remote: the keys checked, the listing read."""
+    """One user's sync against one remote: the keys checked, the listing read. Uploads
+    and downloads run on `remote.workers` threads (an S3 request waits on the network;
+    a folder's writes stay in order, one at a time)."""
 
     def __init__(self, vault: Vault, remote: Remote) -> None:
         self.vault, self.remote = vault, remote
@@ -174,6 +220,19 @@ class Session:
         self.damaged = 0
         self.deleted = 0
         self.uploaded = 0
+        self.pool: Executor | None = None
+        self.pending: list[Future[None]] = []
+
+    def __enter__(self) -> Session:
+        if self.remote.workers > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(self.remote.workers, "mem-sync")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
     # --- the remote -----------------------------------------------------------------------
 
@@ -220,9 +279,23 @@ class Session:
     def read(self, name: str) -> dict[str, Any] | None:
         """An object's body, or None (counted as damaged) when it is gone, under a key
         this remote no longer has, cut short or altered."""
+        body = self._open(name)
+        if body is None:
+            self.damaged += 1
+        return body
+
+    def read_many(self, names: list[str]) -> dict[str, dict[str, Any] | None]:
+        """Several objects' bodies, fetched and opened on the workers (None: damaged)."""
+        if self.pool is None or len(names) < 2:
+            found = {name: self._open(name) for name in names}
+        else:
+            found = dict(zip(names, self.pool.map(self._open, names), strict=True))
+        self.damaged += sum(body is None for body in found.values())
+        return found
+
+    def _open(self, name: str) -> dict[str, Any] | None:
         kid, _, oid = name.rsplit("/", 1)[1].partition("-")
         if kid not in self.keys:
-            self.damaged += 1
             return None
         try:
             body = syncseal.open_object(self.keys[kid][0], self.ns, kid, oid,
@@ -230,16 +303,50 @@ class Session:
             _summary(body)
             return body
         except (syncseal.SyncAuthError, NotFound, DataError, KeyError, TypeError):
-            self.damaged += 1
             return None
 
     def write(self, kid: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        import orjson
+
         body = {**body, "at": body.get("at") or now_iso()}
+        return self._put(kid, orjson.dumps(body), _summary(body))
+
+    def write_add(self, kid: str, items: list[Item]) -> tuple[str, dict[str, Any]]:
+        """An add of records given as (id, archived, the record's JSON as sealed here, its
+        version): spliced into the operation's JSON as they are, never parsed."""
+        at = now_iso()
+        raw = b"".join((b'{"kind":"add","at":"', at.encode(), b'","records":[',
+                        b",".join(b'{"r":%s,"a":%s}' % (plain, b"true" if archived
+                                                          else b"false")
+                                  for _, archived, plain, _ in items), b"]}"))
+        return self._put(kid, raw, {"kind": "add", "at": at,
+                                    "ids": [item[0] for item in items],
+                                    "archived": [i for i, a, _, _ in items if a],
+                                    "v": {i: v for i, _, _, v in items if v}})
+
+    def _put(self, kid: str, raw: bytes, info: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         oid = syncseal.new_object_id()
         name = f"{self.ns}/o/{kid}-{oid}"
-        self.remote.put(name, syncseal.seal_object(self.keys[kid][0], self.ns, kid, oid, body))
+        key = self.keys[kid][0]
+
+        def upload() -> None:
+            self.remote.put(name, syncseal.seal_json(key, self.ns, kid, oid, raw))
+
+        if self.pool is None:
+            upload()
+        else:
+            # Sealing (zlib and AES release the GIL) and the request run on a worker; a
+            # bounded queue keeps a first sync's memory to a few pages.
+            if len(self.pending) >= 2 * self.remote.workers:
+                self.pending.pop(0).result()
+            self.pending.append(self.pool.submit(upload))
         self.uploaded += 1
-        return name, _summary(body)
+        return name, info
+
+    def flush(self) -> None:
+        """Wait for every upload: before anything is deleted or the cache says it is so."""
+        while self.pending:
+            self.pending.pop(0).result()
 
 
 def _pages(items: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
@@ -253,7 +360,7 @@ def sync(vault: Vault, remote: Remote) -> SyncResult:
     path = cache_path(vault)
     fsio.ensure_dir(path.parent)
     with fsio.locked(path.with_suffix(".lock"), vault.settings.lock_timeout,
-                     f"the sync of user {vault.who}"):
+                     f"the sync of user {vault.who}"), session:
         return _sync(session, path)
 
 
@@ -267,11 +374,12 @@ def _sync(s: Session, path: Path) -> SyncResult:
 
     current: dict[str, dict[str, Any]] = {}
     bodies: dict[str, dict[str, Any]] = {}
+    fresh = s.read_many([name for name in names if name not in cache.objects])
     for name in names:
         if name in cache.objects:
             current[name] = cache.objects[name]
             continue
-        body = s.read(name)
+        body = fresh[name]
         if body is not None:
             bodies[name] = body
             current[name] = _summary(body)
@@ -290,19 +398,26 @@ def _sync(s: Session, path: Path) -> SyncResult:
         return _push_destroy(s, path, cache, names)
 
     memo = cache.files
-    local0 = scan_local(vault, memo)
+    changed: set[str] = set()
+    local0 = scan_local(vault, memo, changed)
     state = vault.state() if vault.exists() else None
     epoch0 = state.key_version if state else 0
     deleted_here = cache.local - set(local0)
 
-    remote_ids: dict[str, str] = {}  # id -> an object that holds it
+    remote_ids: dict[str, str] = {}  # id -> the object that holds its latest version
+    remote_versions: dict[str, str] = {}  # id -> that version, when not ""
     remote_archived: set[str] = set()
     remote_tombs: set[str] = set()
     remote_marks: set[str] = set()
     for name, info in current.items():
         if info["kind"] == "add":
+            versions = info.get("v", {})
             for i in info["ids"]:
-                remote_ids.setdefault(i, name)
+                v = versions.get(i, "")
+                if i not in remote_ids or v > remote_versions.get(i, ""):
+                    remote_ids[i] = name
+                    if v:
+                        remote_versions[i] = v
             remote_archived.update(info["archived"])
         elif info["kind"] == "archive":
             remote_archived.update(info["ids"])
@@ -313,6 +428,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
 
     # --- pull ---------------------------------------------------------------------------
     pulled = _pull_adds(s, bodies, remote_ids, set(local0), tombs)
+    updated = _pull_updates(s, bodies, remote_ids, local0, tombs, memo)
     local = scan_local(vault, memo) if pulled else local0
     archive_here = {i for i, a in local.items() if not a} & remote_archived - tombs
     if archive_here:
@@ -324,9 +440,19 @@ def _sync(s: Session, path: Path) -> SyncResult:
         with vault.transaction(allow_frozen=True) as tx:
             tx.state.forgotten |= remote_marks
             tx.touch()
+    remote_prefs: dict[str, list[str]] = {}
+    for info in current.values():
+        if info["kind"] == "prefs":
+            for t, order in info["keys"].items():
+                if order > remote_prefs.get(t, ["", ""]):
+                    remote_prefs[t] = order
+    prefs_pulled = _pull_prefs(s, bodies)
     freezes = sorted(((i["at"], n, i["frozen"]) for n, i in current.items()
                       if i["kind"] == "freeze"))
-    frozen_changed_here = state is not None and state.frozen != cache.frozen
+    # Without a cache (its first sync, or one dropped) this machine cannot tell its flag
+    # changed: the remote's latest freeze, when there is one, decides.
+    frozen_changed_here = state is not None and state.frozen != cache.frozen and (
+        cache.last_sync is not None or not freezes)
     if freezes and not frozen_changed_here and state is not None \
             and freezes[-1][2] != state.frozen:
         _set_frozen(vault, freezes[-1][2])
@@ -341,7 +467,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
 
         with vault.transaction(allow_frozen=True) as tx:
             keys.reencrypt(tx, rewrite=True)
-    rebuild_derived(vault, bool(pulled or archive_here or forgotten))
+    rebuild_derived(vault, bool(pulled or updated or archive_here or forgotten))
 
     # --- push ---------------------------------------------------------------------------
     local1 = scan_local(vault, memo)
@@ -355,9 +481,17 @@ def _sync(s: Session, path: Path) -> SyncResult:
     push_archived = {i for i, a in local1.items() if a} & set(remote_ids) - remote_archived
 
     written: dict[str, dict[str, Any]] = {}
-    items = [{"r": r.stored(), "a": r.archived} for r in _records(vault, push_ids, memo)]
-    for page in _pages(items):
-        name, info = s.write(newest, {"kind": "add", "records": page})
+    page: list[Item] = []
+    grown = _grown_here(vault, changed & set(memo), set(remote_ids) - tombs,
+                        remote_versions, memo)
+    for item in [*_sealed(vault, push_ids, memo), *grown]:
+        page.append(item)
+        if len(page) == PAGE:
+            name, info = s.write_add(newest, page)
+            written[name] = info
+            page = []
+    if page:
+        name, info = s.write_add(newest, page)
         written[name] = info
     if push_archived:
         name, info = s.write(newest, {"kind": "archive", "ids": sorted(push_archived)})
@@ -369,6 +503,12 @@ def _sync(s: Session, path: Path) -> SyncResult:
     if state is not None and frozen_changed_here:
         name, info = s.write(newest, {"kind": "freeze", "frozen": state.frozen})
         written[name] = info
+    push_prefs = [e for e in _pref_entries(s) if [e["at"], e["o"]] >
+                  remote_prefs.get(e["t"], ["", ""])]
+    if push_prefs:
+        name, info = s.write(newest, {"kind": "prefs", "entries": push_prefs})
+        written[name] = info
+    s.flush()
     current.update(written)
     # Erasure and new epochs: every object that holds a forgotten record, or is sealed
     # under an older key, is written again without it under the newest key, then deleted.
@@ -380,10 +520,42 @@ def _sync(s: Session, path: Path) -> SyncResult:
     cache.keys = set(s.keys)
     cache.frozen = state.frozen if state else False
     cache.last_sync, cache.remote = now_iso(), remote.url
+    _retire_keys(s, newest)  # before the cache: a kill in between re-reads what it wrote
     save_cache(path, s.kek, cache)
-    _retire_keys(s, newest)
     return SyncResult(len(push_ids), pulled, forgotten, remote.url, s.damaged,
-                      len(push_tombs))
+                      len(push_tombs), len(push_prefs), prefs_pulled, len(grown), updated)
+
+
+def _pref_entries(s: Session) -> list[dict[str, Any]]:
+    """This machine's preferences (and unsets) as a prefs operation's entries."""
+    from memvault.ops import prefs
+
+    out = []
+    for key, (at, value) in sorted(prefs.entries(s.vault).items()):
+        t, o = syncseal.pref_tags(s.kek, key, value)
+        out.append({"k": key, "v": value, "at": at, "t": t, "o": o})
+    return out
+
+
+def _pull_prefs(s: Session, bodies: dict[str, dict[str, Any]]) -> int:
+    """Apply the preference changes of the objects read now that win over this
+    machine's: per key, the latest time, then the greater value tag (docs/sync.md)."""
+    from memvault.ops import prefs
+
+    best: dict[str, dict[str, Any]] = {}
+    for body in bodies.values():
+        if body["kind"] == "prefs":
+            for e in body["entries"]:
+                held = best.get(e["k"])
+                if held is None or [e["at"], e["o"]] > [held["at"], held["o"]]:
+                    best[e["k"]] = e
+    if not best:
+        return 0
+    here = {e["k"]: [e["at"], e["o"]] for e in _pref_entries(s)}
+    winners = {k: (str(e["at"]), None if e["v"] is None else str(e["v"]))
+               for k, e in best.items() if [e["at"], e["o"]] > here.get(k, ["", ""])}
+    prefs.apply(s.vault, winners)
+    return len(winners)
 
 
 def rebuild_derived(vault: Vault, changed: bool) -> None:
@@ -393,21 +565,109 @@ def rebuild_derived(vault: Vault, changed: bool) -> None:
     del vault, changed
 
 
-def _records(vault: Vault, ids: set[str], memo: dict[str, Any]) -> list[Record]:
-    """The records with these ids, each file read once; only files that hold one."""
+def _sealed(vault: Vault, ids: set[str], memo: dict[str, Any]) -> Iterator[Item]:
+    """(id, archived, JSON) of the records with these ids, file by file, only files that
+    hold one: line records as they were sealed here (decrypted, never parsed)."""
     if not ids:
-        return []
-    store, out = vault.store, []
+        return
+    import orjson
+
+    store = vault.store
     for home in DOC_FILES:
-        out += [r for r in store.doc_records(home) if r.memory_id in ids]
+        for r in store.doc_records(home):
+            if r.memory_id in ids:
+                doc = r.stored()
+                yield r.memory_id, False, orjson.dumps(doc), version(doc)
     for archived in (False, True):
         for relpath in vault.layout.line_files(archived=archived):
-            if any(i in ids for i in _line_ids(vault, relpath, memo)):
-                for r in store.read_lines(relpath):
-                    if r.memory_id in ids:
-                        r.archived = archived
-                        out.append(r)
+            # scan_local filled the memo moments ago: what each file held then decides
+            # which files are read (a record moved in since goes with the next sync).
+            held = memo[relpath][2] if relpath in memo else _line_ids(vault, relpath, memo)
+            if any(i in ids for i in held):
+                for memory_id, created_at, plain in store.line_plains(relpath, ids):
+                    yield memory_id, archived, plain, _plain_version(plain, created_at)
+
+
+def _grown_here(vault: Vault, changed: set[str], remote: set[str],
+                versions: dict[str, str], memo: dict[str, Any]
+                ) -> list[Item]:
+    """Records the remote holds in an older version than this machine (a message that
+    grew since it was pushed, a restated fact): only the files changed since the last
+    sync, and the two documents, are decrypted to find them."""
+    import orjson
+
+    out: list[Item] = []
+    candidates: list[tuple[Record, bool]] = []
+    for home in DOC_FILES:
+        candidates += [(r, False) for r in vault.store.doc_records(home)
+                       if r.memory_id in remote]
+    for relpath in sorted(changed):
+        if any(i in remote for i in memo[relpath][2]):
+            archived = not relpath.startswith("sessions/")
+            candidates += [(r, archived) for r in vault.store.read_lines(relpath)
+                           if r.memory_id in remote]
+    for r, archived in candidates:
+        doc = r.stored()
+        v = version(doc)
+        if v > versions.get(r.memory_id, ""):
+            out.append((r.memory_id, archived, orjson.dumps(doc), v))
     return out
+
+
+def _pull_updates(s: Session, bodies: dict[str, dict[str, Any]], remote_ids: dict[str, str],
+                  local: dict[str, bool], tombs: set[str], memo: dict[str, Any]) -> int:
+    """Replace records held here by a later version another machine pushed (only objects
+    read now can hold one this machine has not seen)."""
+    newer: dict[str, dict[str, Any]] = {}
+    for name, body in bodies.items():
+        if body["kind"] != "add":
+            continue
+        for item in body["records"]:
+            i = str(item["r"]["memory_id"])
+            if i in local and i not in tombs and remote_ids.get(i) == name \
+                    and version(item["r"]):
+                newer[i] = item["r"]
+    if not newer:
+        return 0
+    vault, done = s.vault, 0
+    where = {i: relpath for relpath, (_, _, ids) in memo.items() for i in ids if i in newer}
+    changed: set[str] = set()
+    with vault.transaction(allow_frozen=True) as tx:
+        for home in DOC_FILES:
+            doc = tx.store.read_doc(home)
+            hits = [at for at, r in enumerate((doc or {}).get("records", []))
+                    if r.get("memory_id") in newer and
+                    version(newer[r["memory_id"]]) > version(r)]
+            if doc is None or not hits:
+                continue
+            for at in hits:
+                doc["records"][at] = {**newer[doc["records"][at]["memory_id"]],
+                                      "org_id": vault.org, "user_id": vault.user}
+            for r in doc["records"]:
+                r["key_version"] = tx.epoch
+            tx.write_doc(home, doc)
+            done += len(hits)
+            changed.add(home)
+        for relpath in sorted(set(where.values())):
+            lines = tx.store.read_lines(relpath)
+            hit = False
+            for at, here in enumerate(lines):
+                there = newer.get(here.memory_id)
+                if there is None or version(there) <= version(here.stored()):
+                    continue
+                record = Record.from_stored(there)
+                record.org_id, record.user_id = vault.org, vault.user
+                record.key_version, record.archived = tx.epoch, here.archived
+                lines[at], hit = record, True
+                done += 1
+            if hit:
+                tx.rewrite(relpath, lines)
+                changed.add(relpath)
+        if done:
+            tx.touch()
+            tx.audit("sync.update", sorted(newer), updated=done)
+            tx.rebuild_indexes(changed=changed)
+    return done
 
 
 def _pull_adds(s: Session, bodies: dict[str, dict[str, Any]], remote_ids: dict[str, str],
@@ -422,7 +682,7 @@ def _pull_adds(s: Session, bodies: dict[str, dict[str, Any]], remote_ids: dict[s
         if body is None:
             continue
         for item in body["records"]:
-            if item["r"]["memory_id"] in wanted:
+            if item["r"]["memory_id"] in wanted and remote_ids[item["r"]["memory_id"]] == name:
                 found[item["r"]["memory_id"]] = (Record.from_stored(item["r"]), bool(item["a"]))
     return _add_records(s.vault, list(found.values()))
 
@@ -543,6 +803,7 @@ def _push_destroy(s: Session, path: Path, cache: Cache, names: list[str]) -> Syn
     and key deleted, so no copy on the remote opens any more."""
     kid = s.new_key()
     name, _ = s.write(kid, {"kind": "destroy"})
+    s.flush()
     for old in names:
         s.remote.delete(old)
         s.deleted += 1
@@ -567,6 +828,7 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
     gone: set[str] = set()
     marks: set[str] = set()
     freeze: tuple[str, bool] | None = None
+    settings: dict[str, dict[str, Any]] = {}
     readable: list[str] = []
     for name in stale:
         body = bodies.get(name) or s.read(name)
@@ -576,8 +838,10 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
         kind = body["kind"]
         if kind == "add":
             for item in body["records"]:
-                if item["r"]["memory_id"] not in tombs:
-                    records[item["r"]["memory_id"]] = item
+                i = item["r"]["memory_id"]
+                if i not in tombs and (i not in records or
+                                       version(item["r"]) > version(records[i]["r"])):
+                    records[i] = item
         elif kind == "archive":
             archived.update(body["ids"])
         elif kind == "forget":
@@ -585,6 +849,11 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
             marks.update(body.get("marks", []))
         elif kind == "freeze" and (freeze is None or body["at"] > freeze[0]):
             freeze = (body["at"], bool(body["frozen"]))
+        elif kind == "prefs":
+            for e in body["entries"]:
+                held = settings.get(e["k"])
+                if held is None or [e["at"], e["o"]] > [held["at"], held["o"]]:
+                    settings[e["k"]] = e
     out = {n: i for n, i in current.items() if n not in readable}
     for page in _pages(list(records.values())):
         name, info = s.write(newest, {"kind": "add", "records": page})
@@ -600,6 +869,11 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
         name, info = s.write(newest, {"kind": "freeze", "frozen": freeze[1],
                                       "at": freeze[0]})
         out[name] = info
+    if settings:
+        name, info = s.write(newest, {"kind": "prefs",
+                                      "entries": [settings[k] for k in sorted(settings)]})
+        out[name] = info
+    s.flush()
     for name in readable:  # only once what replaces them is written
         s.remote.delete(name)
         s.deleted += 1
@@ -607,16 +881,36 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
 
 
 def _retire_keys(s: Session, newest: str) -> None:
-    """Delete the older remote keys that a fresh listing shows no object under (another
-    machine may still be writing under one: that key then waits for a later sync)."""
+    """Delete the older remote keys that a fresh listing shows no object under, then
+    look again. A machine that began its sync before the newest key existed may be
+    writing under an older one at this moment: whichever of the two looks last sees
+    the other's change (this one an object under a key it deleted; the writer its key
+    gone), and puts the key back, so no object is left that nobody can open."""
     kids, names = s.listing()
     used = {n.rsplit("/", 1)[1].partition("-")[0] for n in names}
     made = s.keys[newest][1]
+    deleted: list[str] = []
+    if newest not in kids:  # deleted by another machine while this one wrote under it
+        _restore_key(s, newest)
     for kid in kids:
         # A key this sync did not check may be another machine's newest: never touched.
         if kid in s.keys and s.keys[kid][1] < made and kid not in used:
             s.remote.delete(f"{s.ns}/k/{kid}")
+            deleted.append(kid)
+    if not deleted:
+        return
+    _, names = s.listing()
+    used = {n.rsplit("/", 1)[1].partition("-")[0] for n in names}
+    for kid in deleted:
+        if kid in used:
+            _restore_key(s, kid)
+        else:
             s.keys.pop(kid, None)
+
+
+def _restore_key(s: Session, kid: str) -> None:
+    key, at = s.keys[kid]
+    s.remote.put(f"{s.ns}/k/{kid}", syncseal.wrap_key(s.kek, s.ns, kid, key, at))
 
 
 def run(vault: Vault, url: str, endpoint_url: str | None = None,

@@ -19,6 +19,7 @@ from memvault.storage import fsio
 
 class Remote(Protocol):
     url: str
+    workers: int  # requests that may run at once (threads)
 
     def list(self, prefix: str) -> Iterator[str]: ...
 
@@ -32,6 +33,8 @@ class Remote(Protocol):
 class FolderRemote:
     """A directory (a NAS, a synced folder, a USB disk). An object is written under a
     temporary name, fsynced and renamed: a reader sees it whole or not at all."""
+
+    workers = 1  # one write at a time: a kill leaves a prefix of them, in order
 
     def __init__(self, url: str, root: Path) -> None:
         self.url = url
@@ -71,7 +74,11 @@ class FolderRemote:
 
 
 class S3Remote:
-    """An S3-compatible bucket through boto3, credentials from the standard chain."""
+    """An S3-compatible bucket through boto3, credentials from the standard chain.
+    Requests run on several threads (one client is thread-safe), as boto3's own
+    transfers do: each waits mostly on the network."""
+
+    workers = 8
 
     def __init__(self, url: str, bucket: str, prefix: str, endpoint_url: str | None) -> None:
         try:
@@ -84,7 +91,8 @@ class S3Remote:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         config = Config(retries={"max_attempts": 5, "mode": "standard"},
-                        connect_timeout=10, read_timeout=60)
+                        connect_timeout=10, read_timeout=60,
+                        max_pool_connections=self.workers + 2)
         self.client: Any = boto3.session.Session().client("s3", endpoint_url=endpoint_url,
                                                           config=config)
         from botocore.exceptions import BotoCoreError, ClientError

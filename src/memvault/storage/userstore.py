@@ -12,7 +12,7 @@ import errno
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -280,7 +280,7 @@ class UserStore:
             for raw in fh:
                 if raw.endswith(b"\n"):
                     try:
-                        yield str(envelope.parse_line(raw[:-1])["id"])
+                        yield envelope.line_id(raw[:-1])
                     except DataError:
                         continue
 
@@ -412,6 +412,38 @@ class UserStore:
         if record.memory_id != doc["id"]:
             raise DataError("record id does not match its envelope")
         return record
+
+    def line_plains(self, relpath: str, wanted: Container[str]
+                    ) -> list[tuple[str, str, bytes]]:
+        """(id, created_at, the record's JSON as sealed) of each line whose id is wanted
+        (the first two from its clear header, bound to it by the AEAD): decrypted,
+        not parsed, for a sync that forwards records whole. A torn tail is skipped, as
+        read_lines skips it; any other bad line is a DataError."""
+        try:
+            data = _read(self.layout.path(relpath), self._name(relpath))
+        except FileNotFoundError:
+            return []
+        lines = data.split(b"\n")
+        out: list[tuple[str, str, bytes]] = []
+        for at, memory_id, ts, plain in envelope.open_lines(self.record_key, self.org,
+                                                        self.user, relpath, lines, wanted):
+            if plain is None:
+                if at == len(lines) - 1:
+                    continue  # torn by an interrupted append
+                raise DataError(f"{self._name(relpath)} line {at + 1}: fails "
+                                "authentication or is not a record line")
+            # The id sealed inside is the one in the clear header (orjson writes it
+            # first); anything else is parsed and checked as _open_line checks it.
+            if not plain.startswith(b'{"memory_id":"' + memory_id.encode() + b'"'):
+                try:
+                    inner = json.loads(plain)
+                except ValueError:
+                    inner = None
+                if not isinstance(inner, dict) or inner.get("memory_id") != memory_id:
+                    raise DataError(f"{self._name(relpath)} line {at + 1}: record id "
+                                    "does not match its envelope")
+            out.append((memory_id, ts, plain))
+        return out
 
     def scan_lines(self, relpath: str) -> LineScan:
         """Read every record of a line file, collecting problems instead of raising."""

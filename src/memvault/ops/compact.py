@@ -735,57 +735,9 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
             tally.done(out)
             yield out
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from memvault.ops import pool
 
-    from memvault.process import open_fds
-
-    # Forked where the platform can (a spawned worker is a new interpreter, which
-    # imports from the current folder, and is handed the job, key included, pickled).
-    forked = "fork" in multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if forked else None)
-    inherited = open_fds() if forked else []  # before the pool's own pipes exist
-    watch = os.pipe() if forked else None
-    try:
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context,
-                                   initializer=_init_worker,
-                                   initargs=(job, os.getpid(), watch, inherited))
-        size = max(1, min(32, len(who) // (jobs * 4)))
-        chunks = [who[at:at + size] for at in range(0, len(who), size)]
-        done: list[list[Outcome]] = [[] for _ in chunks]
-        try:
-            # Counted as they finish (one user slow to summarise holds back no count, and
-            # a summariser that cannot work stops the pool at once), yielded in order.
-            futures = {pool.submit(_work_many, chunk): n for n, chunk in enumerate(chunks)}
-            for future in as_completed(futures):
-                done[futures[future]] = future.result()
-                for out in done[futures[future]]:
-                    tally.done(out)
-        except BaseException:
-            _stop(pool)
-            raise
-        pool.shutdown(wait=True)
-    finally:
-        for fd in watch or ():
-            os.close(fd)
-    for outcomes in done:
-        yield from outcomes
-
-
-def _stop(pool: object) -> None:
-    """End a pool now: no new user is begun, its workers are killed and reaped."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    assert isinstance(pool, ProcessPoolExecutor)
-    pool.shutdown(wait=False, cancel_futures=True)
-    for child in multiprocessing.active_children():
-        child.kill()
-    for child in multiprocessing.active_children():
-        child.join(_REAP_WAIT)
-
-
-_REAP_WAIT = 10.0  # seconds a killed worker has to be gone (a bound, not an estimate)
+    yield from pool.over_users(who, jobs, job, _init_worker, _work_many, tally.done)
 
 
 def summarise_outcomes(outcomes: Sequence[Outcome], dry_run: bool) -> CompactResult:

@@ -436,38 +436,9 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
             done(out)
             yield out
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from memvault.ops import pool
 
-    from memvault.ops.compact import _stop
-    from memvault.process import open_fds
-
-    forked = "fork" in multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if forked else None)
-    inherited = open_fds() if forked else []
-    watch = os.pipe() if forked else None
-    try:
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context,
-                                   initializer=_init_worker,
-                                   initargs=(job, os.getpid(), watch, inherited))
-        size = max(1, min(32, len(who) // (jobs * 4)))
-        chunks = [who[at:at + size] for at in range(0, len(who), size)]
-        results: list[list[Outcome]] = [[] for _ in chunks]
-        try:
-            futures = {pool.submit(_work_many, chunk): n for n, chunk in enumerate(chunks)}
-            for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                for out in results[futures[future]]:
-                    done(out)
-        except BaseException:
-            _stop(pool)
-            raise
-        pool.shutdown(wait=True)
-    finally:
-        for fd in watch or ():
-            os.close(fd)
-    for outcomes in results:
-        yield from outcomes
+    yield from pool.over_users(who, jobs, job, _init_worker, _work_many, done)
 
 
 def summarise(outcomes: Sequence[Outcome]) -> EmbedResult:

@@ -1,0 +1,71 @@
+"""The walk over many users with worker processes: what compaction and embedding share.
+
+Forked where the platform can (a spawned worker is a new interpreter, which imports from
+the current folder, and is handed the job, key included, pickled). Each worker dies with
+this process. What a worker sends back (an outcome: counts, and problems as text) is
+unpickled by the pool: it comes from a process of the same program holding the same
+key, so it crosses no trust boundary. Stopped (Ctrl-C, or a failure that ends the run),
+the pool is ended at once, its workers killed where they are and waited for."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+Outcome = TypeVar("Outcome")
+User = tuple[str, str]
+
+REAP_WAIT = 10.0  # seconds a killed worker has to be gone (a bound, not an estimate)
+
+
+def over_users(who: list[User], jobs: int, job: Any,
+               init_worker: Callable[[Any, int, tuple[int, int] | None, list[int]], None],
+               work_many: Callable[[list[User]], list[Outcome]],
+               done: Callable[[Outcome], None]) -> list[Outcome]:
+    """Run `work_many` over chunks of `who` in `jobs` workers (each set up once by
+    `init_worker(job, parent, watch, inherited)`); `done` is told of each outcome as its
+    chunk finishes (one slow user holds back no count); the outcomes in `who`'s order."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from memvault.process import open_fds
+
+    forked = "fork" in multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if forked else None)
+    inherited = open_fds() if forked else []  # before the pool's own pipes exist
+    watch = os.pipe() if forked else None
+    size = max(1, min(32, len(who) // (jobs * 4)))
+    chunks = [who[at:at + size] for at in range(0, len(who), size)]
+    results: list[list[Outcome]] = [[] for _ in chunks]
+    try:
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context,
+                                   initializer=init_worker,
+                                   initargs=(job, os.getpid(), watch, inherited))
+        try:
+            futures = {pool.submit(work_many, chunk): n for n, chunk in enumerate(chunks)}
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                for out in results[futures[future]]:
+                    done(out)
+        except BaseException:
+            stop(pool)
+            raise
+        pool.shutdown(wait=True)
+    finally:
+        for fd in watch or ():
+            os.close(fd)
+    return [out for outcomes in results for out in outcomes]
+
+
+def stop(pool: object) -> None:
+    """End a pool now: no new user is begun, its workers are killed and reaped."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    assert isinstance(pool, ProcessPoolExecutor)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for child in multiprocessing.active_children():
+        child.kill()
+    for child in multiprocessing.active_children():
+        child.join(REAP_WAIT)

@@ -43,9 +43,10 @@ from memvault.model.records import (
     uuid7,
 )
 from memvault.model.results import CompactPreview, CompactProblem, CompactResult
-from memvault.ops import keys
+from memvault.ops import keys, pool
 from memvault.ops.admission import AdmissionPolicy
 from memvault.ops.budget import FactAllowance
+from memvault.ops.pool import shard_of  # noqa: F401  (compaction's shards are the pool's)
 from memvault.ops.projects import PREFIX as PROJECT
 from memvault.ops.summarize import (
     Analyze,
@@ -638,22 +639,8 @@ def run_one(job: Job, org: str, user: str, external: External | None = None,
     return out
 
 
-def shard_of(org: str, user: str, count: int) -> int:
-    """A stable shard number in 0..count-1 (the same on every host and every run)."""
-    import hashlib
-
-    digest = hashlib.sha256(f"{org}/{user}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % count
-
-
 def users(job: Job, org: str | None, shard: tuple[int, int] | None) -> list[tuple[str, str]]:
-    from memvault.storage.layout import users as all_users
-
-    found = list(all_users(job.settings.vault, org))
-    if shard is not None:
-        k, n = shard
-        found = [(o, u) for o, u in found if shard_of(o, u, n) == k]
-    return found
+    return pool.users(job.settings.vault, org, shard)
 
 
 _JOB: Job | None = None
@@ -735,8 +722,6 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
             tally.done(out)
             yield out
         return
-    from memvault.ops import pool
-
     yield from pool.over_users(who, jobs, job, _init_worker, _work_many, tally.done)
 
 

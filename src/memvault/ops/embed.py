@@ -361,14 +361,9 @@ def users(job: Job, org: str | None, shard: tuple[int, int] | None
           ) -> list[tuple[str, str]]:
     """Every user of the org (or of the vault), or of one stable shard of them: the
     same split as compaction's, so that a host compacts and embeds the same users."""
-    from memvault.ops.compact import shard_of
-    from memvault.storage.layout import users as all_users
+    from memvault.ops import pool
 
-    found = list(all_users(job.settings.vault, org))
-    if shard is not None:
-        k, n = shard
-        found = [(o, u) for o, u in found if shard_of(o, u, n) == k]
-    return found
+    return pool.users(job.settings.vault, org, shard)
 
 
 _JOB: Job | None = None

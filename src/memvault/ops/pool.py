@@ -11,12 +11,34 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 Outcome = TypeVar("Outcome")
 User = tuple[str, str]
 
 REAP_WAIT = 10.0  # seconds a killed worker has to be gone (a bound, not an estimate)
+
+
+def shard_of(org: str, user: str, count: int) -> int:
+    """A stable shard number in 0..count-1 (the same on every host and every run)."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{org}/{user}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % count
+
+
+def users(vault: Path, org: str | None, shard: tuple[int, int] | None) -> list[User]:
+    """Every user of the org (or of the vault), or of one stable shard of them: the same
+    split for compaction and embedding, so that a host compacts and embeds the same
+    users."""
+    from memvault.storage.layout import users as all_users
+
+    found = list(all_users(vault, org))
+    if shard is not None:
+        k, n = shard
+        found = [(o, u) for o, u in found if shard_of(o, u, n) == k]
+    return found
 
 
 def over_users(who: list[User], jobs: int, job: Any,

@@ -10,10 +10,16 @@ STAMP := $(VENV)/.installed
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
+# uv installs in seconds what pip takes a minute over (a sixth of `make test` from a fresh
+# clone); pip stays as the fallback when uv cannot be had.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@if $(BIN)/python -m pip install --quiet "uv>=0.5,<1" 2>/dev/null; then \
+	    $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e ".[dev]"; \
+	else \
+	    $(BIN)/python -m pip install --quiet --upgrade pip && \
+	    $(BIN)/python -m pip install --quiet -e ".[dev]"; \
+	fi
 	touch $(STAMP)
 
 demo: $(STAMP) ## A short real tour against a throwaway vault

@@ -74,6 +74,7 @@ class Setting:
     choices: tuple[str, ...] = ()  # text that must be one of these, when given
 
 
+CONFIG_MAX_DEPTH = 32  # the deepest setting is three levels down
 CONFIG_MAX_BYTES = 1 << 20  # a config file is a few lines: more is not one
 
 
@@ -423,13 +424,24 @@ def _read_text(path: Path) -> str:
 def _load_yaml(text: str) -> Any:
     """YAML without anchors or aliases: a few aliases nested ("billion laughs") expand to
     more nodes than memory holds once anything walks the result. A config file has no
-    use for them, so they are refused before anything is built."""
+    use for them, so they are refused before anything is built, and so is nesting deeper
+    than any setting goes (the parser recurses per level: thousands of `[` cost seconds
+    before they fail)."""
     import yaml
 
+    depth = 0
+    opens = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken,
+             yaml.BlockSequenceStartToken, yaml.BlockMappingStartToken)
+    closes = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
     for token in yaml.scan(text, Loader=yaml.SafeLoader):
         if isinstance(token, (yaml.AliasToken, yaml.AnchorToken)):
             mark = token.start_mark
             raise yaml.YAMLError(f"anchors and aliases (&, *) are not allowed (line "
+                                 f"{mark.line + 1}, column {mark.column + 1})")
+        depth += isinstance(token, opens) - isinstance(token, closes)
+        if depth > CONFIG_MAX_DEPTH:
+            mark = token.start_mark
+            raise yaml.YAMLError(f"nested more than {CONFIG_MAX_DEPTH} levels deep (line "
                                  f"{mark.line + 1}, column {mark.column + 1})")
     return yaml.safe_load(text)
 

@@ -472,6 +472,7 @@ compact.compact_user(Vault(resolve()), CompactionConfig())
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a fault run: `make test-long` and CI
 def test_a_kill_at_every_third_write_leaves_originals_or_summary(vault):
     kill_and_check(vault, step=3)
 
@@ -714,6 +715,7 @@ def reworded_turns() -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.long  # a fault run: `make test-long` and CI
 def test_the_builtin_card_is_the_same_in_every_process_and_a_dry_run_shows_what_is_stored(
         vault, script_runner, tmp_path):
     real = REAL / "claude-code" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"

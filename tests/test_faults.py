@@ -338,6 +338,7 @@ def test_kill_mid_audit_append_does_not_break_the_chain_for_good(seeded, vault_d
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a fault run: `make test-long` and CI
 def test_many_writers_at_once_lose_nothing(seeded, vault_dir):
     """Several `mem add` processes racing for the same user: every record lands, once."""
     procs = [subprocess.Popen([MEM, "add", f"racing fact {i}"], stdout=subprocess.DEVNULL,

@@ -211,6 +211,7 @@ def kill_all(pids_file: Path) -> list[int]:
 
 @pytest.mark.slow  # the hook's key-command limit is HOOK_KEY_COMMAND_TIMEOUT (5 s)
 @pytest.mark.script_launch_mode("subprocess")  # the hook's exit code and time
+@pytest.mark.long  # a fault run: `make test-long` and CI
 def test_a_hanging_key_command_costs_a_hook_less_than_its_budget(
         vault: Vault, tmp_path: Path, log_dir: Path) -> None:
     command, pids = hanging_key_command(tmp_path)

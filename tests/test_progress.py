@@ -230,6 +230,7 @@ def _gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
+@pytest.mark.long  # a fault run: `make test-long` and CI
 def test_ctrl_c_stops_a_compaction_pool_keeps_what_was_done_and_leaves_no_process(
         tmp_path: Path) -> None:
     """Four users, two workers; the summariser answers twice, then blocks until the test
@@ -314,6 +315,7 @@ def _rollout(first: int, last: int, meta: bool = True) -> bytes:
     return "".join(json.dumps(line) + "\n" for line in lines).encode()
 
 
+@pytest.mark.long  # a fault run: `make test-long` and CI
 def test_ctrl_c_in_a_streamed_ingest_keeps_the_batches_stored(tmp_path: Path) -> None:
     """A rollout on stdin is stored batch by batch (5,000 messages each). stdin never
     ends (the test holds it open): once the bar says a batch is stored, Ctrl-C is typed;

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from memvault.integrations import claude_code, codex, gemini
 from memvault.integrations.launch import resolve as resolve_launch
+from tests.conftest import examples
 
 MODULES = {"claude-code": claude_code, "codex": codex, "gemini": gemini}
 OTHER_EVENTS = ("Stop", "BeforeTool", "UserPromptSubmit")
@@ -161,7 +162,7 @@ def check_agent(agent: str, doc: dict[str, Any], olds: list[dict[str, Any]], whe
 
 @pytest.mark.parametrize("agent", sorted(MODULES))
 def test_installers_touch_only_mems_own_hooks(agent: str, tmp_path: Path) -> None:
-    @settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=examples(30), suppress_health_check=[HealthCheck.too_slow])
     @given(settings_files(agent))
     def run(case: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
         check_agent(agent, *case, tmp_path)

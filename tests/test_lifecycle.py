@@ -41,7 +41,7 @@ from memvault.ops.recall import search
 from memvault.storage.audit import AuditLog
 from memvault.storage.userstore import UserStore
 from memvault.vault.vault import Vault
-from tests.conftest import mem, open_as
+from tests.conftest import examples, mem, open_as
 
 CANARY = "quokkacanary"
 TAG_CANARY = "canarytag"
@@ -444,7 +444,7 @@ QUERY = st.one_of(st.lists(st.sampled_from([*VOCABULARY, "piano"]), min_size=1, 
 EVERYTHING = Filters(limit=100_000, include_archive=True, include_superseded=True)
 
 
-@settings(max_examples=12, deadline=None,
+@settings(max_examples=examples(12), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @pytest.mark.slow
 @given(corpus=CORPUS, query=QUERY)
@@ -898,7 +898,7 @@ VAULTS = st.fixed_dictionaries({
 _users = itertools.count()
 
 
-@settings(max_examples=12, deadline=None,
+@settings(max_examples=examples(12), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @pytest.mark.slow
 @given(spec=VAULTS)

@@ -49,6 +49,13 @@ def config_dir() -> Path:
     return Path(platformdirs.user_config_dir("mem"))
 
 
+def cache_dir() -> Path:
+    """Where mem keeps what it derives from its own installed files (never user data)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("mem"))
+
+
 def default_vault() -> Path:
     import platformdirs
 

@@ -31,7 +31,6 @@ import heapq
 import os
 import struct
 import sys
-import tempfile
 from array import array
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -272,6 +271,8 @@ class ByteLevelFallbackBPE:
 
 def _write_quietly(path: Path, data: bytes) -> None:
     """`data` as `path`, whole or not at all (a temp file renamed): a cache, so no fsync."""
+    import tempfile  # here: its import (random, shutil) is a tenth of a cold search's load
+
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     try:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memvault.embed import builtin
-from memvault.embed.bpe import ByteLevelFallbackBPE, Unsupported
+from memvault.embed.bpe import CACHE_NAME, ByteLevelFallbackBPE, SortedTable, Unsupported
 from tests.conftest import examples
 
 BENCH = Path(__file__).resolve().parents[2] / "shared" / "bench-data"
@@ -89,3 +89,39 @@ def test_a_tokenizer_of_another_shape_is_refused(tmp_path: Path) -> None:
     other.write_text(json.dumps(doc))
     with pytest.raises(Unsupported):
         ByteLevelFallbackBPE.from_file(other)
+
+
+def test_the_cached_tables_tokenise_as_the_library_does(model: builtin.StaticModel,
+                                                        tmp_path: Path) -> None:
+    """A later process reads the derived tables, not the JSON: the same ids."""
+    ByteLevelFallbackBPE.cached(model.tokenizer_path, tmp_path)  # parses, writes the tables
+    tables = ByteLevelFallbackBPE.cached(model.tokenizer_path, tmp_path)
+    assert isinstance(tables.ranks, SortedTable) and isinstance(tables.vocab, SortedTable)
+    assert tables.added == model.bpe().added and tables.unk == "<unk>"
+    texts = [t for t in transcript_texts(200) if tables.handles(t)]
+    texts += ["émoji 🎉 ünïcode ℃ 中文字符 עברית", "\x00\x01 control", "▁ already ▁▁ marked"]
+    for text in texts:
+        assert tables.encode(text) == library_ids(model, text), text[:80]
+
+
+def test_the_cached_tables_follow_the_tokenizer_file_and_survive_damage(tmp_path: Path) -> None:
+    source = tmp_path / "tokenizer.json"
+    doc = json.loads((builtin.package_dir() / builtin.TOKENIZER).read_text())
+    source.write_text(json.dumps(doc))
+    cache = tmp_path / "cache"
+    ByteLevelFallbackBPE.cached(source, cache)
+    text = "the tests passed with pytest fixtures"
+    before = ByteLevelFallbackBPE.cached(source, cache).encode(text)
+    # The wheel changes (a token's id here), and the tables made from it go too.
+    doc["model"]["vocab"]["\u2581the"] += 1
+    source.write_text(json.dumps(doc))
+    changed = ByteLevelFallbackBPE.cached(source, cache)
+    assert changed.encode(text) == ByteLevelFallbackBPE.from_file(source).encode(text)
+    assert changed.encode(text) != before
+    # A damaged cache file is made again, never trusted.
+    tables = cache / CACHE_NAME
+    data = bytearray(tables.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    tables.write_bytes(bytes(data))
+    assert ByteLevelFallbackBPE.cached(source, cache).encode(text) == changed.encode(text)
+    assert isinstance(ByteLevelFallbackBPE.cached(source, cache).ranks, SortedTable)

@@ -8,6 +8,7 @@ import math
 import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,17 @@ def config_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_config_dir("mem"))
+
+
+def cache_dir() -> Path:
+    """Where mem keeps what it derives from its own installed files (never user data)."""
+    if sys.platform.startswith("linux"):
+        # platformdirs' answer, without its import (tempfile and more: a cold search's).
+        base = os.environ.get("XDG_CACHE_HOME", "")
+        return Path(base if base.strip() else os.path.expanduser("~/.cache")) / "mem"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("mem"))
 
 
 def default_vault() -> Path:

@@ -119,15 +119,24 @@ def _archived(entry: Entry) -> bool:
 class _Rows:
     """Vectors as columns (what a segment holds), all numpy arrays of one length."""
 
-    def __init__(self, ids: Any, digests: Any, flags: Any, files: list[str],
+    def __init__(self, ids: Any, digests: Any, flags: Any,
+                 files: list[str] | Callable[[], list[str]],
                  codes: Any, scales: Any | None, q: Any | None) -> None:
         self.ids = ids  # S<w>
         self.digests = digests  # (n, 8) uint8
         self.flags = flags  # (n,) uint8
-        self.files = files  # one per row
+        # One per row; or what makes them when first asked (a search never asks: a list
+        # of the store's length is a cold search's cost for nothing).
+        self._files = files
         self.codes = codes  # (n, code bytes) uint8
         self.scales = scales  # (n,) float32, or None when not loaded
         self.q = q  # (n, dims) int8, or None when not loaded
+
+    @property
+    def files(self) -> list[str]:
+        if callable(self._files):
+            self._files = self._files()
+        return self._files
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -554,14 +563,17 @@ class VectorStore:
             flags = np.frombuffer(take(n), np.uint8)
             where = np.frombuffer(take(n * 4), "<u4")
             codes = np.frombuffer(take(n * cb), np.uint8).reshape(n, cb)
-            files = [table[i] for i in where.tolist()]
+            if not isinstance(table, list) or not all(isinstance(f, str) for f in table) \
+                    or (len(where) and int(where.max()) >= len(table)):
+                raise ValueError("files")
             if at != len(plain) or n != int(seg["count"]) or \
                     frames != HEAD_FRAMES + (n + CHUNK - 1) // CHUNK:
                 raise ValueError("counts")
         except (ValueError, IndexError, struct.error, TypeError):
             raise IndexUnavailable(f"{what} has a malformed meta block") from None
-        meta = _Meta(name, _Rows(ids, digests, flags, files, codes, None, None), dims,
-                     end, frames)
+        rows = _Rows(ids, digests, flags, lambda: [table[i] for i in where.tolist()], codes,
+                     None, None)
+        meta = _Meta(name, rows, dims, end, frames)
         _CACHE.metas[key] = meta
         return meta
 
@@ -629,9 +641,8 @@ class VectorStore:
         return FRAME_LEN.size + envelope.NONCE_LEN + count * (4 + dims) + 16
 
     def _read_chunk(self, meta: _Meta, j: int, fd: int | None = None,
-                    cache: bool = True, region: memoryview | None = None) -> tuple[Any, Any]:
-        """Chunk `j` of a segment: (scales, int8 vectors), cached unless told not to;
-        read from `region` (the segment's chunks, read at once) when given."""
+                    cache: bool = True) -> tuple[Any, Any]:
+        """Chunk `j` of a segment: (scales, int8 vectors), cached unless told not to."""
         import numpy as np
 
         ckey = (self._where, meta.name, j)
@@ -644,10 +655,7 @@ class VectorStore:
         size = self._chunk_frame_size(meta.dims, count)
         what = f"vectors/{meta.name}{SEGMENT_SUFFIX}"
         try:
-            if region is not None:
-                at = offset - meta.chunk_offset
-                raw: bytes | memoryview = region[at:at + size]
-            elif fd is None:
+            if fd is None:
                 with fsio.open_regular(self._segment_path(meta.name)) as f:
                     raw = os.pread(f.fileno(), size, offset)
             else:
@@ -666,6 +674,51 @@ class VectorStore:
         if cache:
             _CACHE.keep_chunk(ckey, (scales, q))
         return scales, q
+
+    def _fill_dense(self, view: _View, needed: Any) -> None:
+        """Chunks `needed` (the view's chunk numbers, ascending) decrypted into its dense
+        array. A cold search opens about a thousand: per chunk one AES-GCM open and one
+        copy, no numpy call (that overhead was most of the cost)."""
+        import numpy as np
+
+        dims = view.dims
+        flat = memoryview(view.dense.reshape(-1).view(np.uint8))
+        frame = self._chunk_frame_size(dims, CHUNK)
+        segments = view.chunk_segment[needed]
+        for group in np.split(needed, np.flatnonzero(np.diff(segments)) + 1):
+            segment = int(view.chunk_segment[group[0]])
+            meta = view.metas[segment]
+            what = f"vectors/{meta.name}{SEGMENT_SUFFIX}"
+            n = len(meta.rows)
+            # _frame_aad's fields, those shared by the segment's frames encoded once.
+            head = envelope.lp("mem/vectors/segment/v1", self.owner, str(self.epoch), meta.name)
+            tail = envelope.lp(str(meta.frames))
+            js = view.chunk_index[group].tolist()
+            starts = view.chunk_start[group].tolist()
+            try:
+                with fsio.open_regular(self._segment_path(meta.name)) as f:
+                    fd = f.fileno()
+                    region: memoryview | None = None
+                    if len(js) * 4 >= int(view.chunks_of[segment]):
+                        # Most of its chunks are wanted: one read of them all.
+                        region = memoryview(os.pread(fd, os.fstat(fd).st_size - meta.chunk_offset,
+                                                     meta.chunk_offset))
+                    for j, start in zip(js, starts, strict=True):
+                        count = min(CHUNK, n - j * CHUNK)
+                        size = self._chunk_frame_size(dims, count)
+                        raw = region[j * frame:j * frame + size] if region is not None \
+                            else os.pread(fd, size, meta.chunk_offset + j * frame)
+                        if len(raw) != size or \
+                                FRAME_LEN.unpack_from(raw)[0] != size - FRAME_LEN.size:
+                            raise IndexUnavailable(f"{what} is truncated")
+                        plain = self._open(raw[FRAME_LEN.size:],
+                                           head + envelope.lp(str(j + HEAD_FRAMES)) + tail, what)
+                        flat[start * dims:(start + count) * dims] = plain[4 * count:]
+            except FileNotFoundError:
+                raise IndexUnavailable(f"{what} is missing") from None
+            except OSError as exc:
+                raise IndexUnavailable(f"{what} is unreadable") from exc
+            view.loaded[group] = True
 
     def _full_rows(self, seg: Mapping[str, Any]) -> _Rows:
         """Every vector of a segment (to write its survivors elsewhere)."""
@@ -979,6 +1032,15 @@ class VectorStore:
         import numpy as np
 
         chunks = view.row_chunk[rows]
+        if view.dense is not None:
+            # The chunks wanted and not yet read, ascending (np.unique would import
+            # numpy.ma, tens of milliseconds of a cold search).
+            wanted = np.zeros(len(view.loaded), bool)
+            wanted[chunks] = True
+            needed = np.flatnonzero(wanted & ~view.loaded)
+            if len(needed):
+                self._fill_dense(view, needed)
+            return view.dense[rows]
         with contextlib.ExitStack() as files:
             fds: dict[int, int] = {}
 
@@ -994,32 +1056,6 @@ class VectorStore:
                     fds[segment] = f.fileno()
                 return self._read_chunk(meta, int(view.chunk_index[c]), fds[segment], cache)[1]
 
-            if view.dense is not None:
-                needed = np.unique(chunks[~view.loaded[chunks]])
-                segments = view.chunk_segment[needed]
-                per_segment = np.bincount(segments, minlength=len(view.metas))
-                bulk = per_segment * 4 >= view.chunks_of
-                region: memoryview | None = None
-                last = -1
-                for c, segment in zip(needed.tolist(), segments.tolist(), strict=True):
-                    if segment != last:  # chunks come segment by segment
-                        region, last = None, segment
-                        if bulk[segment]:
-                            # Most of its chunks are wanted: one read of them all.
-                            chunk(c, False)
-                            meta = view.metas[segment]
-                            size = os.fstat(fds[segment]).st_size - meta.chunk_offset
-                            region = memoryview(os.pread(fds[segment], size,
-                                                         meta.chunk_offset))
-                    if region is not None:
-                        qv = self._read_chunk(view.metas[segment], int(view.chunk_index[c]),
-                                              cache=False, region=region)[1]
-                    else:
-                        qv = chunk(c, False)
-                    start = int(view.chunk_start[c])
-                    view.dense[start:start + len(qv)] = qv
-                    view.loaded[c] = True
-                return view.dense[rows]
             out = np.empty((len(rows), view.dims), np.int8)
             order = np.argsort(chunks, kind="stable")
             bounds = np.flatnonzero(np.diff(chunks[order])) + 1

@@ -12,7 +12,8 @@ lexical top 300 (`mem search --mode lexical`, through the search operation, on t
 vaults bench_hybrid.py ingested). Halves are by a hash of the question's id (LongMemEval)
 or of its conversation and text (LoCoMo), not alternate questions.
 
-    python bench/meaning_study.py [--refresh] [--only SUBSTRING]
+    python bench/meaning_study.py [--grid main|win|text|chunk|pick|marginM] [--detail]
+                                   [--sets locomo lme] [--only SUBSTRING] [--refresh]
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import os
 import pickle
 import statistics
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -140,6 +140,19 @@ def windowed(mem: Memory, a: float, width: int = 1) -> Any:
     return unit(out)
 
 
+def sided(mem: Memory, a: float, side: str) -> Any:
+    """Each turn's vector plus a × the one neighbour before (or after) it in its session."""
+    v = mem.vectors
+    out = v.copy()
+    for i in range(1, len(v)):
+        if mem.sessions[i] == mem.sessions[i - 1]:
+            if side == "prev":
+                out[i] += a * v[i - 1]
+            else:
+                out[i - 1] += a * v[i]
+    return unit(out)
+
+
 def centroids(mem: Memory, vecs: Any) -> tuple[Any, Any]:
     """(session centroid per turn, unit)."""
     import numpy as np
@@ -176,6 +189,8 @@ class Leg:
     session_max: bool = False  # session score: best turn's cosine instead of centroid
     own: float = 0.0  # + own × the turn's own (unwindowed) cosine
     chunk: int = 0  # a turn longer than this many words: the best of its chunks' cosines
+    text_window: bool = False  # the turn embedded with its neighbours' text (one mean)
+    side: str = "both"  # window: "both" neighbours, or "prev" / "next" only
 
     def name(self) -> str:
         parts = []
@@ -183,6 +198,10 @@ class Leg:
             parts.append(f"win{self.window}x{self.width}")
         if self.session:
             parts.append(f"sess{'max' if self.session_max else ''}{self.session}")
+        if self.text_window:
+            parts.append("textwin")
+        if self.side != "both":
+            parts.append(self.side)
         if self.own:
             parts.append(f"own{self.own}")
         if self.chunk:
@@ -202,10 +221,21 @@ class Cos:
         self.pos = [{m: i for i, m in enumerate(mem.ids)} for mem in memories]
 
     def vectors(self, k: int, leg: Leg) -> Any:
-        key = (k, leg.window, leg.width)
+        key = (k, leg.window, leg.width, leg.text_window, leg.side)
         if key not in self._vec:
             mem = self.memories[k]
-            self._vec[key] = windowed(mem, leg.window, leg.width) if leg.window else mem.vectors
+            if leg.text_window:
+                from memvault.embed.builtin import load
+
+                t, s = mem.texts, mem.sessions
+                joined = [" ".join(t[j] for j in (i - 1, i, i + 1)
+                                   if 0 <= j < len(t) and s[j] == s[i]) for i in range(len(t))]
+                self._vec[key] = load().embed(joined)
+            elif leg.side != "both":
+                self._vec[key] = sided(mem, leg.window, leg.side)
+            else:
+                self._vec[key] = windowed(mem, leg.window, leg.width) if leg.window \
+                    else mem.vectors
         return self._vec[key]
 
     def chunks(self, k: int, words: int) -> tuple[Any, Any]:
@@ -361,7 +391,8 @@ def main(argv: list[str] | None = None) -> None:
 
     def show(label: str, row: dict[str, float]) -> None:
         worst = min(kinds, key=lambda k: row[k] - base[k])
-        worst_f = min((k for k in kinds if k.startswith("lme")), key=lambda k: row[k] - fts[k], default=worst)
+        worst_f = min((k for k in kinds if k.startswith("lme")),
+                      key=lambda k: row[k] - fts[k], default=worst)
         print(f"{label:<44}" + "".join(f"{row.get(c, 0.0):>13.1f}" for c in COLS)
               + f"  {worst[:22]} {row[worst] - base[worst]:+.1f}"
               + f" ({worst_f[4:18]} {row[worst_f] - fts[worst_f]:+.1f})", flush=True)
@@ -394,7 +425,8 @@ def grid(name: str) -> list[tuple[Leg, tuple[float, ...], int]]:
             (Leg(session=0.5), W, 0), (Leg(session=1.0), W, 0),
             (Leg(session=0.5, session_max=True), W, 0),
             (Leg(strip=True), W, 0),
-            (Leg(rocchio=0.5), W, 0), (Leg(rocchio=1.0), W, 0), (Leg(rocchio=1.0, rocchio_k=10), W, 0),
+            (Leg(rocchio=0.5), W, 0), (Leg(rocchio=1.0), W, 0),
+            (Leg(rocchio=1.0, rocchio_k=10), W, 0),
             (Leg(), (0.9, 0.7, 0.5, 0.3), 50), (Leg(), (0.9, 0.7, 0.5, 0.3), 20),
         ]
     if name.startswith("margin"):
@@ -404,6 +436,10 @@ def grid(name: str) -> list[tuple[Leg, tuple[float, ...], int]]:
     if name == "chunk":
         return [(Leg(chunk=50), (0.9, 0.8), 0), (Leg(chunk=100), (0.9, 0.8), 0),
                 (Leg(chunk=50, window=0.75), (0.9, 0.8), 0)]
+    if name == "text":
+        return [(Leg(text_window=True), (0.9, 0.85, 0.8), 0),
+                (Leg(window=0.75, side="prev"), (0.9, 0.85, 0.8), 0),
+                (Leg(window=0.75, side="next"), (0.9, 0.85, 0.8), 0)]
     if name == "pick":
         return [(Leg(), (0.9,), 0), (Leg(window=0.5), (0.9,), 0),
                 (Leg(window=0.75), (0.9,), 0)]

@@ -12,7 +12,7 @@ lexical top 300 (`mem search --mode lexical`, through the search operation, on t
 vaults bench_hybrid.py ingested). Halves are by a hash of the question's id (LongMemEval)
 or of its conversation and text (LoCoMo), not alternate questions.
 
-    python bench/meaning_study.py [--grid main|win|text|chunk|pick|marginM] [--detail]
+    python bench/meaning_study.py [--grid main|win|text|short|chunk|pick|marginM] [--detail]
                                    [--sets locomo lme] [--only SUBSTRING] [--refresh]
 """
 
@@ -191,6 +191,7 @@ class Leg:
     chunk: int = 0  # a turn longer than this many words: the best of its chunks' cosines
     text_window: bool = False  # the turn embedded with its neighbours' text (one mean)
     side: str = "both"  # window: "both" neighbours, or "prev" / "next" only
+    short: int = 0  # window only the turns of at most this many words (0: every turn)
 
     def name(self) -> str:
         parts = []
@@ -202,6 +203,8 @@ class Leg:
             parts.append("textwin")
         if self.side != "both":
             parts.append(self.side)
+        if self.short:
+            parts.append(f"short{self.short}")
         if self.own:
             parts.append(f"own{self.own}")
         if self.chunk:
@@ -221,7 +224,7 @@ class Cos:
         self.pos = [{m: i for i, m in enumerate(mem.ids)} for mem in memories]
 
     def vectors(self, k: int, leg: Leg) -> Any:
-        key = (k, leg.window, leg.width, leg.text_window, leg.side)
+        key = (k, leg.window, leg.width, leg.text_window, leg.side, leg.short)
         if key not in self._vec:
             mem = self.memories[k]
             if leg.text_window:
@@ -236,6 +239,11 @@ class Cos:
             else:
                 self._vec[key] = windowed(mem, leg.window, leg.width) if leg.window \
                     else mem.vectors
+            if leg.short:
+                import numpy as np
+
+                long = np.asarray([len(t.split()) > leg.short for t in mem.texts])
+                self._vec[key] = np.where(long[:, None], mem.vectors, self._vec[key])
         return self._vec[key]
 
     def chunks(self, k: int, words: int) -> tuple[Any, Any]:
@@ -440,6 +448,10 @@ def grid(name: str) -> list[tuple[Leg, tuple[float, ...], int]]:
         return [(Leg(text_window=True), (0.9, 0.85, 0.8), 0),
                 (Leg(window=0.75, side="prev"), (0.9, 0.85, 0.8), 0),
                 (Leg(window=0.75, side="next"), (0.9, 0.85, 0.8), 0)]
+    if name == "short":
+        return [(Leg(window=0.75, short=20), (0.9, 0.85), 0),
+                (Leg(window=0.75, short=40), (0.9, 0.85), 0),
+                (Leg(window=0.5, short=40), (0.9, 0.85), 0)]
     if name == "pick":
         return [(Leg(), (0.9,), 0), (Leg(window=0.5), (0.9,), 0),
                 (Leg(window=0.75), (0.9,), 0)]

@@ -88,11 +88,14 @@ def longmemeval_rows() -> list[tuple[str, int, dict[str, float], dict[str, float
 
     from memvault.config import resolve
     from memvault.model.records import Filters
+    from memvault.ops.admin import init
     from memvault.ops.recall import search
     from memvault.vault.vault import Vault
 
     cache = RESULTS / f"longmemeval-{longmemeval.data_hash()}"
+    cache.mkdir(parents=True, exist_ok=True)
     os.environ.update(MEM_VAULT=str(cache / "vault"), MEM_CONFIG_DIR=str(cache / "config"))
+    init(resolve(user="bench"))  # a no-op when bench_longmemeval.py made the vault
     questions = longmemeval.load()
     for q in questions:
         lme.ingest(q, cache)

@@ -1,0 +1,472 @@
+"""What the semantic leg embeds and asks with: variants of the built-in model's leg, each
+fused by the product's rule (index/fusion.py) and measured on both dev sets at once.
+
+fusion_study.py varied the fusion over a fixed semantic leg; this one varies the leg:
+a turn's vector mixed with its session neighbours', a session's centroid as a boost, the
+query without its function words, the query moved towards the vectors of its best
+lexical hits (Rocchio), and the semantic leg re-ranking the lexical top N only.
+
+Per memory it caches every turn's vector (the built-in model, as `mem embed` makes
+them: the record's content) with its session, and per question its vector and mem's
+lexical top 300 (`mem search --mode lexical`, through the search operation, on the
+vaults bench_hybrid.py ingested). Halves are by a hash of the question's id (LongMemEval)
+or of its conversation and text (LoCoMo), not alternate questions.
+
+    python bench/meaning_study.py [--grid main|win|text|short|chunk|pick|marginM] [--detail]
+                                   [--sets locomo lme] [--only SUBSTRING] [--refresh]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import pickle
+import statistics
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import RESULTS  # noqa: E402
+from fusion_study import fts5  # noqa: E402
+
+TOP = 300
+
+
+@dataclass
+class Memory:
+    """One user's turns: ids, sessions, texts and unit vectors (rows)."""
+
+    ids: list[str]
+    sessions: list[str]
+    texts: list[str]
+    vectors: Any  # (n, 256) float32
+
+
+@dataclass
+class Q:
+    dataset: str
+    kind: str
+    half: int
+    text: str
+    memory: int  # index into the memories
+    lexical: list[tuple[str, float]]
+    gold: set[str]
+    fts5: list[str]
+    qvec: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def half_of(key: str) -> int:
+    return hashlib.sha256(key.encode()).digest()[0] % 2
+
+
+def collect(dataset: str) -> tuple[list[Memory], list[Q]]:
+    import locomo
+    import longmemeval
+    import numpy as np
+    from bench_longmemeval import user_of
+
+    from memvault.config import resolve
+    from memvault.embed.builtin import load
+    from memvault.model.records import Filters
+    from memvault.ops.recall import search
+    from memvault.vault.vault import Vault
+
+    model = load()
+    for var in ("MEM_KEY_FILE", "MEM_KEY_COMMAND", "MEM_MASTER_KEY", "MEM_ORG", "MEM_USER"):
+        os.environ.pop(var, None)
+    memories: list[Memory] = []
+    qs: list[Q] = []
+    base = next(RESULTS.glob("locomo-*"))
+    os.environ.update(MEM_VAULT=str(base / "vault"), MEM_CONFIG_DIR=str(base / "config"))
+    now = datetime.now(UTC)
+    for conv in locomo.load() if dataset == "locomo" else ():
+        vault = Vault(resolve(user=conv.sample_id))
+        texts = [t.text for t in conv.turns]
+        memories.append(Memory([t.dia_id for t in conv.turns], [t.session for t in conv.turns],
+                               texts, np.asarray(model.embed(texts), dtype=np.float32)))
+        pairs = [(t.dia_id, t.text) for t in conv.turns]
+        for q in conv.questions:
+            doc = search(vault, q.text, Filters(limit=TOP), now=now, audit=False,
+                         mode="lexical")
+            qs.append(Q("locomo", locomo.CATEGORIES[q.category],
+                        half_of(conv.sample_id + q.text), q.text, len(memories) - 1,
+                        [(r.message_id or "", r.score) for r in doc.results], q.evidence,
+                        fts5(pairs, q.text)))
+    base = RESULTS / f"longmemeval-{longmemeval.data_hash()}"
+    os.environ.update(MEM_VAULT=str(base / "vault"), MEM_CONFIG_DIR=str(base / "config"))
+    for q in longmemeval.load() if dataset == "lme" else ():
+        vault = Vault(resolve(user=user_of(q)))
+        texts = [t.text for t in q.turns]
+        memories.append(Memory([t.turn_id for t in q.turns], [str(t.session) for t in q.turns],
+                               texts, np.asarray(model.embed(texts), dtype=np.float32)))
+        doc = search(vault, q.text, Filters(limit=TOP, before=q.asked_at), now=q.asked_at,
+                     audit=False, mode="lexical")
+        qs.append(Q("lme", q.kind, half_of(q.question_id), q.text, len(memories) - 1,
+                    [(r.message_id or "", r.score) for r in doc.results], q.gold_turns,
+                    fts5([(t.turn_id, t.text) for t in q.turns], q.text)))
+    vecs = model.embed([q.text for q in qs])
+    for q, v in zip(qs, vecs, strict=True):
+        q.qvec = np.asarray(v, dtype=np.float32)
+    return memories, qs
+
+
+# --- variants of the semantic leg ------------------------------------------------------------
+
+
+def unit(m: Any) -> Any:
+    import numpy as np
+
+    n = np.linalg.norm(m, axis=-1, keepdims=True)
+    return np.divide(m, n, out=np.zeros_like(m), where=n > 0)
+
+
+def windowed(mem: Memory, a: float, width: int = 1) -> Any:
+    """Each turn's vector plus a × its neighbours' within `width` turns of the same
+    session (a decays with distance: a, a², ...)."""
+    v = mem.vectors
+    out = v.copy()
+    n = len(v)
+    for d in range(1, width + 1):
+        w = a ** d
+        same_prev = [i for i in range(d, n) if mem.sessions[i] == mem.sessions[i - d]]
+        for i in same_prev:
+            out[i] += w * v[i - d]
+            out[i - d] += w * v[i]
+    return unit(out)
+
+
+def sided(mem: Memory, a: float, side: str) -> Any:
+    """Each turn's vector plus a × the one neighbour before (or after) it in its session."""
+    v = mem.vectors
+    out = v.copy()
+    for i in range(1, len(v)):
+        if mem.sessions[i] == mem.sessions[i - 1]:
+            if side == "prev":
+                out[i] += a * v[i - 1]
+            else:
+                out[i - 1] += a * v[i]
+    return unit(out)
+
+
+def centroids(mem: Memory, vecs: Any) -> tuple[Any, Any]:
+    """(session centroid per turn, unit)."""
+    import numpy as np
+
+    order = {s: k for k, s in enumerate(dict.fromkeys(mem.sessions))}
+    idx = np.asarray([order[s] for s in mem.sessions])
+    sums = np.zeros((len(order), vecs.shape[1]), dtype=np.float32)
+    np.add.at(sums, idx, vecs)
+    return unit(sums)[idx], idx
+
+
+STRIP_WORDS: frozenset[str] = frozenset()
+
+
+def stripped(text: str) -> str:
+    """The question without its function words (the index's query stopwords)."""
+    import re
+
+    words = re.findall(r"[\w'’-]+|[^\w\s]", text)
+    kept = [w for w in words if w.lower() not in STRIP_WORDS and re.match(r"\w", w)]
+    return " ".join(kept) or text
+
+
+@dataclass(frozen=True)
+class Leg:
+    """How a question's cosines are made."""
+
+    window: float = 0.0  # neighbours' weight in a turn's vector
+    width: int = 1
+    session: float = 0.0  # + session × cos(query, the turn's session centroid)
+    strip: bool = False  # the query embedded without stopwords
+    rocchio: float = 0.0  # query + rocchio × mean of the lexical top k's vectors
+    rocchio_k: int = 5
+    session_max: bool = False  # session score: best turn's cosine instead of centroid
+    own: float = 0.0  # + own × the turn's own (unwindowed) cosine
+    chunk: int = 0  # a turn longer than this many words: the best of its chunks' cosines
+    text_window: bool = False  # the turn embedded with its neighbours' text (one mean)
+    side: str = "both"  # window: "both" neighbours, or "prev" / "next" only
+    short: int = 0  # window only the turns of at most this many words (0: every turn)
+
+    def name(self) -> str:
+        parts = []
+        if self.window:
+            parts.append(f"win{self.window}x{self.width}")
+        if self.session:
+            parts.append(f"sess{'max' if self.session_max else ''}{self.session}")
+        if self.text_window:
+            parts.append("textwin")
+        if self.side != "both":
+            parts.append(self.side)
+        if self.short:
+            parts.append(f"short{self.short}")
+        if self.own:
+            parts.append(f"own{self.own}")
+        if self.chunk:
+            parts.append(f"chunk{self.chunk}")
+        if self.strip:
+            parts.append("strip")
+        if self.rocchio:
+            parts.append(f"rocchio{self.rocchio}@{self.rocchio_k}")
+        return "+".join(parts) or "plain"
+
+
+class Cos:
+    def __init__(self, memories: list[Memory], qs: list[Q]) -> None:
+        self.memories, self.qs = memories, qs
+        self._vec: dict[tuple[int, float, int], Any] = {}
+        self._strip: dict[int, Any] = {}
+        self.pos = [{m: i for i, m in enumerate(mem.ids)} for mem in memories]
+
+    def vectors(self, k: int, leg: Leg) -> Any:
+        key = (k, leg.window, leg.width, leg.text_window, leg.side, leg.short)
+        if key not in self._vec:
+            mem = self.memories[k]
+            if leg.text_window:
+                from memvault.embed.builtin import load
+
+                t, s = mem.texts, mem.sessions
+                joined = [" ".join(t[j] for j in (i - 1, i, i + 1)
+                                   if 0 <= j < len(t) and s[j] == s[i]) for i in range(len(t))]
+                self._vec[key] = load().embed(joined)
+            elif leg.side != "both":
+                self._vec[key] = sided(mem, leg.window, leg.side)
+            else:
+                self._vec[key] = windowed(mem, leg.window, leg.width) if leg.window \
+                    else mem.vectors
+            if leg.short:
+                import numpy as np
+
+                long = np.asarray([len(t.split()) > leg.short for t in mem.texts])
+                self._vec[key] = np.where(long[:, None], mem.vectors, self._vec[key])
+        return self._vec[key]
+
+    def chunks(self, k: int, words: int) -> tuple[Any, Any]:
+        """Vectors of the chunks of `words` words of each longer turn, and their turn."""
+        import numpy as np
+
+        key = (k, -1.0, words)
+        if key not in self._vec:
+            from memvault.embed.builtin import load
+
+            texts, owner = [], []
+            for i, t in enumerate(self.memories[k].texts):
+                w = t.split()
+                if len(w) > words:
+                    for at in range(0, len(w), words):
+                        texts.append(" ".join(w[at:at + words]))
+                        owner.append(i)
+            self._vec[key] = (load().embed(texts) if texts else np.zeros((0, 256), np.float32),
+                              np.asarray(owner, dtype=np.int64))
+        return self._vec[key]
+
+    def qvec(self, j: int, leg: Leg) -> Any:
+        if not leg.strip:
+            return self.qs[j].qvec
+        if j not in self._strip:
+            from memvault.embed.builtin import load
+
+            self._strip[j] = load().embed([stripped(self.qs[j].text)])[0]
+        return self._strip[j]
+
+    def cosines(self, j: int, leg: Leg) -> dict[str, float]:
+        import numpy as np
+
+        q = self.qs[j]
+        mem = self.memories[q.memory]
+        vecs = self.vectors(q.memory, leg)
+        qv = self.qvec(j, leg)
+        if leg.rocchio:
+            pos = self.pos[q.memory]
+            top = [pos[m] for m, _ in q.lexical[:leg.rocchio_k] if m in pos]
+            if top:
+                qv = unit(qv + leg.rocchio * vecs[top].mean(axis=0))
+        sims = vecs @ qv
+        if leg.chunk:
+            cv, owner = self.chunks(q.memory, leg.chunk)
+            if len(owner):
+                np.maximum.at(sims, owner, cv @ qv)
+        if leg.own:
+            sims = sims + leg.own * (mem.vectors @ qv)
+        if leg.session:
+            if leg.session_max:
+                order = {s: k for k, s in enumerate(dict.fromkeys(mem.sessions))}
+                idx = np.asarray([order[s] for s in mem.sessions])
+                best = np.full(len(order), -1.0, dtype=np.float32)
+                np.maximum.at(best, idx, sims)
+                sims = sims + leg.session * best[idx]
+            else:
+                cents, _ = centroids(mem, vecs)
+                sims = sims + leg.session * (cents @ qv)
+        return dict(zip(mem.ids, sims.tolist(), strict=True))
+
+
+# --- fusion (the product's) and scoring --------------------------------------------------------
+
+N = 50
+
+
+MARGIN: float | None = None  # --grid margin: a semantic-only candidate let in at 10th
+
+
+def fused(q: Q, cos: dict[str, float], weight: float, rerank: int = 0) -> list[str]:
+    out = _fused(q, cos, weight, rerank)
+    if MARGIN is None:
+        return out
+    # The semantic leg's best, if the fused top 10 lacks it and its cosine beats every
+    # one of theirs by MARGIN, takes 10th place: meaning let in only when it is sure.
+    best = max(cos, key=lambda m: cos[m])
+    head = out[:10]
+    if best in head or cos[best] < max(cos.get(m, 0.0) for m in head) + MARGIN:
+        return out
+    return out[:9] + [best] + [m for m in out[9:] if m != best]
+
+
+def _fused(q: Q, cos: dict[str, float], weight: float, rerank: int = 0) -> list[str]:
+    from memvault.index.fusion import fuse
+
+    lexical = q.lexical[:N]
+    if rerank:  # the semantic leg only over the lexical top `rerank`
+        pool = {m for m, _ in q.lexical[:rerank]}
+        semantic = sorted(((m, cos[m]) for m in pool if m in cos), key=lambda kv: -kv[1])
+    else:
+        semantic = sorted(cos.items(), key=lambda kv: -kv[1])[:N]
+    scores = dict(q.lexical)
+    out = fuse(lexical, semantic, lexical_scores={m: scores.get(m, 0.0) for m, _ in semantic},
+               weight=weight)
+    return [f.memory_id for f in out]
+
+
+def recall(ranked: list[str], gold: set[str], k: int = 10) -> float:
+    return 100 * len(gold & set(ranked[:k])) / len(gold)
+
+
+def hit(ranked: list[str], gold: set[str], k: int = 10) -> float:
+    return 100.0 if {i.split(":")[0] for i in ranked[:k]} & {g.split(":")[0] for g in gold} \
+        else 0.0
+
+
+def evaluate(qs: list[Q], ranked: list[list[str]]) -> dict[str, float]:
+    out: dict[str, list[float]] = {}
+    for q, r in zip(qs, ranked, strict=True):
+        v = recall(r, q.gold)
+        for key in (q.dataset, f"{q.dataset} {q.kind}", f"{q.dataset} half{'AB'[q.half]}"):
+            out.setdefault(key, []).append(v)
+        if q.dataset == "lme":
+            out.setdefault("lme hit@10", []).append(hit(r, q.gold))
+    return {k: statistics.fmean(v) for k, v in out.items()}
+
+
+COLS = ["locomo", "lme", "lme hit@10", "locomo halfA", "locomo halfB", "lme halfA",
+        "lme halfB"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    global STRIP_WORDS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--refresh", action="store_true")
+    parser.add_argument("--only", help="rules whose name contains this")
+    parser.add_argument("--grid", default="main")
+    parser.add_argument("--sets", nargs="*", default=["locomo", "lme"])
+    parser.add_argument("--detail", action="store_true", help="every category and type")
+    args = parser.parse_args(argv)
+    from memvault.index.keyed import STOPWORDS
+
+    STRIP_WORDS = STOPWORDS
+    memories: list[Memory] = []
+    qs: list[Q] = []
+    for dataset in args.sets:
+        cache = RESULTS / f"meaning-study-{dataset}.pickle"
+        if args.refresh or not cache.exists():
+            cache.write_bytes(pickle.dumps(collect(dataset)))
+        mems, more = pickle.loads(cache.read_bytes())
+        for q in more:
+            q.memory += len(memories)
+        memories += mems
+        qs += more
+    cos = Cos(memories, qs)
+    base = evaluate(qs, [[m for m, _ in q.lexical] for q in qs])
+    fts = evaluate(qs, [q.fts5 for q in qs])
+    kinds = sorted(k for k in base if " " in k and "half" not in k and k != "lme hit@10")
+    print(f"{len(qs)} questions")
+    print(f"{'rule':<44}" + "".join(f"{c[:12]:>13}" for c in COLS)
+          + "  worst vs lexical (lme worst vs fts5)")
+
+    def show(label: str, row: dict[str, float]) -> None:
+        worst = min(kinds, key=lambda k: row[k] - base[k])
+        worst_f = min((k for k in kinds if k.startswith("lme")),
+                      key=lambda k: row[k] - fts[k], default=worst)
+        print(f"{label:<44}" + "".join(f"{row.get(c, 0.0):>13.1f}" for c in COLS)
+              + f"  {worst[:22]} {row[worst] - base[worst]:+.1f}"
+              + f" ({worst_f[4:18]} {row[worst_f] - fts[worst_f]:+.1f})", flush=True)
+        if args.detail:
+            print("    " + ", ".join(f"{k} {row[k]:.1f} ({row[k] - base[k]:+.1f})"
+                                      for k in kinds))
+
+    show("lexical", base)
+    show("fts5", fts)
+    legs = grid(args.grid)
+    for leg, weights, rerank in legs:
+        per_q = [cos.cosines(j, leg) for j in range(len(qs))]
+        for w in weights:
+            label = f"{leg.name()} w={w}" + (f" rerank{rerank}" if rerank else "")
+            if args.only and args.only not in label:
+                continue
+            show(label, evaluate(qs, [fused(q, c, w, rerank) for q, c in zip(qs, per_q,
+                                                                             strict=True)]))
+        if 0.0 not in weights:
+            show(f"{leg.name()} alone", evaluate(qs, [
+                [m for m, _ in sorted(c.items(), key=lambda kv: -kv[1])[:N]] for c in per_q]))
+
+
+def grid(name: str) -> list[tuple[Leg, tuple[float, ...], int]]:
+    W = (0.9, 0.8, 0.7, 0.5)
+    if name == "main":
+        return [
+            (Leg(), W, 0),
+            (Leg(window=0.5), W, 0), (Leg(window=1.0), W, 0), (Leg(window=0.5, width=2), W, 0),
+            (Leg(session=0.5), W, 0), (Leg(session=1.0), W, 0),
+            (Leg(session=0.5, session_max=True), W, 0),
+            (Leg(strip=True), W, 0),
+            (Leg(rocchio=0.5), W, 0), (Leg(rocchio=1.0), W, 0),
+            (Leg(rocchio=1.0, rocchio_k=10), W, 0),
+            (Leg(), (0.9, 0.7, 0.5, 0.3), 50), (Leg(), (0.9, 0.7, 0.5, 0.3), 20),
+        ]
+    if name.startswith("margin"):
+        global MARGIN
+        MARGIN = float(name[6:])
+        return [(Leg(), (0.9,), 0), (Leg(window=0.5), (0.9,), 0), (Leg(window=0.75), (0.9,), 0)]
+    if name == "chunk":
+        return [(Leg(chunk=50), (0.9, 0.8), 0), (Leg(chunk=100), (0.9, 0.8), 0),
+                (Leg(chunk=50, window=0.75), (0.9, 0.8), 0)]
+    if name == "text":
+        return [(Leg(text_window=True), (0.9, 0.85, 0.8), 0),
+                (Leg(window=0.75, side="prev"), (0.9, 0.85, 0.8), 0),
+                (Leg(window=0.75, side="next"), (0.9, 0.85, 0.8), 0)]
+    if name == "short":
+        return [(Leg(window=0.75, short=20), (0.9, 0.85), 0),
+                (Leg(window=0.75, short=40), (0.9, 0.85), 0),
+                (Leg(window=0.5, short=40), (0.9, 0.85), 0)]
+    if name == "pick":
+        return [(Leg(), (0.9,), 0), (Leg(window=0.5), (0.9,), 0),
+                (Leg(window=0.75), (0.9,), 0)]
+    if name == "win":
+        W2 = (0.95, 0.9, 0.85, 0.8, 0.7)
+        return [
+            (Leg(window=0.25), W2, 0), (Leg(window=0.5), W2, 0), (Leg(window=0.75), W2, 0),
+            (Leg(window=1.0), W2, 0), (Leg(window=0.5, width=3), W2, 0),
+            (Leg(window=1.0, width=2), W2, 0),
+            (Leg(window=0.5, own=0.5), W2, 0), (Leg(window=1.0, own=1.0), W2, 0),
+            (Leg(window=0.5, strip=True), W2, 0), (Leg(window=0.5, rocchio=0.5), W2, 0),
+            (Leg(window=0.5, session=0.5), W2, 0),
+        ]
+    raise SystemExit(f"unknown grid {name}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

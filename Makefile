@@ -15,7 +15,7 @@ help: ## Show the targets
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	@if $(BIN)/python -m pip install --quiet "uv>=0.5,<1" 2>/dev/null; then \
-	    $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e ".[dev]"; \
+	    $(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[dev]"; \
 	else \
 	    $(BIN)/python -m pip install --quiet --upgrade pip && \
 	    $(BIN)/python -m pip install --quiet -e ".[dev]"; \

@@ -475,7 +475,7 @@ def test_an_upload_that_fails_among_parallel_ones_loses_nothing(
     from memvault.model.records import NewMessage
     from memvault.ops.ingest import add_messages
 
-    monkeypatch.setattr(sync_ops, "PAGE", 3)  # 7 pages of 20 messages
+    monkeypatch.setattr(sync_ops, "PAGE", 3)  # 20 messages in 7 pages
     a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
     add_messages(a, "long", [NewMessage(content=f"message {i}", role="user",
                                         message_id=f"m{i}") for i in range(20)])

@@ -462,3 +462,42 @@ def test_all_users_syncs_every_user_held_or_synced_before(
     assert "default/bob" in sync_ops.run(a, str(remote.root), all_users=True).users
     sync_ops.run(b, str(remote.root), all_users=True)
     assert not as_user(b, "bob").exists() and as_user(b, "carol").exists()
+
+
+def test_an_upload_that_fails_among_parallel_ones_loses_nothing(
+        tmp_path: Path, remote: FolderRemote, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages go up on several threads while the next ones are read: one that fails
+    fails the sync (the cache is not saved), and the next sync pushes what the remote
+    lacks, once."""
+    import threading
+
+    from memvault.errors import StorageError
+    from memvault.model.records import NewMessage
+    from memvault.ops.ingest import add_messages
+
+    monkeypatch.setattr(sync_ops, "PAGE", 3)  # 20 messages in 7 pages
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    add_messages(a, "long", [NewMessage(content=f"message {i}", role="user",
+                                        message_id=f"m{i}") for i in range(20)])
+    lock, puts = threading.Lock(), [0]
+
+    class Failing(FolderRemote):
+        workers = 4
+
+        def put(self, name: str, data: bytes) -> None:
+            if "/o/" in name:
+                with lock:
+                    puts[0] += 1
+                    if puts[0] == 3:
+                        raise StorageError("the connection dropped")
+            super().put(name, data)
+
+    with pytest.raises(StorageError):
+        sync_ops.sync(a, Failing(remote.url, remote.root))
+    landed = len(read_remote(remote.root)["records"])
+    assert landed < 20
+    assert sync_ops.sync(a, remote).pushed == 20 - landed  # what the listing lacks
+    assert len(read_remote(remote.root)["records"]) == 20
+    assert sync_ops.sync(b, remote).pulled == 20 and contents(a) == contents(b)
+    again = [sync_ops.sync(v, remote) for v in (a, b)]
+    assert all((r.pushed, r.pulled, r.damaged) == (0, 0, 0) for r in again)

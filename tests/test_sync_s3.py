@@ -202,3 +202,17 @@ def test_a_kill_after_any_request_loses_nothing(
         assert prefs.read(b)["editor"]["value"] == "vim", after
         shutil.rmtree(tmp_path / "b")
         b = machine(tmp_path, "b")
+
+
+def test_a_client_that_cannot_be_made_fails_as_the_remote(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client is made on a thread while the sync scans: what fails there (here, a
+    profile that no file names) is the remote's error at its first request."""
+    from memvault.errors import StorageError
+
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_PROFILE", "nowhere")
+    remote = open_remote("s3://bucket/mem", "http://127.0.0.1:9")
+    with pytest.raises(StorageError, match="nowhere"):
+        list(remote.list("x/"))

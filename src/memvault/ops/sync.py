@@ -11,6 +11,7 @@ Pulled operations go through the vault's Transaction; derived data is rebuilt he
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor, Future
@@ -369,6 +370,11 @@ def _sync(s: Session, path: Path) -> SyncResult:
     cache = load_cache(path, s.kek)
     if cache.remote not in (None, remote.url):
         cache = Cache()  # another remote: what this cache says of it is not true there
+    # This machine's records first (read only): an S3 client is still being made on a
+    # thread meanwhile, and the listing waits for it.
+    memo = cache.files
+    changed: set[str] = set()
+    local0 = scan_local(vault, memo, changed)
     kids, names = s.listing()
     s.check_keys(kids)  # first, before anything changes
 
@@ -393,13 +399,12 @@ def _sync(s: Session, path: Path) -> SyncResult:
         if vault.exists():
             _destroy_here(vault)
         cache = Cache(destroyed=cache.destroyed | set(destroys), remote=remote.url)
+        memo, changed = cache.files, set()
+        local0 = scan_local(vault, memo, changed)
         current = {n: i for n, i in current.items() if i["at"] > last or n in destroys}
     elif cache.local and not vault.exists():
         return _push_destroy(s, path, cache, names)
 
-    memo = cache.files
-    changed: set[str] = set()
-    local0 = scan_local(vault, memo, changed)
     state = vault.state() if vault.exists() else None
     epoch0 = state.key_version if state else 0
     deleted_here = cache.local - set(local0)
@@ -461,16 +466,21 @@ def _sync(s: Session, path: Path) -> SyncResult:
     # keys go too (re-encrypt under a new epoch of its own).
     newest = s.newest_key()
     rotated_here = bool(cache.epoch) and epoch0 > cache.epoch
+    reencrypted = False
     if newest and cache.keys and newest not in cache.keys and not rotated_here \
             and vault.exists():
         from memvault.ops import keys
 
         with vault.transaction(allow_frozen=True) as tx:
             keys.reencrypt(tx, rewrite=True)
+        reencrypted = True
     rebuild_derived(vault, bool(pulled or updated or archive_here or forgotten))
 
     # --- push ---------------------------------------------------------------------------
-    local1 = scan_local(vault, memo)
+    # Scanned again only when this sync changed records here (a record another process
+    # adds meanwhile goes with the next sync either way).
+    applied = bool(pulled or updated or archive_here or forget_here or reencrypted)
+    local1 = scan_local(vault, memo) if applied else local
     state = vault.state() if vault.exists() else None
     tombs |= set(local0) - set(local1)  # erased while applying (summaries made from them)
     if newest is None or rotated_here:
@@ -484,7 +494,9 @@ def _sync(s: Session, path: Path) -> SyncResult:
     page: list[Item] = []
     grown = _grown_here(vault, changed & set(memo), set(remote_ids) - tombs,
                         remote_versions, memo)
-    for item in [*_sealed(vault, push_ids, memo), *grown]:
+    # Read lazily: each page is sealed and sent on the workers while the next one is
+    # decrypted here, and at most a few pages are held at once.
+    for item in itertools.chain(_sealed(vault, push_ids, memo), grown):
         page.append(item)
         if len(page) == PAGE:
             name, info = s.write_add(newest, page)

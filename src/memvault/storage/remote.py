@@ -78,26 +78,51 @@ class S3Remote:
     Requests run on several threads (one client is thread-safe), as boto3's own
     transfers do: each waits mostly on the network."""
 
+    _errors: tuple[type[Exception], ...] = ()
+
     workers = 8
 
     def __init__(self, url: str, bucket: str, prefix: str, endpoint_url: str | None) -> None:
-        try:
-            import boto3
-            from botocore.config import Config
-        except ImportError:
+        import importlib.util
+        import threading
+
+        if importlib.util.find_spec("boto3") is None:
             raise ConfigError("an s3:// remote needs boto3: install memvault[s3]",
-                              field="remote") from None
+                              field="remote")
         self.url = url
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        config = Config(retries={"max_attempts": 5, "mode": "standard"},
-                        connect_timeout=10, read_timeout=60,
-                        max_pool_connections=self.workers + 2)
-        self.client: Any = boto3.session.Session().client("s3", endpoint_url=endpoint_url,
-                                                          config=config)
-        from botocore.exceptions import BotoCoreError, ClientError
+        self._endpoint_url = endpoint_url
+        self._client: Any = None
+        self._failed: BaseException | None = None
+        # boto3's import and its client (service models read from JSON) cost about half
+        # a second: made on a thread while the sync reads this machine's records, and
+        # waited for at the first request.
+        self._ready = threading.Thread(target=self._connect, name="mem-sync-s3", daemon=True)
+        self._ready.start()
 
-        self._errors = (BotoCoreError, ClientError)
+    def _connect(self) -> None:
+        try:
+            import boto3
+            from botocore.config import Config
+            from botocore.exceptions import BotoCoreError, ClientError
+
+            config = Config(retries={"max_attempts": 5, "mode": "standard"},
+                            connect_timeout=10, read_timeout=60,
+                            max_pool_connections=self.workers + 2)
+            self._errors = (BotoCoreError, ClientError)
+            self._client = boto3.session.Session().client(
+                "s3", endpoint_url=self._endpoint_url, config=config)
+        except BaseException as exc:  # raised again, as it was, on the caller's thread
+            self._failed = exc
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._ready.join()
+            if self._failed is not None:
+                raise self._failed
+        return self._client
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,8 +137,7 @@ def scan_local(vault: Vault, memo: dict[str, Any] | None = None,
     for archived in (False, True):  # archived last: a record caught in both is archived
         for relpath in layout.line_files(archived=archived):
             seen.add(relpath)
-            for memory_id in _line_ids(vault, relpath, memo, changed):
-                out[memory_id] = archived
+            out.update(dict.fromkeys(_line_ids(vault, relpath, memo, changed), archived))
     if memo is not None:
         for gone in set(memo) - seen:
             del memo[gone]
@@ -154,7 +154,8 @@ def _line_ids(vault: Vault, relpath: str, memo: dict[str, Any] | None,
         return []
     known = memo.get(relpath)
     if known is not None and known[0] == st.st_size and known[1] == st.st_mtime_ns:
-        return list(known[2])
+        ids: list[str] = known[2]  # read, never changed, by the caller
+        return ids
     ids = list(vault.store.line_ids(relpath))
     memo[relpath] = [st.st_size, st.st_mtime_ns, ids]
     if changed is not None:
@@ -407,7 +408,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
 
     state = vault.state() if vault.exists() else None
     epoch0 = state.key_version if state else 0
-    deleted_here = cache.local - set(local0)
+    deleted_here = cache.local - local0.keys()
 
     remote_ids: dict[str, str] = {}  # id -> the object that holds its latest version
     remote_versions: dict[str, str] = {}  # id -> that version, when not ""
@@ -417,6 +418,11 @@ def _sync(s: Session, path: Path) -> SyncResult:
     for name, info in current.items():
         if info["kind"] == "add":
             versions = info.get("v", {})
+            if not versions:  # most objects: an id seen before keeps its first object
+                for i in info["ids"]:
+                    remote_ids.setdefault(i, name)
+                remote_archived.update(info["archived"])
+                continue
             for i in info["ids"]:
                 v = versions.get(i, "")
                 if i not in remote_ids or v > remote_versions.get(i, ""):
@@ -432,13 +438,13 @@ def _sync(s: Session, path: Path) -> SyncResult:
     tombs = remote_tombs | deleted_here
 
     # --- pull ---------------------------------------------------------------------------
-    pulled = _pull_adds(s, bodies, remote_ids, set(local0), tombs)
+    pulled = _pull_adds(s, bodies, remote_ids, local0.keys(), tombs)
     updated = _pull_updates(s, bodies, remote_ids, local0, tombs, memo)
     local = scan_local(vault, memo) if pulled else local0
     archive_here = {i for i, a in local.items() if not a} & remote_archived - tombs
     if archive_here:
         _archive_here(vault, archive_here)
-    forget_here = (remote_tombs & set(local)) - deleted_here
+    forget_here = (remote_tombs & local.keys()) - deleted_here
     forgotten = _forget_here(vault, forget_here) if forget_here else 0
     state = vault.state() if vault.exists() else None
     if state is not None and remote_marks - state.forgotten:
@@ -482,17 +488,17 @@ def _sync(s: Session, path: Path) -> SyncResult:
     applied = bool(pulled or updated or archive_here or forget_here or reencrypted)
     local1 = scan_local(vault, memo) if applied else local
     state = vault.state() if vault.exists() else None
-    tombs |= set(local0) - set(local1)  # erased while applying (summaries made from them)
+    tombs |= local0.keys() - local1.keys()  # erased while applying (summaries made from them)
     if newest is None or rotated_here:
         newest = s.new_key()
-    push_ids = set(local1) - set(remote_ids) - tombs
+    push_ids = local1.keys() - remote_ids.keys() - tombs
     push_tombs = tombs - remote_tombs
     push_marks = (state.forgotten if state else set()) - remote_marks
-    push_archived = {i for i, a in local1.items() if a} & set(remote_ids) - remote_archived
+    push_archived = {i for i, a in local1.items() if a} & remote_ids.keys() - remote_archived
 
     written: dict[str, dict[str, Any]] = {}
     page: list[Item] = []
-    grown = _grown_here(vault, changed & set(memo), set(remote_ids) - tombs,
+    grown = _grown_here(vault, changed & memo.keys(), remote_ids.keys() - tombs,
                         remote_versions, memo)
     # Read lazily: each page is sealed and sent on the workers while the next one is
     # decrypted here, and at most a few pages are held at once.
@@ -683,9 +689,9 @@ def _pull_updates(s: Session, bodies: dict[str, dict[str, Any]], remote_ids: dic
 
 
 def _pull_adds(s: Session, bodies: dict[str, dict[str, Any]], remote_ids: dict[str, str],
-               local: set[str], tombs: set[str]) -> int:
+               local: AbstractSet[str], tombs: set[str]) -> int:
     """Add the records the remote holds and this machine lacks (never a forgotten one)."""
-    wanted = set(remote_ids) - local - tombs
+    wanted = remote_ids.keys() - local - tombs
     if not wanted:
         return 0
     found: dict[str, tuple[Record, bool]] = {}

@@ -59,6 +59,15 @@ def transcript(session: str, n: int, start: int = 0) -> str:
                      for i in range(start, n))
 
 
+def assert_nothing_plain(root: Path, *needles: str) -> None:
+    """No object's name or bytes on a folder remote hold any of these in clear."""
+    for path in root.rglob("*"):
+        text = str(path.relative_to(root)).encode()
+        data = path.read_bytes() if path.is_file() else b""
+        for needle in needles:
+            assert needle.encode() not in data + text, (path, needle)
+
+
 def test_two_machines_union_and_nothing_plain_on_the_remote(
         tmp_path: Path, remote: FolderRemote) -> None:
     a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
@@ -72,11 +81,8 @@ def test_two_machines_union_and_nothing_plain_on_the_remote(
     # A second round moves nothing: converged.
     assert (sync_ops.sync(b, remote).pushed, sync_ops.sync(a, remote).pulled) == (0, 0)
     # Nothing on the remote names or holds what the memory says.
-    for path in remote.root.rglob("*"):
-        text = str(path.relative_to(remote.root)).encode()
-        data = path.read_bytes() if path.is_file() else b""
-        for needle in (CANARY, "secrettag", "projectsession", "alice", "green tea"):
-            assert needle.encode() not in data + text, (path, needle)
+    assert_nothing_plain(remote.root, CANARY, "secrettag", "projectsession", "alice",
+                         "green tea")
     assert set(read_remote(remote.root)["records"]) == ids(a)
 
 
@@ -451,11 +457,12 @@ def test_all_users_syncs_every_user_held_or_synced_before(
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert (doc["users"], doc["pushed"]) == (["default/alice", "default/bob"], 2)
-    # b holds bob and carol: bob's record from a arrives; alice's namespace is opaque
-    # to a machine that never held her, so she waits for her first sync by name there.
+    # b holds bob and carol: bob's record from a arrives, and alice, whom b never
+    # held, is found in the remote's directory of users.
     result = sync_ops.run(b, str(remote.root), all_users=True)
-    assert result.users == ("default/bob", "default/carol") and result.pulled == 1
-    assert len(contents(as_user(b, "bob"))) == 2
+    assert result.users == ("default/alice", "default/bob", "default/carol")
+    assert result.pulled == 2 and result.damaged == 0
+    assert len(contents(as_user(b, "bob"))) == 2 and len(contents(as_user(b, "alice"))) == 1
     # A user destroyed here is still synced (from the sync's record of it): the destroy
     # reaches the other machine.
     destroy(as_user(a, "bob"), "bob")

@@ -21,7 +21,8 @@ def sync(
         "--endpoint-url", help="An S3-compatible service's address (MinIO, R2, B2).",
         show_default=False)] = None,
     all_users: Annotated[bool, typer.Option(
-        "--all-users", help="Every user this machine holds or synced before (cron).")
+        "--all-users", help="Every user this machine holds or synced before, and every user the "
+        "remote's directory names (cron).")
     ] = False,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
@@ -53,6 +54,9 @@ def sync(
     def human(o: Output) -> None:
         o.table(["", "count"], [["pushed", result.pushed], ["pulled", result.pulled],
                                 ["forgotten here", result.forgotten]])
+        if result.damaged:
+            o.info(f"{result.damaged} remote object(s) did not open: skipped, tried "
+                   "again by the next sync")
         o.info(f"synced with {result.remote}")
 
     out.data(result, human)

@@ -19,6 +19,8 @@ KEY_MAGIC = b"MEMR"
 FORMAT = 1
 TAG_OBJECT = "mem/sync/op/v1"
 TAG_KEY = "mem/sync/key/v1"
+TAG_DIR = "mem/sync/dir/v1"
+DIR_MAGIC = b"MEMU"
 PAD = 4096  # sizes are rounded up to this, so a small forget looks like a small add
 PAD_LARGE = 1 << 16  # past this, to the next eighth of the next power of two
 # zlib's level: on 10,000 records' JSON (6 MB), 3 gives 1.40 MB in 0.06 s where 6 gives
@@ -28,6 +30,10 @@ LEVEL = 3
 
 class SyncAuthError(Exception):
     """An object or key that does not open: another key, or damaged."""
+
+
+class SyncForeignError(SyncAuthError):
+    """A directory entry sealed under another master key (its key check differs)."""
 
 
 def sync_kek(master: bytes) -> bytes:
@@ -121,6 +127,46 @@ def pref_tags(kek: bytes, key: str, value: str | None) -> tuple[str, str]:
     k = _pref_key(kek)
     what = envelope.lp("unset", key) if value is None else envelope.lp("value", key, value)
     return envelope.keyed_hash(k, envelope.lp("key", key)), envelope.keyed_hash(k, what)
+
+
+def dir_key(master: bytes) -> bytes:
+    """The key of the remote's directory of users: its own label, from the master key."""
+    return envelope.hkdf(master, TAG_DIR)
+
+
+def dir_key_check(key: bytes) -> bytes:
+    """In clear at the head of an entry: tells an entry of another master key (refused,
+    as its keys are) from one damaged here (skipped). The same on every entry."""
+    return bytes.fromhex(envelope.keyed_hash(key, envelope.lp("check"), 8))
+
+
+def seal_entry(key: bytes, oid: str, org: str, user: str) -> bytes:
+    """A directory entry: org and user, sealed and padded to one PAD (its size says
+    nothing of the names), its name bound in as AAD."""
+    raw = json.dumps({"org": org, "user": user}, separators=(",", ":")).encode()
+    framed = len(raw).to_bytes(4, "big") + raw
+    overhead = 5 + 8 + envelope.NONCE_LEN + 16  # magic, format, check, nonce; the tag
+    plain = framed + bytes(padded_size(len(framed) + overhead) - len(framed) - overhead)
+    nonce, ct = envelope.seal_raw(key, plain, envelope.lp(TAG_DIR, oid))
+    return DIR_MAGIC + bytes([FORMAT]) + dir_key_check(key) + nonce + ct
+
+
+def open_entry(key: bytes, oid: str, blob: bytes) -> tuple[str, str]:
+    """(org, user) of a directory entry. SyncForeignError when it was sealed under
+    another master key; SyncAuthError when it is damaged."""
+    if blob[:4] != DIR_MAGIC or blob[4:5] != bytes([FORMAT]):
+        raise SyncAuthError("not a mem directory entry")
+    if blob[5:13] != dir_key_check(key):
+        raise SyncForeignError("an entry of another master key")
+    nonce, ct = blob[13:13 + envelope.NONCE_LEN], blob[13 + envelope.NONCE_LEN:]
+    try:
+        plain = envelope.open_raw(key, nonce, ct, envelope.lp(TAG_DIR, oid))
+        body = json.loads(plain[4:4 + int.from_bytes(plain[:4], "big")])
+        return str(body["org"]), str(body["user"])
+    except envelope.AuthError as exc:
+        raise SyncAuthError("the entry does not open") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SyncAuthError("a malformed entry") from exc
 
 
 def cache_mac(kek: bytes, body: bytes) -> str:

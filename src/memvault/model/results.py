@@ -386,3 +386,4 @@ class SyncAllResult(Result):
     remote: str
     users: tuple[str, ...]
     failed: tuple[str, ...]
+    damaged: int = 0  # entries of the remote's directory of users that did not open

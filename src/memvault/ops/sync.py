@@ -33,6 +33,7 @@ from memvault.vault.vault import Transaction, Vault
 
 # A record on its way out: id, archived, its JSON as sealed here, its version.
 Item = tuple[str, bool, bytes, str]
+DIR = "u/"  # the remote's directory of users: one sealed entry per user (docs/sync.md)
 PAGE = 2000  # records per add object: an upload resumes from the last page sent
 CACHE_FORMAT = 2  # 1: the body inside a JSON object with its MAC
 
@@ -57,12 +58,14 @@ class Cache:
     remote: str | None = None
     # relpath -> [size, mtime_ns, ids] of the line files at the last sync
     files: dict[str, Any] = field(default_factory=dict)
+    # directory entry name -> the namespace of the user it names (entries opened before)
+    entries: dict[str, str] = field(default_factory=dict)
 
     def to_doc(self) -> dict[str, Any]:
         return {"format": CACHE_FORMAT, "objects": self.objects, "local": list(self.local),
                 "epoch": self.epoch, "keys": sorted(self.keys), "frozen": self.frozen,
                 "destroyed": sorted(self.destroyed), "last_sync": self.last_sync,
-                "remote": self.remote, "files": self.files}
+                "remote": self.remote, "files": self.files, "entries": self.entries}
 
 
 def _cache_body(data: bytes) -> tuple[bytes, bytes, dict[str, Any]]:
@@ -88,7 +91,8 @@ def load_cache(path: Path, kek: bytes) -> Cache:
                      epoch=int(doc["epoch"]), keys=set(doc["keys"]),
                      frozen=bool(doc["frozen"]), destroyed=set(doc["destroyed"]),
                      last_sync=doc.get("last_sync"), remote=doc.get("remote"),
-                     files=dict(doc.get("files") or {}))
+                     files=dict(doc.get("files") or {}),
+                     entries=dict(doc.get("entries") or {}))
     except (OSError, ValueError, KeyError, TypeError, DataError):
         return Cache()
 
@@ -209,6 +213,58 @@ def _summary(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class Directory:
+    """The remote's directory of users: an entry per user, sealed under a key of its
+    own and named at random, so that a machine that never held a user finds it."""
+
+    def __init__(self, remote: Remote, master: bytes) -> None:
+        self.remote, self.key = remote, syncseal.dir_key(master)
+        self.kek = syncseal.sync_kek(master)
+        self.damaged = 0
+
+    def names(self) -> list[str]:
+        return [n for n in self.remote.list(DIR) if n.startswith(DIR) and
+                "/" not in n[len(DIR):]]
+
+    def open(self, names: Iterable[str], pool: Executor | None = None
+             ) -> dict[str, tuple[str, str]]:
+        """(org, user) of each entry that opens; one of another master key is refused
+        before anything changes, a damaged one counted and skipped."""
+        names = list(names)
+        opened = list(pool.map(self._open, names) if pool is not None and len(names) > 1
+                      else map(self._open, names))
+        self.damaged += sum(o is None for o in opened)
+        return {n: o for n, o in zip(names, opened, strict=True) if o is not None}
+
+    def _open(self, name: str) -> tuple[str, str] | None:
+        from memvault.config import validate_name
+        from memvault.errors import UsageError
+
+        try:
+            org, user = syncseal.open_entry(self.key, name[len(DIR):], self.remote.get(name))
+            return validate_name("org", org), validate_name("user", user)
+        except syncseal.SyncForeignError:
+            raise Refused(f"the remote {self.remote.url} holds a directory of users this "
+                          "master key does not open: it is another vault's remote, or was "
+                          "tampered with; nothing was changed", field="remote") from None
+        except (syncseal.SyncAuthError, NotFound, UsageError):
+            return None
+
+    def known(self, cached: dict[str, str], pool: Executor | None = None) -> dict[str, str]:
+        """Every listed entry -> the namespace it names: the cached ones as they were,
+        the others opened now (an entry never changes under its name)."""
+        names = self.names()
+        out = {n: cached[n] for n in names if n in cached}
+        for name, (org, user) in self.open((n for n in names if n not in out), pool).items():
+            out[name] = syncseal.namespace(self.kek, org, user)
+        return out
+
+    def add(self, org: str, user: str) -> str:
+        oid = syncseal.new_object_id()
+        self.remote.put(DIR + oid, syncseal.seal_entry(self.key, oid, org, user))
+        return DIR + oid
+
+
 class Session:
     """One user's sync against one remote: the keys checked, the listing read. Uploads
     and downloads run on `remote.workers` threads (an S3 request waits on the network;
@@ -224,6 +280,7 @@ class Session:
         self.uploaded = 0
         self.pool: Executor | None = None
         self.pending: list[Future[None]] = []
+        self.entries: dict[str, str] | None = None
 
     def __enter__(self) -> Session:
         if self.remote.workers > 1:
@@ -356,9 +413,12 @@ def _pages(items: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
         yield items[at:at + PAGE]
 
 
-def sync(vault: Vault, remote: Remote) -> SyncResult:
-    """Merge this user's memory with the remote, both ways."""
+def sync(vault: Vault, remote: Remote,
+         entries: dict[str, str] | None = None) -> SyncResult:
+    """Merge this user's memory with the remote, both ways. `entries`: the directory of
+    users as `--all-users` read it a moment ago (else it is listed here)."""
     session = Session(vault, remote)
+    session.entries = entries
     path = cache_path(vault)
     fsio.ensure_dir(path.parent)
     with fsio.locked(path.with_suffix(".lock"), vault.settings.lock_timeout,
@@ -378,6 +438,11 @@ def _sync(s: Session, path: Path) -> SyncResult:
     local0 = scan_local(vault, memo, changed)
     kids, names = s.listing()
     s.check_keys(kids)  # first, before anything changes
+    directory = Directory(remote, vault.master.key)
+    # One more small listing; an entry is opened once, then its name is cached.
+    entries = dict(s.entries) if s.entries is not None else \
+        directory.known(cache.entries, s.pool)
+    s.damaged += directory.damaged
 
     current: dict[str, dict[str, Any]] = {}
     bodies: dict[str, dict[str, Any]] = {}
@@ -404,7 +469,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
         local0 = scan_local(vault, memo, changed)
         current = {n: i for n, i in current.items() if i["at"] > last or n in destroys}
     elif cache.local and not vault.exists():
-        return _push_destroy(s, path, cache, names)
+        return _push_destroy(s, path, cache, names, entries)
 
     state = vault.state() if vault.exists() else None
     epoch0 = state.key_version if state else 0
@@ -538,6 +603,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
     cache.keys = set(s.keys)
     cache.frozen = state.frozen if state else False
     cache.last_sync, cache.remote = now_iso(), remote.url
+    cache.entries = _list_user(s, directory, entries, bool(destroys))
     _retire_keys(s, newest)  # before the cache: a kill in between re-reads what it wrote
     save_cache(path, s.kek, cache)
     return SyncResult(len(push_ids), pulled, forgotten, remote.url, s.damaged,
@@ -816,12 +882,32 @@ def _destroy_here(vault: Vault) -> None:
     admin.destroy(vault, vault.user)
 
 
-def _push_destroy(s: Session, path: Path, cache: Cache, names: list[str]) -> SyncResult:
+def _list_user(s: Session, directory: Directory, entries: dict[str, str],
+               destroyed: bool) -> dict[str, str]:
+    """The directory names this user while it exists here: an entry is written when the
+    listing shows none (two machines writing at once leave a duplicate, read as one).
+    A user destroyed (here or on the machine it was pulled from) is taken out of it, so
+    that no machine's `--all-users` brings it back. The entries known now are returned."""
+    mine = [n for n, ns in entries.items() if ns == s.ns]
+    if s.vault.exists():
+        if not mine:
+            entries = {**entries, directory.add(s.vault.org, s.vault.user): s.ns}
+    elif destroyed:
+        for name in mine:
+            s.remote.delete(name)
+        entries = {n: ns for n, ns in entries.items() if ns != s.ns}
+    return entries
+
+
+def _push_destroy(s: Session, path: Path, cache: Cache, names: list[str],
+                  entries: dict[str, str]) -> SyncResult:
     """This user was destroyed here: a destroy under a new key, then every other object
-    and key deleted, so no copy on the remote opens any more."""
+    and key deleted, so no copy on the remote opens any more, and its directory entries,
+    so no machine that never held it finds it."""
     kid = s.new_key()
     name, _ = s.write(kid, {"kind": "destroy"})
     s.flush()
+    entries = _list_user(s, Directory(s.remote, s.vault.master.key), entries, True)
     for old in names:
         s.remote.delete(old)
         s.deleted += 1
@@ -830,7 +916,7 @@ def _push_destroy(s: Session, path: Path, cache: Cache, names: list[str]) -> Syn
             s.remote.delete(f"{s.ns}/k/{old_kid}")
     forgotten = len(cache.local)
     save_cache(path, s.kek, Cache(destroyed={name}, keys={kid}, last_sync=now_iso(),
-                                  remote=s.remote.url))
+                                  remote=s.remote.url, entries=entries))
     return SyncResult(0, 0, 0, s.remote.url, s.damaged, forgotten)
 
 
@@ -934,7 +1020,8 @@ def _restore_key(s: Session, kid: str) -> None:
 def run(vault: Vault, url: str, endpoint_url: str | None = None,
         all_users: bool = False) -> SyncResult | SyncAllResult:
     """Sync one user, or (`all_users`) every user of the vault this machine holds or
-    synced before (a destroyed one included, so that the destroy is pushed)."""
+    synced before (a destroyed one included, so that the destroy is pushed), and every
+    user the remote's directory names (made on other machines)."""
     from memvault.storage.layout import users
     from memvault.storage.remote import open_remote
 
@@ -946,6 +1033,22 @@ def run(vault: Vault, url: str, endpoint_url: str | None = None,
     who = set(users(vault.root))
     for org_dir in sorted(p for p in vault.root.iterdir() if p.is_dir()):
         who |= {(org_dir.name, f.stem) for f in (org_dir / ".sync").glob("*.json")}
+    # The directory is read whole (an entry of another master key refuses the run), once
+    # for every user's sync; duplicates of a user are one user.
+    directory = Directory(remote, vault.master.key)
+    kek = syncseal.sync_kek(vault.master.key)
+    pool = None
+    if remote.workers > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(remote.workers, "mem-sync-dir")
+    try:
+        listed = directory.open(directory.names(), pool)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    who |= set(listed.values())
+    entries = {n: syncseal.namespace(kek, org, user) for n, (org, user) in listed.items()}
     results: list[SyncResult] = []
     done: list[str] = []
     failed: list[str] = []
@@ -956,12 +1059,13 @@ def run(vault: Vault, url: str, endpoint_url: str | None = None,
                                                    "user": user})
         one = Vault(settings, master=vault.master, actor=vault.actor)
         try:
-            results.append(sync(one, remote))
+            results.append(sync(one, remote, entries))
             done.append(f"{org}/{user}")
         except MemError:
             failed.append(f"{org}/{user}")
     return SyncAllResult(sum(r.pushed for r in results), sum(r.pulled for r in results),
-                         sum(r.forgotten for r in results), url, tuple(done), tuple(failed))
+                         sum(r.forgotten for r in results), url, tuple(done), tuple(failed),
+                         directory.damaged)
 
 
 def remember_remote(url: str, endpoint_url: str | None) -> str | None:

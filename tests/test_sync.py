@@ -508,3 +508,66 @@ def test_an_upload_that_fails_among_parallel_ones_loses_nothing(
     assert sync_ops.sync(b, remote).pulled == 20 and contents(a) == contents(b)
     again = [sync_ops.sync(v, remote) for v in (a, b)]
     assert all((r.pushed, r.pulled, r.damaged) == (0, 0, 0) for r in again)
+
+
+def test_all_users_finds_users_made_elsewhere_and_forgets_destroyed_ones(
+        tmp_path: Path, remote: FolderRemote, script_runner: Any) -> None:
+    """The remote's directory of users: a fresh machine (the same master key, no users)
+    gets every user through `--all-users`, with its records; a destroyed user leaves the
+    directory and no machine brings it back; no name is in clear; a damaged entry is
+    skipped and counted, one of another master key refused."""
+    from dataclasses import replace
+
+    from memvault.ops.admin import destroy
+    from memvault.storage.layout import users
+    from tests.conftest import mem
+
+    def as_user(v: Vault, org: str, user: str) -> Vault:
+        return Vault(replace(v.settings, values={**v.settings.values, "org": org,
+                                                 "user": user}), master=v.master)
+
+    a = machine(tmp_path, "a")
+    add(as_user(a, "zebraorg", "walrususer"), f"{CANARY} walrus fact", "fact")
+    add(as_user(a, "default", "alice"), f"{CANARY} alice fact", "fact")
+    sync_ops.run(a, str(remote.root), all_users=True)
+    entries = sorted((remote.root / "u").iterdir())
+    assert len(entries) == 2 and {p.stat().st_size for p in entries} == {4096}
+
+    b = machine(tmp_path, "b")
+    assert not list(users(b.root))
+    env = {"MEM_VAULT": str(b.root), "MEM_SYNC_REMOTE": str(remote.root)}
+    done = mem(script_runner, "sync", "--all-users", "--json", **env)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["users"], doc["pulled"], doc["damaged"]) == (
+        ["default/alice", "zebraorg/walrususer"], 2, 0)
+    assert list(contents(as_user(b, "zebraorg", "walrususer")).values()) == [
+        f"{CANARY} walrus fact"]
+    assert len(list((remote.root / "u").iterdir())) == 2  # b found them: wrote none
+    assert_nothing_plain(remote.root, CANARY, "zebraorg", "walrususer", "alice")
+
+    # Destroyed on a: its entry goes with the destroy; b pulls the destroy and does not
+    # write the entry again; a third machine never sees the user.
+    destroy(as_user(a, "zebraorg", "walrususer"), "walrususer")
+    sync_ops.run(a, str(remote.root), all_users=True)
+    assert len(list((remote.root / "u").iterdir())) == 1
+    sync_ops.run(b, str(remote.root), all_users=True)
+    assert not as_user(b, "zebraorg", "walrususer").exists()
+    assert len(list((remote.root / "u").iterdir())) == 1
+    c = machine(tmp_path, "c")
+    assert sync_ops.run(c, str(remote.root), all_users=True).users == ("default/alice",)
+    assert list(users(c.root)) == [("default", "alice")]
+
+    # An entry copied under another name does not open: skipped and counted.
+    survivor = next((remote.root / "u").iterdir())
+    (remote.root / "u" / ("0" * 32)).write_bytes(survivor.read_bytes())
+    result = sync_ops.run(c, str(remote.root), all_users=True)
+    assert result.users == ("default/alice",) and result.damaged == 1
+    # An entry sealed under another master key: another vault's remote, refused.
+    from memvault.crypto import syncseal
+
+    other = syncseal.dir_key(os.urandom(32))
+    (remote.root / "u" / ("1" * 32)).write_bytes(
+        syncseal.seal_entry(other, "1" * 32, "default", "mallory"))
+    with pytest.raises(Refused):
+        sync_ops.run(c, str(remote.root), all_users=True)

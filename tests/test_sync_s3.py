@@ -94,6 +94,12 @@ def test_two_machines_through_s3(tmp_path: Path, s3_server: str, bucket: str) ->
     for key, data in stored.items():
         for needle in (CANARY, "secrettag", "projectsession", "alice", "green tea"):
             assert needle.encode() not in key.encode() + data
+    # The directory of users lists alice once, in an S3 listing: a machine that never
+    # held her finds her there.
+    assert len([key for key in stored if key.startswith("mem/u/")]) == 1
+    c = machine(tmp_path, "c")
+    c_all = sync_ops.run(c, url, s3_server, all_users=True)
+    assert c_all.users == ("default/alice",) and contents(c) == contents(a)
 
 
 def test_the_command_saves_the_remote_and_speaks_json(

@@ -119,12 +119,15 @@ def test_another_vaults_remote_is_refused_before_anything_changes(
     stranger = machine(tmp_path, "s", key=bytes(32))
     add(stranger, "Something else", "fact")
     # The stranger's namespace differs; pointing it at a's keys is the attack.
-    ns_a = next(remote.root.iterdir()).name
+    ns_a = next(p.name for p in remote.root.iterdir() if p.name != "u")
     fake = Vault(stranger.settings, master=stranger.master)
     session = sync_ops.Session(fake, remote)
     session.ns = ns_a
     with pytest.raises(Refused):
         session.check_keys(session.listing()[0])
+    # Its own sync is refused too: the directory of users holds an entry of a's key.
+    with pytest.raises(Refused):
+        sync_ops.sync(stranger, remote)
     assert sorted(p.name for p in remote.root.rglob("*")) == before
 
 

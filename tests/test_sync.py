@@ -256,6 +256,11 @@ def test_doctor_shows_the_last_sync_and_what_waits(
     assert "0 records waiting" in finding()
     add(a, "Likes climbing", "fact")
     assert "1 record waiting" in finding()
+    # A session's line file that did not exist at the last sync: its messages wait too.
+    ingest_text(a, transcript("trip", 3), None, "jsonl", session="trip")
+    assert "4 records waiting" in finding()
+    sync_ops.sync(a, remote)
+    assert "0 records waiting" in finding()
 
 
 class Gated:

@@ -117,12 +117,16 @@ def last_sync(vault: Vault) -> dict[str, Any] | None:
 
 
 def waiting(vault: Vault) -> int:
-    """Records held here that the last sync did not see (what the next one pushes)."""
+    """Records held here that the last sync did not see (what the next one pushes). The
+    cache's list of line files spares the headers of those unchanged since, as a sync's
+    scan does, so `doctor` reads O(what changed); a count shown, not a sync's decision,
+    so its MAC (which needs the key) is not checked."""
     try:
-        seen = set(_cache_body(fsio.read_regular(cache_path(vault)))[2]["local"])
+        doc = _cache_body(fsio.read_regular(cache_path(vault)))[2]
+        seen, memo = set(doc["local"]), dict(doc.get("files") or {})
     except (OSError, ValueError, KeyError, TypeError, DataError):
-        seen = set()
-    return len(set(scan_local(vault)) - seen)
+        seen, memo = set(), None
+    return len(scan_local(vault, memo).keys() - seen)
 
 
 def scan_local(vault: Vault, memo: dict[str, Any] | None = None,

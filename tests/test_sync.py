@@ -263,6 +263,35 @@ def test_doctor_shows_the_last_sync_and_what_waits(
     assert "0 records waiting" in finding()
 
 
+def test_all_users_leaves_a_busy_user_for_the_next_run_says_so_and_exits_75(
+        tmp_path: Path, remote: FolderRemote, script_runner: Any) -> None:
+    from dataclasses import replace
+
+    from memvault.errors import EX_TEMPFAIL
+    from memvault.storage import fsio
+    from tests.conftest import mem
+
+    a = machine(tmp_path, "a")
+    bob = Vault(replace(a.settings, values={**a.settings.values, "user": "bob"}),
+                master=a.master)
+    add(a, "alice likes tea", "fact")
+    add(bob, "bob likes coffee", "fact")
+    env = {"MEM_VAULT": str(a.root), "MEM_SYNC_REMOTE": str(remote.root),
+           "MEM_LOCK_TIMEOUT": "0.2"}
+    with fsio.locked(sync_ops.cache_path(bob).with_suffix(".lock"), 1, "bob's sync"):
+        done = mem(script_runner, "sync", "--all-users", "--json", **env)
+        told = mem(script_runner, "sync", "--all-users", **env)
+    assert done.returncode == EX_TEMPFAIL, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["users"], doc["failed"]) == (["default/alice"], ["default/bob"])
+    assert [(p["user"], p["problem"]) for p in doc["problems"]] == [("bob", "busy")]
+    assert told.returncode == EX_TEMPFAIL
+    assert "default/bob: the user's lock is held" in told.stdout + told.stderr
+    again = mem(script_runner, "sync", "--all-users", "--json", **env)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["failed"] == [] and json.loads(again.stdout)["pushed"] == 1
+
+
 class Gated:
     """A remote whose first listing waits until every machine at the gate has listed:
     both syncs then push without having seen the other's objects."""

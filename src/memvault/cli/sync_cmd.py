@@ -10,6 +10,7 @@ from memvault.cli import context
 from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt
 from memvault.cli.output import Output
 from memvault.errors import UsageError
+from memvault.model.results import SyncAllResult
 
 
 def sync(
@@ -40,6 +41,8 @@ def sync(
     endpoint = endpoint_url or cfg["endpoint_url"]
     out = Output(json)
     result = core.run(v, url, endpoint, all_users)
+    # --all-users: the users left for the next run, each with its reason, and its exit code.
+    problems = result.problems if isinstance(result, SyncAllResult) else ()
     if v.written:
         # What another machine stored gets its vectors here, as a local write does:
         # vectors are derived, never synced.
@@ -58,8 +61,15 @@ def sync(
             o.info(f"{result.damaged} remote object(s) did not open: skipped, tried "
                    "again by the next sync")
         o.info(f"synced with {result.remote}")
+        from memvault.cli.errors import HINTS
+
+        for problem in problems:
+            hint = f"; {HINTS[problem.hint]}" if problem.hint in HINTS else ""
+            o.warn(f"{problem.org}/{problem.user}: {problem.message}{hint}")
 
     out.data(result, human)
+    if isinstance(result, SyncAllResult) and result.exit_code:
+        raise typer.Exit(result.exit_code)
 
 
 def register(app: typer.Typer) -> None:

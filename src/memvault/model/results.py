@@ -333,13 +333,14 @@ class CompactResult(Result):
 
 
 @dataclass(frozen=True)
-class EmbedProblem(Result):
-    """A user whose embedding was skipped or stopped (no content, only what went wrong)."""
+class UserProblem(Result):
+    """A user a run over many skipped or stopped (`mem embed`, `mem sync`): no content,
+    only what went wrong."""
 
     _internal: ClassVar[frozenset[str]] = frozenset({"hint"})
     org: str
     user: str
-    problem: str  # "busy", "failed", "frozen"
+    problem: str  # "busy", "failed", "frozen" (embed only)
     message: str
     exit_code: int
     hint: str | None = None  # the next step, worded by the surface
@@ -355,7 +356,7 @@ class EmbedResult(Result):
     embedded: int
     pending: int
     model: str | None
-    problems: tuple[EmbedProblem, ...] = ()
+    problems: tuple[UserProblem, ...] = ()
     exit_code: int = 0
 
 
@@ -378,8 +379,10 @@ class SyncResult(Result):
 
 @dataclass(frozen=True)
 class SyncAllResult(Result):
-    """`mem sync --all-users`: the sums, and each user's own result."""
+    """`mem sync --all-users`: the sums, the users synced, and those that were not
+    (`failed`, each with its reason in `problems`: the next run retries them)."""
 
+    _internal: ClassVar[frozenset[str]] = frozenset({"exit_code"})
     pushed: int
     pulled: int
     forgotten: int
@@ -387,3 +390,5 @@ class SyncAllResult(Result):
     users: tuple[str, ...]
     failed: tuple[str, ...]
     damaged: int = 0  # entries of the remote's directory of users that did not open
+    problems: tuple[UserProblem, ...] = ()
+    exit_code: int = 0  # 75 when every failure was a busy user, else the first one's

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from memvault.config import Settings
     from memvault.embed.base import Embedder, ModelId, Vectors
     from memvault.index.vectors import VectorStore
-    from memvault.model.results import EmbedProblem, EmbedResult
+    from memvault.model.results import EmbedResult, UserProblem
     from memvault.storage.state import UserState
 
 BATCH = 256  # texts embedded at once, and records added under the lock at once
@@ -61,13 +61,13 @@ class Outcome:
     embedded: int = 0
     pending: int = 0
     model: str | None = None
-    problems: list[EmbedProblem] = field(default_factory=list)
+    problems: list[UserProblem] = field(default_factory=list)
 
     def problem(self, kind: str, message: str, exit_code: int,
                 hint: str | None = None) -> None:
-        from memvault.model.results import EmbedProblem
+        from memvault.model.results import UserProblem
 
-        self.problems.append(EmbedProblem(self.org, self.user, kind, message, exit_code,
+        self.problems.append(UserProblem(self.org, self.user, kind, message, exit_code,
                                           hint))
 
 

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from memvault.crypto import syncseal
-from memvault.errors import DataError, NotFound, Refused
+from memvault.errors import EX_TEMPFAIL, Busy, DataError, MemError, NotFound, Refused
 from memvault.index.base import file_entries
 from memvault.model.location import session_file
 from memvault.model.records import DOC_FILES, Record, now_iso
-from memvault.model.results import SyncAllResult, SyncResult
+from memvault.model.results import SyncAllResult, SyncResult, UserProblem
 from memvault.storage import fsio
 from memvault.storage.remote import Remote
 from memvault.storage.state import Superseded
@@ -1032,7 +1032,6 @@ def run(vault: Vault, url: str, endpoint_url: str | None = None,
     remote = open_remote(url, endpoint_url)
     if not all_users:
         return sync(vault, remote)
-    from memvault.errors import MemError
 
     who = set(users(vault.root))
     for org_dir in sorted(p for p in vault.root.iterdir() if p.is_dir()):
@@ -1055,7 +1054,7 @@ def run(vault: Vault, url: str, endpoint_url: str | None = None,
     entries = {n: syncseal.namespace(kek, org, user) for n, (org, user) in listed.items()}
     results: list[SyncResult] = []
     done: list[str] = []
-    failed: list[str] = []
+    problems: list[UserProblem] = []
     for org, user in sorted(who):
         from dataclasses import replace
 
@@ -1065,11 +1064,19 @@ def run(vault: Vault, url: str, endpoint_url: str | None = None,
         try:
             results.append(sync(one, remote, entries))
             done.append(f"{org}/{user}")
-        except MemError:
-            failed.append(f"{org}/{user}")
+        except Busy:
+            problems.append(UserProblem(org, user, "busy", "the user's lock is held (a hook "
+                                        "or a command is writing); skipped, the next run "
+                                        "retries", EX_TEMPFAIL))
+        except MemError as exc:  # one user's failure does not stop the others
+            problems.append(UserProblem(org, user, "failed", exc.message, exc.exit_code,
+                                        exc.hint))
+    busy = all(p.problem == "busy" for p in problems)
     return SyncAllResult(sum(r.pushed for r in results), sum(r.pulled for r in results),
-                         sum(r.forgotten for r in results), url, tuple(done), tuple(failed),
-                         directory.damaged)
+                         sum(r.forgotten for r in results), url, tuple(done),
+                         tuple(f"{p.org}/{p.user}" for p in problems), directory.damaged,
+                         tuple(problems),
+                         0 if not problems else EX_TEMPFAIL if busy else problems[0].exit_code)
 
 
 def remember_remote(url: str, endpoint_url: str | None) -> str | None:

@@ -28,6 +28,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from common import BIN, RESULTS, interleaved, median_ms, report, run_timed, throwaway_env
 
@@ -118,28 +119,28 @@ def longmemeval_rows() -> list[tuple[str, int, dict[str, float], dict[str, float
     return rows
 
 
+def _split(row: dict[str, float], label: str, rows: list[Any], mode: str) -> None:
+    """R@10 of `mode` on each hash half of `rows`, then on each category or type."""
+    for half in (0, 1):
+        row[f"{label} half {'AB'[half]}"] = statistics.fmean(
+            r[2][mode] for r in rows if r[1] == half)
+    for kind in dict.fromkeys(r[0] for r in rows):
+        row[f"{label} {kind}"] = statistics.fmean(r[2][mode] for r in rows if r[0] == kind)
+
+
 def quality() -> dict[str, object]:
     for var in ("MEM_KEY_FILE", "MEM_KEY_COMMAND", "MEM_MASTER_KEY", "MEM_ORG", "MEM_USER"):
         os.environ.pop(var, None)
     names = ("fts5", *MODES)
     loc = locomo_rows()
     table: dict[str, dict[str, float]] = {n: {} for n in names}
-    for n in names:
-        table[n]["LoCoMo R@10"] = statistics.fmean(r[2][n] for r in loc)
-        for half in (0, 1):
-            table[n][f"LoCoMo half {'AB'[half]}"] = statistics.fmean(
-                r[2][n] for r in loc if r[1] == half)
-        for cat in dict.fromkeys(r[0] for r in loc):
-            table[n][f"LoCoMo {cat}"] = statistics.fmean(r[2][n] for r in loc if r[0] == cat)
     lme = longmemeval_rows()
     for n in names:
+        table[n]["LoCoMo R@10"] = statistics.fmean(r[2][n] for r in loc)
+        _split(table[n], "LoCoMo", loc, n)
         table[n]["LME R@10"] = statistics.fmean(r[2][n] for r in lme)
         table[n]["LME hit@10"] = statistics.fmean(r[3][n] for r in lme)
-        for half in (0, 1):
-            table[n][f"LME half {'AB'[half]}"] = statistics.fmean(
-                r[2][n] for r in lme if r[1] == half)
-        for kind in dict.fromkeys(r[0] for r in lme):
-            table[n][f"LME {kind}"] = statistics.fmean(r[2][n] for r in lme if r[0] == kind)
+        _split(table[n], "LME", lme, n)
     print(f"{'turn R@10':<36}" + "".join(f"{n:>10}" for n in names) + "   hybrid-lexical")
     for metric in table["hybrid"]:
         print(f"{metric:<36}" + "".join(f"{table[n][metric]:>10.1f}" for n in names)

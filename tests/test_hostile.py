@@ -504,6 +504,9 @@ BOMB = "redaction:\n  disable:\n" + "".join(
     ("brief_max_chars: true\n", "brief_max_chars"),
     ("key_command_timeout: -1\n", "invalid value -1 for key_command_timeout"),
     ("[" * 5000 + "]" * 5000 + "\n", "nested more than 32 levels deep"),
+    ("a: " + "{b: " * 5000 + "1" + "}" * 5000 + "\n", "nested more than 32 levels deep"),
+    ("".join(f"{'  ' * i}k{i}:\n" for i in range(40)) + "  " * 40 + "v: 1\n",
+     "nested more than 32 levels deep"),
 ])
 def test_a_hostile_config_file_is_a_config_error(
         script_runner: ScriptRunner, vault: Vault, config_dir: Path, text: str,

@@ -238,6 +238,32 @@ def test_three_machines_converge(tmp_path_factory: pytest.TempPathFactory,
     assert set(seen["records"]) == held[0]
 
 
+def test_a_remote_given_once_is_saved_and_another_one_syncs_without_replacing_it(
+        tmp_path: Path, remote: FolderRemote, script_runner: Any) -> None:
+    """`--remote` is saved in config.yaml for later runs; a different one given later
+    still syncs (exit 0, its result printed) and says, in one line, why it was not
+    saved, leaving the file as it was."""
+    from tests.conftest import mem
+
+    a = machine(tmp_path, "a")
+    add(a, "Likes hiking", "fact")
+    env = {"MEM_VAULT": str(tmp_path / "a")}
+    first = mem(script_runner, "sync", "--remote", str(remote.root), "--json", **env)
+    assert first.returncode == 0 and json.loads(first.stdout)["pushed"] == 1
+    config = tmp_path / "config" / "config.yaml"
+    saved = config.read_text()
+    assert str(remote.root) in saved
+    assert mem(script_runner, "sync", "--json", **env).returncode == 0  # no flag needed
+    other = tmp_path / "other"
+    other.mkdir()
+    again = mem(script_runner, "sync", "--remote", str(other), "--json", **env)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["pushed"] == 1  # the other remote got the record
+    [line] = again.stderr.strip().splitlines()
+    assert "not saved" in line and repr(str(remote.root)) in line
+    assert config.read_text() == saved
+
+
 def test_doctor_shows_the_last_sync_and_what_waits(
         tmp_path: Path, remote: FolderRemote, script_runner: Any) -> None:
     from tests.conftest import mem

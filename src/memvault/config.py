@@ -511,17 +511,24 @@ def file_with_setting(name: str, value: str) -> tuple[Path, bytes] | None:
 def file_with_sync(remote: str, endpoint_url: str | None) -> tuple[Path, bytes] | None:
     """The config file with its `sync:` section naming this remote (and endpoint), as
     `file_with_setting` does for a top-level setting: None when it already says so. A
-    file whose `sync:` says otherwise, or is not a plain mapping, is left to the user."""
+    file whose `sync:` says otherwise, or is not a plain mapping, is left to the user
+    (ConfigError, naming what it says)."""
     path = config_dir() / CONFIG_FILE
     text = _read_text(path) if path.exists() else ""
     data = _read_config_file(path)
     wanted = {"remote": remote, **({"endpoint_url": endpoint_url} if endpoint_url else {})}
     old = data.get("sync")
-    if isinstance(old, dict) and all(old.get(k) == v for k, v in wanted.items()):
-        return None
+    if isinstance(old, dict):
+        differs = [k for k, v in wanted.items() if old.get(k) != v]
+        if not differs:
+            return None
+        k = differs[0]
+        raise ConfigError(f"config file {path} names another {k} in its sync: section "
+                          f"({old.get(k)!r}, not {wanted[k]!r}); edit it there to make "
+                          "this one the default")
     if old is not None:
-        raise ConfigError(f"config file {path} has a sync: section; set its remote to "
-                          f"{remote} there to use it")
+        raise ConfigError(f"config file {path} has a sync: section that is not a mapping; "
+                          "set its remote there")
     lines = "".join(f"  {k}: {json.dumps(v)}\n" for k, v in wanted.items())
     new = text + ("" if not text or text.endswith("\n") else "\n") + "sync:\n" + lines
     try:

@@ -9,7 +9,7 @@ import typer
 from memvault.cli import context
 from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt
 from memvault.cli.output import Output
-from memvault.errors import UsageError
+from memvault.errors import ConfigError, UsageError
 from memvault.model.results import SyncAllResult
 
 
@@ -40,6 +40,14 @@ def sync(
                          "s3://bucket/prefix)", field="remote")
     endpoint = endpoint_url or cfg["endpoint_url"]
     out = Output(json)
+    # Whether the remote given can be saved as the default is known before the sync;
+    # a config that names another only keeps this sync from saving it (said after).
+    change, not_saved = None, None
+    if remote is not None:
+        try:
+            change = core.remote_setting(remote, endpoint_url)
+        except ConfigError as e:
+            not_saved = e.message
     result = core.run(v, url, endpoint, all_users)
     # --all-users: the users left for the next run, each with its reason, and its exit code.
     problems = result.problems if isinstance(result, SyncAllResult) else ()
@@ -49,10 +57,10 @@ def sync(
         from memvault.ops import background
 
         background.start(v.settings, v.written)
-    if remote is not None:
-        saved = core.remember_remote(remote, endpoint_url)
-        if saved:
-            out.info(f"the remote is saved in {saved}")
+    if change is not None:
+        out.info(f"the remote is saved in {core.remember_remote(change)}")
+    if not_saved is not None:
+        out.warn(f"synced, but the remote is not saved: {not_saved}")
 
     def human(o: Output) -> None:
         o.table(["", "count"], [["pushed", result.pushed], ["pulled", result.pulled],

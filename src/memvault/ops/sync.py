@@ -1079,13 +1079,17 @@ def run(vault: Vault, url: str, endpoint_url: str | None = None,
                          0 if not problems else EX_TEMPFAIL if busy else problems[0].exit_code)
 
 
-def remember_remote(url: str, endpoint_url: str | None) -> str | None:
-    """Write the remote into config.yaml's `sync:` section (the path, when written)."""
+def remote_setting(url: str, endpoint_url: str | None) -> tuple[Path, bytes] | None:
+    """The change to config.yaml that makes this remote the default (None: it already
+    is); ConfigError when its `sync:` section names another, or cannot take one. Asked
+    before a sync, written (remember_remote) only after it succeeded."""
     from memvault.config import file_with_sync
 
-    change = file_with_sync(url, endpoint_url)
-    if change is None:
-        return None
+    return file_with_sync(url, endpoint_url)
+
+
+def remember_remote(change: tuple[Path, bytes]) -> str:
+    """Write config.yaml with its `sync:` section (the path written)."""
     path, data = change
     fsio.ensure_dir(path.parent)
     fsio.atomic_write(path, data)

@@ -214,11 +214,44 @@ def test_a_client_that_cannot_be_made_fails_as_the_remote(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The client is made on a thread while the sync scans: what fails there (here, a
     profile that no file names) is the remote's error at its first request."""
-    from memvault.errors import StorageError
+    from memvault.errors import ConfigError
 
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
     monkeypatch.setenv("AWS_PROFILE", "nowhere")
     remote = open_remote("s3://bucket/mem", "http://127.0.0.1:9")
-    with pytest.raises(StorageError, match="nowhere"):
+    with pytest.raises(ConfigError, match="nowhere"):
         list(remote.list("x/"))
+
+
+def test_what_fails_at_the_remote_exits_with_what_to_do_about_it(
+        tmp_path: Path, s3_server: str, bucket: str, script_runner: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No credentials: configuration (78); no such bucket: not found (66); both one
+    line, nothing saved as the default remote. A network or server failure is for the
+    next run (75)."""
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
+    from memvault.errors import EX_TEMPFAIL
+
+    a = machine(tmp_path, "a")
+    add(a, "Likes hiking", "fact")
+    env = {"MEM_VAULT": str(tmp_path / "a"), "MEM_MASTER_KEY": os.environ["MEM_MASTER_KEY"],
+           "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_EC2_METADATA_DISABLED": "true",
+           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var)
+    done = mem(script_runner, "sync", "--remote", f"s3://{bucket}/p", "--endpoint-url",
+               s3_server, **env)
+    assert done.returncode == 78 and "credentials" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    env.update(CREDENTIALS)
+    done = mem(script_runner, "sync", "--remote", "s3://no-such-bucket/p", "--endpoint-url",
+               s3_server, **env)
+    assert done.returncode == 66 and "no-such-bucket does not exist" in done.stderr
+    assert not (tmp_path / "config" / "config.yaml").exists()
+    # Refused connections are retried by the client for seconds: the mapping is checked.
+    remote = open_remote(f"s3://{bucket}/p", s3_server)
+    down = remote._fail("an upload", EndpointConnectionError(endpoint_url=s3_server))
+    slow = remote._fail("a listing", ClientError({"Error": {"Code": "SlowDown"}}, "List"))
+    assert down.exit_code == slow.exit_code == EX_TEMPFAIL

@@ -73,6 +73,13 @@ class Refused(MemError):
     exit_code = EX_NOPERM
 
 
+class Unreachable(MemError):
+    """A service that did not answer or failed for now (the network, a time-out, a server
+    error): nothing was changed by it, and a later run tries again."""
+
+    exit_code = EX_TEMPFAIL
+
+
 class ConfigError(MemError):
     """No key, a key file with unsafe permissions, a bad config file."""
 

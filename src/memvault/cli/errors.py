@@ -26,17 +26,17 @@ EXIT_CODES = (
                  "transcript or import file; `verify` or `audit` found an error; an embeddings "
                  "endpoint's answer that is not the embeddings asked for"),
     (EX_NOINPUT, "not found: a memory id, session, vault or input file; a user with no "
-                 "memory in that org, or an org with no users"),
+                 "memory in that org, or an org with no users; a sync folder or bucket"),
     (EX_IOERR, "cannot write: a full disk, a vault mounted read-only; nothing was changed"),
     (EX_TEMPFAIL, "retry later: a user's lock was not obtained in time; a compaction unit "
-                  "whose summariser failed on it; an embeddings endpoint overloaded, failing "
-                  "or not reachable"),
+                  "whose summariser failed on it; an embeddings endpoint or a sync remote "
+                  "overloaded, failing or not reachable"),
     (EX_NOPERM, "refused: a wrong key or passphrase, a secret, a frozen user, an "
                 "unconfirmed destroy, a key backup of another vault"),
     (EX_CONFIG, "configuration: no key, an unsafe key file, a failing key command, an OS "
                 "keyring missing or locked, a bad config file, a summariser that cannot be "
                 "started or fails before it answers; an embeddings endpoint that refuses "
-                "the key or has no such model"),
+                "the key or has no such model; S3 credentials missing or refused"),
     (EX_INTERRUPTED, "interrupted (Ctrl-C): one line says what was kept; every write is "
                      "atomic or journalled, and the same command run again resumes"),
 )

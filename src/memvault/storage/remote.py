@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
-from memvault.errors import ConfigError, NotFound, StorageError
+from memvault.errors import ConfigError, MemError, NotFound, StorageError, Unreachable
 from memvault.storage import fsio
 
 
@@ -73,6 +73,17 @@ class FolderRemote:
             pass
 
 
+# How botocore names what went wrong (its exception classes, S3's error codes).
+_NO_CREDENTIALS = frozenset({"NoCredentialsError", "PartialCredentialsError",
+                             "ProfileNotFound", "CredentialRetrievalError"})
+_REFUSED = frozenset({"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+                      "ExpiredToken", "InvalidToken", "AllAccessDisabled", "AccountProblem"})
+_UNREACHABLE = frozenset({"EndpointConnectionError", "ConnectTimeoutError",
+                          "ReadTimeoutError", "ConnectionClosedError",
+                          "ProxyConnectionError", "ConnectionError"})
+_SERVER = frozenset({"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout"})
+
+
 class S3Remote:
     """An S3-compatible bucket through boto3, credentials from the standard chain.
     Requests run on several threads (one client is thread-safe), as boto3's own
@@ -127,8 +138,25 @@ class S3Remote:
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
 
-    def _fail(self, what: str, exc: Exception) -> StorageError:
-        return StorageError(f"the remote {self.url}: {what} failed ({exc})")
+    def _fail(self, what: str, exc: BaseException) -> MemError:
+        """The error a failed request is, by what a user does about it: the set-up to
+        fix (no credentials, refused ones: 78; no such bucket: 66), or the next run to
+        wait for (the network, a time-out, the service failing: 75)."""
+        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+        where = f"the remote {self.url}"
+        if type(exc).__name__ in _NO_CREDENTIALS:
+            return ConfigError(f"{where}: {exc} (S3 credentials come from the environment, "
+                               "~/.aws or an instance role)", field="remote")
+        if code in _REFUSED:
+            return ConfigError(f"{where}: {what} was refused ({code}): check the "
+                               "credentials and the bucket's policy", field="remote")
+        if code == "NoSuchBucket":
+            return NotFound(f"{where}: the bucket {self.bucket} does not exist",
+                            field="remote")
+        if type(exc).__name__ in _UNREACHABLE or code in _SERVER or code.startswith("5"):
+            return Unreachable(f"{where}: {what} failed ({exc}); nothing is lost, the "
+                               "next sync tries again")
+        return StorageError(f"{where}: {what} failed ({exc})")
 
     def list(self, prefix: str) -> Iterator[str]:
         cut = len(self.prefix) + 1 if self.prefix else 0

@@ -25,6 +25,24 @@ def test_help_lists_commands(script_runner: ScriptRunner) -> None:
         assert command in result.stdout
 
 
+def test_help_gives_each_command_its_first_paragraph_on_one_line(
+        script_runner: ScriptRunner) -> None:
+    """A docstring's first paragraph spans several source lines; the list of commands
+    shows it as one sentence, not broken where the source line was."""
+    import inspect
+
+    from memvault.cli import app
+
+    result = mem(script_runner, "--help", COLUMNS="400")
+    rows = [line.strip("│ ").split(None, 1) for line in result.stdout.splitlines()
+            if line.startswith("│ ")]
+    shown = {row[0]: row[1].rstrip("│ ") for row in rows if len(row) == 2}
+    for info in app.registered_commands:
+        name = info.name or info.callback.__name__
+        first = inspect.cleandoc(info.callback.__doc__).split("\n\n")[0]
+        assert shown[name] == " ".join(first.split()).replace("\\[", "["), name  # markup
+
+
 def test_init_json(script_runner: ScriptRunner, vault_dir: Path) -> None:
     result = mem(script_runner, "init", "--json")
     assert result.returncode == 0

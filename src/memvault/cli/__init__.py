@@ -76,6 +76,7 @@ def _version(value: bool) -> None:
 def build(only: str | None = None) -> typer.Typer:
     """The Typer app with every command, or with the command `only` alone."""
     import importlib
+    import inspect
 
     import typer
 
@@ -99,6 +100,12 @@ def build(only: str | None = None) -> typer.Typer:
     for module, names in MODULES.items():
         if only is None or only in names:
             importlib.import_module(f"memvault.cli.{module}").register(app)
+    for info in app.registered_commands:
+        # The list of commands shows each one's first paragraph; the panel would keep
+        # that paragraph's line breaks, so it gets the paragraph as one line.
+        if info.short_help is None and info.callback is not None and info.callback.__doc__:
+            first = inspect.cleandoc(info.callback.__doc__).split("\n\n")[0]
+            info.short_help = " ".join(first.split())
     if only is not None:
         app.registered_commands = [
             c for c in app.registered_commands

@@ -33,14 +33,17 @@ def test_help_gives_each_command_its_first_paragraph_on_one_line(
 
     from memvault.cli import app
 
-    result = mem(script_runner, "--help", COLUMNS="400")
-    rows = [line.strip("│ ").split(None, 1) for line in result.stdout.splitlines()
-            if line.startswith("│ ")]
-    shown = {row[0]: row[1].rstrip("│ ") for row in rows if len(row) == 2}
-    for info in app.registered_commands:
-        name = info.name or info.callback.__name__
-        first = inspect.cleandoc(info.callback.__doc__).split("\n\n")[0]
-        assert shown[name] == " ".join(first.split()).replace("\\[", "["), name  # markup
+    groups = [([], app)] + [([g.name], g.typer_instance) for g in app.registered_groups]
+    for args, group in groups:
+        result = mem(script_runner, *args, "--help", COLUMNS="400")
+        rows = [line.strip("│ ").split(None, 1) for line in result.stdout.splitlines()
+                if line.startswith("│ ")]
+        shown = {row[0]: row[1].rstrip("│ ") for row in rows if len(row) == 2}
+        for info in group.registered_commands:
+            name = info.name or info.callback.__name__.replace("_", "-")
+            first = inspect.cleandoc(info.callback.__doc__).split("\n\n")[0]
+            want = " ".join(first.split()).replace("\\[", "[")  # rich's markup escape
+            assert shown[name] == want, (args, name)
 
 
 def test_init_json(script_runner: ScriptRunner, vault_dir: Path) -> None:

@@ -76,7 +76,6 @@ def _version(value: bool) -> None:
 def build(only: str | None = None) -> typer.Typer:
     """The Typer app with every command, or with the command `only` alone."""
     import importlib
-    import inspect
 
     import typer
 
@@ -100,12 +99,7 @@ def build(only: str | None = None) -> typer.Typer:
     for module, names in MODULES.items():
         if only is None or only in names:
             importlib.import_module(f"memvault.cli.{module}").register(app)
-    for info in app.registered_commands:
-        # The list of commands shows each one's first paragraph; the panel would keep
-        # that paragraph's line breaks, so it gets the paragraph as one line.
-        if info.short_help is None and info.callback is not None and info.callback.__doc__:
-            first = inspect.cleandoc(info.callback.__doc__).split("\n\n")[0]
-            info.short_help = " ".join(first.split())
+    _short_helps(app)
     if only is not None:
         app.registered_commands = [
             c for c in app.registered_commands
@@ -113,6 +107,20 @@ def build(only: str | None = None) -> typer.Typer:
                                                       else "")) == only]
         app.registered_groups = [g for g in app.registered_groups if g.name == only]
     return app
+
+
+def _short_helps(app: typer.Typer) -> None:
+    """A list of commands shows each one's first paragraph, but would keep that
+    paragraph's line breaks: each command (and each group's) gets it as one line."""
+    import inspect
+
+    for info in app.registered_commands:
+        if info.short_help is None and info.callback is not None and info.callback.__doc__:
+            first = inspect.cleandoc(info.callback.__doc__).split("\n\n")[0]
+            info.short_help = " ".join(first.split())
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            _short_helps(group.typer_instance)
 
 
 def __getattr__(name: str) -> typer.Typer:

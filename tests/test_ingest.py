@@ -198,6 +198,9 @@ def test_human_output_and_quiet(script_runner: ScriptRunner, vault: Vault) -> No
     assert result.returncode == 0
     assert result.stdout == ""  # the report is a message: stderr
     assert "added 4 messages" in result.stderr
+    one = mem(script_runner, "ingest", "-", "--session", "single",
+              stdin=json.dumps({"role": "user", "content": "one message alone"}) + "\n")
+    assert "added 1 message," in one.stderr
     quiet = mem(script_runner, "ingest", str(FIXTURES / "codex-legacy.jsonl"), "--quiet")
     assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
 

@@ -129,8 +129,10 @@ def ingest(
         verb, count = ("would add", len(result.messages)) if dry_run else \
             ("added", result.messages_added)
         updated = f", {result.messages_updated} grown" if result.messages_updated else ""
-        summaries = f", {result.summaries_added} summaries" if result.summaries_added else ""
-        o.info(f"session {result.session_id}: {verb} {count} messages{updated}{summaries}, "
+        n = result.summaries_added
+        summaries = f", {n} {'summary' if n == 1 else 'summaries'}" if n else ""
+        noun = "message" if count == 1 else "messages"
+        o.info(f"session {result.session_id}: {verb} {count} {noun}{updated}{summaries}, "
                f"{result.messages_skipped} skipped, {result.withheld} withheld")
         for r in result.redactions:
             o.info(f"  {r.action} {r.count} × {r.rule}")

@@ -687,6 +687,26 @@ def test_a_card_is_made_of_what_people_said_more_than_of_tool_output():
     assert "drwxr1" in text  # a tool's words still count, at a quarter
 
 
+def test_a_cards_title_names_topics_in_words_and_its_keywords_keep_the_rest():
+    import re as _re
+
+    from memvault.model.records import Record
+    from memvault.ops.summarize import card
+
+    def analyze(text: str) -> list[tuple[str, int, int]]:
+        return [(m.group(0).lower(), m.start(), m.end()) for m in _re.finditer(r"\w+", text)]
+
+    said = ["Commit ds906659 pins the compiler; rebuild ds906659 with 160p images.",
+            "The compiler upgrade for ds906659 broke the 160p thumbnails again.",
+            "Pin the compiler, regenerate the thumbnails, then tag ds906659."]
+    records = [Record("id", "o", "u", "message", t, "h", role="user") for t in said]
+    text = card(records, analyze, frozenset({"the", "for", "then", "with"}))
+    title, keywords = text.splitlines()[0], text.split("Keywords: ")[1].splitlines()[0]
+    assert "ds906659" not in title.lower() and "160p" not in title
+    assert "compiler" in title.lower() and "thumbnails" in title.lower()
+    assert {"ds906659", "160p"} <= set(keywords.split(", "))
+
+
 # --- the built-in card: the same in every process, so a dry run shows what is stored -------
 
 

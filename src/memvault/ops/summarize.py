@@ -142,7 +142,10 @@ def card(records: Sequence[Record], analyze: Analyze, stopwords: frozenset[str],
 
     # Named speakers (a chat's members) lead the title; "user" and "assistant" say nothing.
     speakers = list(dict.fromkeys(r.name for r in records if r.name))
-    topics = ", ".join(word(s) for s in ranked[:5])
+    # The title names topics in words; a hash, a version or a file size ("ds906659",
+    # "160p") still counts among the keywords a search finds the card by.
+    worded = [s for s in ranked if _worded(word(s))] or ranked
+    topics = ", ".join(word(s) for s in worded[:5])
     lines = [f"{', '.join(speakers[:4])}: {topics}" if speakers else topics.capitalize()]
     points = _points(sentences, weight)
     if points:
@@ -165,6 +168,12 @@ def card(records: Sequence[Record], analyze: Analyze, stopwords: frozenset[str],
     if quotes:
         lines.append("Quotes: " + " ".join(f'{s.speaker}: "{s.text}"' for s in quotes))
     return "\n".join(lines)
+
+
+def _worded(token: str) -> bool:
+    """A word as a title would name one: letters only, three at least (two of a script
+    written without spaces, where two characters are a word)."""
+    return token.isalpha() and (len(token) >= 3 or not token.isascii())
 
 
 def _points(sentences: list[_Sentence], weight: dict[str, float]) -> list[_Sentence]:

@@ -685,6 +685,12 @@ def test_a_card_is_made_of_what_people_said_more_than_of_tool_output():
     assert "billing" in title.lower() and "drwxr" not in title
     assert "tool:" not in points and "user: Please migrate" in points
     assert "drwxr1" in text  # a tool's words still count, at a quarter
+    # A call the assistant made, as a transcript's message holds it, is no key point.
+    calls = [rec("user", "Bump the postgres driver and rerun the billing migration."),
+             rec("assistant", "Bumping the driver.\n[tool shell] pip install --upgrade "
+                 "psycopg psycopg-binary psycopg-pool sqlalchemy alembic billing-tools")]
+    points = card(calls, analyze, frozenset({"the", "and"})).split("Key points:")[1]
+    assert "[tool" not in points.split("Keywords:")[0] and "user: Bump" in points
 
 
 def test_a_cards_title_names_topics_in_words_and_its_keywords_keep_the_rest():

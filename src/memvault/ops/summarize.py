@@ -32,6 +32,7 @@ CARD_POINTS = 6
 POINT_CHARS = 240
 OUTPUT_LIMIT = 1 << 20  # an external summariser's answer: a summary, not a book
 TOOL_SHARE = 0.25  # a tool's output (file contents, logs) says less about a session
+TOOL_CALL = "[tool "  # how a transcript's tool call reads in a message (text/transcripts)
 MESSAGE_CHARS = 4000  # one message's share of what an external summariser is sent
 
 DEFAULT_PROMPT = """\
@@ -114,7 +115,10 @@ def card(records: Sequence[Record], analyze: Analyze, stopwords: frozenset[str],
             piece = " ".join(piece.split())
             if not piece:
                 continue
-            sentence = _Sentence(piece, speaker(record), tool=record.role == "tool")
+            # A tool's output, or a call the assistant made ("[tool NAME] what it was
+            # asked", as transcripts are read): what was done, not what was said.
+            sentence = _Sentence(piece, speaker(record),
+                                 tool=record.role == "tool" or piece.startswith(TOOL_CALL))
             share = TOOL_SHARE if sentence.tool else 1.0
             for stem, start, end in analyze(piece):
                 token = piece[start:end]

@@ -691,6 +691,12 @@ def test_a_card_is_made_of_what_people_said_more_than_of_tool_output():
                  "psycopg psycopg-binary psycopg-pool sqlalchemy alembic billing-tools")]
     points = card(calls, analyze, frozenset({"the", "and"})).split("Key points:")[1]
     assert "[tool" not in points.split("Keywords:")[0] and "user: Bump" in points
+    # Nor is a tool's output a decision, a to-do or a quote of what someone said.
+    logs = [rec("user", "Deploy the billing service tonight."),
+            rec("tool", "warning: you need to rerun migrations; I want coffee; we decided"),
+            rec("assistant", "We need to rerun the billing migrations first.")]
+    text = card(logs, analyze, frozenset({"the", "to"}))
+    assert "tool:" not in text and "assistant: We need to rerun" in text
 
 
 def test_a_cards_title_names_topics_in_words_and_its_keywords_keep_the_rest():

@@ -157,7 +157,8 @@ def card(records: Sequence[Record], analyze: Analyze, stopwords: frozenset[str],
         lines += [f"- {s.speaker}: {_cut(s.text, POINT_CHARS)}" for s in points]
     chosen = {id(s) for s in points}
     for title, pattern in (("Decisions", _DECISION), ("To-dos", _TODO)):
-        found = [s for s in sentences if pattern.search(s.text) and id(s) not in chosen][:4]
+        found = [s for s in sentences if not s.tool and pattern.search(s.text)
+                 and id(s) not in chosen][:4]
         chosen |= {id(s) for s in found}
         if found:
             lines.append(f"{title}: " + " | ".join(
@@ -166,8 +167,8 @@ def card(records: Sequence[Record], analyze: Analyze, stopwords: frozenset[str],
     if entities:
         lines.append("Entities: " + ", ".join(entities))
     lines.append("Keywords: " + ", ".join(word(s) for s in ranked[:CARD_KEYWORDS]))
-    quotes = sorted((s for s in sentences if _QUOTE.search(s.text) and id(s) not in chosen
-                     and len(s.text) <= 160),
+    quotes = sorted((s for s in sentences if not s.tool and _QUOTE.search(s.text)
+                     and id(s) not in chosen and len(s.text) <= 160),
                     key=lambda s: -_mass(s, weight))[:2]
     if quotes:
         lines.append("Quotes: " + " ".join(f'{s.speaker}: "{s.text}"' for s in quotes))

@@ -18,7 +18,7 @@ import re
 import sqlite3
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -294,16 +294,21 @@ def session_hit(ranked: list[str], gold: set[str], k: int = 10) -> float:
     return 100.0 if sessions & {g.split(":")[0] for g in gold} else 0.0
 
 
-def evaluate(cases: list[Case], rule: Rule) -> dict[str, float]:
+def scores(rows: Iterable[tuple[str, str, int, set[str], list[str]]]) -> dict[str, float]:
+    """R@10 per set, per set and category or type, and per half; LongMemEval's session
+    hit@10 too. Each row: (dataset, kind, half, gold, ranked)."""
     out: dict[str, list[float]] = {}
-    for c in cases:
-        ranked = rule(c)
-        r = recall(ranked, c.gold)
-        for key in (c.dataset, f"{c.dataset} {c.kind}", f"{c.dataset} half{'AB'[c.half]}"):
+    for dataset, kind, half, gold, ranked in rows:
+        r = recall(ranked, gold)
+        for key in (dataset, f"{dataset} {kind}", f"{dataset} half{'AB'[half]}"):
             out.setdefault(key, []).append(r)
-        if c.dataset == "lme":
-            out.setdefault("lme hit@10", []).append(session_hit(ranked, c.gold))
+        if dataset == "lme":
+            out.setdefault("lme hit@10", []).append(session_hit(ranked, gold))
     return {k: statistics.fmean(v) for k, v in out.items()}
+
+
+def evaluate(cases: list[Case], rule: Rule) -> dict[str, float]:
+    return scores((c.dataset, c.kind, c.half, c.gold, rule(c)) for c in cases)
 
 
 def rules(n: int) -> dict[str, Rule]:

@@ -22,7 +22,6 @@ import argparse
 import hashlib
 import os
 import pickle
-import statistics
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS  # noqa: E402
-from fusion_study import fts5  # noqa: E402
+from fusion_study import fts5, scores  # noqa: E402
 
 TOP = 300
 
@@ -342,24 +341,9 @@ def _fused(q: Q, cos: dict[str, float], weight: float, rerank: int = 0) -> list[
     return [f.memory_id for f in out]
 
 
-def recall(ranked: list[str], gold: set[str], k: int = 10) -> float:
-    return 100 * len(gold & set(ranked[:k])) / len(gold)
-
-
-def hit(ranked: list[str], gold: set[str], k: int = 10) -> float:
-    return 100.0 if {i.split(":")[0] for i in ranked[:k]} & {g.split(":")[0] for g in gold} \
-        else 0.0
-
-
 def evaluate(qs: list[Q], ranked: list[list[str]]) -> dict[str, float]:
-    out: dict[str, list[float]] = {}
-    for q, r in zip(qs, ranked, strict=True):
-        v = recall(r, q.gold)
-        for key in (q.dataset, f"{q.dataset} {q.kind}", f"{q.dataset} half{'AB'[q.half]}"):
-            out.setdefault(key, []).append(v)
-        if q.dataset == "lme":
-            out.setdefault("lme hit@10", []).append(hit(r, q.gold))
-    return {k: statistics.fmean(v) for k, v in out.items()}
+    return scores((q.dataset, q.kind, q.half, q.gold, r)
+                  for q, r in zip(qs, ranked, strict=True))
 
 
 COLS = ["locomo", "lme", "lme hit@10", "locomo halfA", "locomo halfB", "lme halfA",

@@ -24,7 +24,7 @@ from memvault.ops.remember import add
 from memvault.storage.remote import FolderRemote
 from memvault.vault.vault import Vault
 from tests.conftest import examples
-from tests.sync_oracle import MASTER, read_remote
+from tests.sync_oracle import MASTER, as_format_1, read_remote
 
 CANARY = "zebracanary"
 
@@ -147,6 +147,27 @@ def test_damaged_duplicated_and_emptied_remote_objects(
         path.unlink() if path.is_file() else path.rmdir()
     assert sync_ops.sync(b, remote).pushed == 3
     assert len(read_remote(remote.root)["records"]) == 3
+
+
+def test_objects_of_the_first_format_are_read_and_a_changed_format_byte_is_not(
+        tmp_path: Path, remote: FolderRemote) -> None:
+    """A remote written by an earlier mem (zlib, format 1) still syncs; the format byte is
+    bound by the AAD, so an object whose byte was changed is damaged, not misread."""
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    for i in range(3):
+        add(a, f"fact number {i}", "fact")
+    sync_ops.sync(a, remote)
+    (obj,) = remote.root.rglob("o/*")
+    assert obj.read_bytes()[4] == 2
+    as_format_1(remote.root, obj)
+    result = sync_ops.sync(b, remote)
+    assert (result.pulled, result.damaged) == (3, 0)
+    assert sorted(contents(b).values()) == sorted(contents(a).values())
+    c = machine(tmp_path, "c")
+    blob = obj.read_bytes()
+    obj.write_bytes(blob[:4] + b"\x02" + blob[5:])
+    result = sync_ops.sync(c, remote)
+    assert (result.pulled, result.damaged) == (0, 1) and not contents(c)
 
 
 def test_freeze_and_rotation_travel(tmp_path: Path, remote: FolderRemote) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from memvault.config import resolve
-from memvault.errors import EX_CONFIG, EX_DATAERR, EX_NOINPUT, EX_NOPERM, EX_USAGE
+from memvault.errors import EX_CONFIG, EX_DATAERR, EX_NOPERM, EX_USAGE
 from memvault.ops import keys as ops_keys
 from memvault.vault import keysource
 from tests.conftest import home_environment, mem, one_error_line
@@ -390,14 +390,43 @@ def test_a_missing_key_for_a_vault_without_memory_may_suggest_init(
     assert "mem key restore" in line and "mem init" in line
 
 
-def test_restore_without_the_vault_says_where_to_point(tmp_path, script_runner,
-                                                        passphrase_file):
-    backup = tmp_path / "backup"
-    backup.write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
-    result = mem(script_runner, "key", "restore", str(backup))
-    assert result.returncode == EX_NOINPUT
-    line = one_error_line(result.stderr)
-    assert "MEM_VAULT" in line and "mem init" not in line
+def test_a_new_machine_gets_the_vault_from_a_backup_and_a_sync(
+        tmp_path, monkeypatch, script_runner, with_memory, passphrase_file):
+    """The README's second machine: `mem key restore` where no vault is makes one for
+    the backup's key, and `mem sync` fills it; a vault `mem init` made there with its
+    own key is never given the backup's."""
+    backup, remote = tmp_path / "backup", tmp_path / "remote"
+    remote.mkdir()
+    assert mem(script_runner, "key", "backup", "-o", str(backup),
+               "--passphrase-file", str(passphrase_file)).returncode == 0
+    assert mem(script_runner, "sync", "--remote", str(remote)).returncode == 0
+
+    new_machine(tmp_path, monkeypatch, "laptop")
+    monkeypatch.setenv("MEM_VAULT", str(tmp_path / "laptop-vault"))
+    result = mem(script_runner, "key", "restore", str(backup), "--json",
+                 "--passphrase-file", str(passphrase_file))
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["vault"], doc["vault_created"], doc["written"]) == (
+        str(tmp_path / "laptop-vault"), True, True)
+    assert keysource.default_key_path().read_bytes().strip() == base64.b64encode(
+        master_key())
+    assert ops_keys.backup_status(resolve()).backed_up  # it came from one
+    assert mem(script_runner, "sync", "--remote", str(remote)).returncode == 0
+    found = mem(script_runner, "search", "deploy key", "--json")
+    assert [r["content"] for r in json.loads(found.stdout)["results"]] == [
+        "The deploy key rotates every quarter"]
+
+    new_machine(tmp_path, monkeypatch, "desktop")
+    monkeypatch.setenv("MEM_VAULT", str(tmp_path / "desktop-vault"))
+    assert mem(script_runner, "init").returncode == 0
+    made = files(tmp_path / "desktop"), files(tmp_path / "desktop-vault")
+    refused = mem(script_runner, "key", "restore", str(backup),
+                  "--passphrase-file", str(passphrase_file))
+    assert refused.returncode == EX_NOPERM
+    line = one_error_line(refused.stderr)
+    assert "another vault" in line and "holds no memory" in line
+    assert (files(tmp_path / "desktop"), files(tmp_path / "desktop-vault")) == made
 
 
 def test_init_says_where_the_key_is_and_how_to_back_it_up(script_runner, vault_dir):

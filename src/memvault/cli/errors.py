@@ -61,7 +61,6 @@ HINTS = {
     "no-key-empty": "restore it with `mem key restore FILE` or point mem at it "
                     f"({KEY_SOURCES}); as the vault holds no memory yet, you may instead "
                     "remove its vault.json and run `mem init` for a new key",
-    "vault-path": "a key is restored for its vault: set --vault / MEM_VAULT to where it is",
     "keyring-none": "install or start one (macOS Keychain, Windows Credential Locker, a "
                     "Secret Service such as GNOME Keyring or KWallet), or keep the key in "
                     "a file: unset MEM_KEY_SOURCE / key_source and use MEM_KEY_FILE",

@@ -66,7 +66,8 @@ def restore(
 ) -> None:
     """Put a backed-up master key back where mem looks for it (the default key file,
     --key-file, or the OS keyring), once it is checked against the vault; an existing
-    different key is never replaced."""
+    different key is never replaced. On a new machine (no vault yet), the vault is made
+    for this key: `mem sync` then fills it."""
     from memvault.ops import keys
 
     if keyring and key_file is not None:
@@ -80,7 +81,10 @@ def restore(
         result = keys.restore_key(settings, file, context.passphrase(None, prompt))
 
     def human(o: Output) -> None:
-        if result.written:
+        if result.vault_created:
+            o.info(f"no vault was at {result.vault}: made one for this key (in "
+                   f"{result.key_source}); `mem sync --remote URL` fills it from a remote")
+        elif result.written:
             o.info(f"restored the master key of the vault at {result.vault} into "
                    f"{result.key_source}")
         else:

@@ -43,6 +43,7 @@ class KeyRestoreResult(Result):
     key_file: str | None  # the key file written (or found holding the key already)
     written: bool  # false: the same key was there already
     config_file: str | None = None  # the config file that now selects the keyring
+    vault_created: bool = False  # no vault was there (a new machine): one was made
 
 
 @dataclass(frozen=True)

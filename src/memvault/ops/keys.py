@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memvault.config import Settings
 from memvault.model.machine_results import KeyBackupResult, KeyBackupStatus, KeyRestoreResult
@@ -146,28 +146,46 @@ def restore_key(settings: Settings, backup: Path,
                 passphrase: str | None = None) -> KeyRestoreResult:
     """Put the master key in `backup` back where the vault's key is looked for (the key
     file --key-file, MEM_KEY_FILE or the config file names, else the default one; or the
-    OS keyring when it is the selected source). PassphraseNeeded when the backup is
-    wrapped and no passphrase is given."""
+    OS keyring when it is the selected source). Where there is no vault yet (a new
+    machine), one is made for this key, as `mem init` makes one for a new key: `mem sync`
+    then fills it. PassphraseNeeded when the backup is wrapped and no passphrase is
+    given."""
+    from dataclasses import replace
+
     from memvault.crypto.envelope import key_check_value
+    from memvault.crypto.keys import MasterKey
     from memvault.errors import NotFound, Refused
+    from memvault.model.records import now_iso
+    from memvault.storage.layout import orgs
     from memvault.vault.keysource import key_source
-    from memvault.vault.vault import read_meta
+    from memvault.vault.vault import create_meta, read_meta, record_key_backup
 
     root = settings.vault
     try:
-        meta = read_meta(root)  # the vault the key must open
-    except NotFound as exc:  # a new vault would have a new key: never the backup's
-        raise NotFound(exc.message, hint="vault-path") from None
+        meta: dict[str, Any] | None = read_meta(root)  # the vault the key must open
+    except NotFound:
+        meta = None
     key = read_backup(backup, passphrase)
     # Checked before anything is written: a key that opens another vault goes nowhere.
-    if key_check_value(key) != meta["key_check"]:
+    if meta is not None and key_check_value(key) != meta["key_check"]:
+        empty = "" if orgs(root) else (
+            " (it holds no memory: if `mem init` made it here, move it and its key away, "
+            "then restore again)")
         raise Refused(f"backup {backup} holds the key of another vault, not of the vault "
-                      f"at {root}; nothing was written")
+                      f"at {root}{empty}; nothing was written")
     target = key_source(settings, writable=True)
     if target.kind == "keyring":
-        return _into_keyring(settings, key)
-    assert target.path is not None  # a writable source is the keyring or a file
-    return _into_key_file(settings, target.path, key)
+        result = _into_keyring(settings, key)
+    else:
+        assert target.path is not None  # a writable source is the keyring or a file
+        result = _into_key_file(settings, target.path, key)
+    if meta is None:
+        # After the key: a kill between the two leaves the key, and a second restore
+        # finds it there and makes the vault.
+        create_meta(root, MasterKey(key, result.key_source))
+        record_key_backup(root, key_check_value(key), now_iso(), settings.lock_timeout)
+        result = replace(result, vault_created=True)
+    return result
 
 
 def read_backup(backup: Path, passphrase: str | None) -> bytes:

@@ -82,3 +82,20 @@ def test_config_show_gives_a_mapping_setting_as_a_mapping(script_runner, config_
     assert settings["compaction"]["value"]["archive_after_days"] == 30
     assert settings["compaction"]["source"].startswith("file ")
     assert settings["mcp"]["value"]["max_stores"] == 20
+
+
+def test_config_show_gives_each_setting_of_a_mapping_a_line_and_nothing_as_none(
+        script_runner, config_dir):
+    """For people: `compaction.archive_after_days  30  file …` on a line of its own (a
+    grep finds it), unset values as "-", booleans as config.yaml writes them."""
+    config_dir.mkdir(exist_ok=True)
+    (config_dir / "config.yaml").write_text("compaction:\n  archive_after_days: 30\n"
+                                            "sync:\n  auto: true\n")
+    lines = mem(script_runner, "config", "show").stdout.splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:]}
+    assert rows["compaction.archive_after_days"][0] == "30"
+    assert rows["compaction.archive_after_days"][1] == "file"
+    assert rows["compaction.summarizer_prompt"][0] == "-"
+    assert rows["sync.auto"][0] == "true"
+    assert rows["key_file"][:2] == ["-", "default"]
+    assert "compaction" not in rows and not any("None" in line for line in lines)

@@ -21,14 +21,23 @@ def show(
                     "source": s.sources[k]} for k, v in s.values.items()}
     doc = {"config_file": str(s.config_path), "settings": resolved}
 
-    def shown(value: object) -> object:
-        if isinstance(value, dict):
-            return ", ".join(f"{k}: {v}" for k, v in value.items())
-        return value
+    def shown(value: object) -> str:
+        if isinstance(value, (list, tuple)):
+            return ", ".join(map(shown, value)) or "-"
+        if isinstance(value, bool):
+            return str(value).lower()  # as config.yaml writes it
+        return "-" if value is None or value == "" else str(value)
+
+    def rows(name: str, value: object, source: str) -> list[list[str]]:
+        """A row a setting; a mapping's keys a row each (compaction.summarizer), so that
+        each is on a line of its own; what is unset is "-", never "None"."""
+        if isinstance(value, dict) and value:
+            return [row for k, v in value.items() for row in rows(f"{name}.{k}", v, source)]
+        return [[name, shown(value), source]]
 
     Output(json).data(doc, lambda o: o.table(
         ["setting", "value", "source"],
-        [[k, shown(v["value"]), v["source"]] for k, v in resolved.items()]))
+        [row for k, v in resolved.items() for row in rows(k, v["value"], v["source"])]))
 
 
 @app.command()

@@ -37,7 +37,7 @@ def show(
 
     Output(json).data(doc, lambda o: o.table(
         ["setting", "value", "source"],
-        [row for k, v in resolved.items() for row in rows(k, v["value"], v["source"])]))
+        [row for k, v in resolved.items() for row in rows(k, v["value"], str(v["source"]))]))
 
 
 @app.command()

@@ -223,3 +223,30 @@ def test_a_long_entry_is_cut_at_a_word_and_marked(vault: Vault) -> None:
     kept = lines["fact"].removesuffix(CUT_MARK)
     assert words.startswith(kept) and words[len(kept)] == " "  # whole words only
     assert lines["context"] == "長" * (MAX_ENTRY_CHARS - len(CUT_MARK)) + CUT_MARK
+
+
+def test_an_agents_analysis_before_its_summary_gives_the_brief_its_summary(
+        vault: Vault) -> None:
+    """Claude Code's compaction summary begins with its model's analysis; the brief has
+    room for an entry's start only, so it shows the summary proper. The record keeps
+    both (search finds the analysis), and a summary without that shape is shown whole."""
+    from memvault.ops.ingest import ingest_text
+
+    analysis = "Let me chronologically analyze the conversation: " + "step by step " * 60
+    said = ("This session is being continued from a previous conversation that ran out of "
+            f"context. The summary below covers the earlier portion of the conversation.\n\n"
+            f"Analysis:\n{analysis}\n\nSummary:\n1. Primary Request and Intent:\n   The user "
+            "moved the kestrel deployment to Frankfurt.")
+    rows = [{"type": "user", "uuid": "c1", "parentUuid": None, "sessionId": "s1",
+             "isCompactSummary": True, "timestamp": "2025-07-14T08:30:00.000Z",
+             "message": {"role": "user", "content": said}}]
+    ingest_text(vault, "\n".join(json.dumps(r) for r in rows), "s1.jsonl")
+    remember.add(vault, "Summary: Analysis of the harbour budget, decided in March.",
+                 "summary")
+    shown = [e.content for e in build(vault, 50, 8000).entries if e.section == "summaries"]
+    assert "1. Primary Request and Intent: The user moved the kestrel deployment to " \
+           "Frankfurt." in shown
+    assert "Summary: Analysis of the harbour budget, decided in March." in shown
+    assert not any("chronologically" in text for text in shown)
+    (stored,) = [r for r in vault.store.records() if "kestrel" in r.content]
+    assert stored.content.startswith("Analysis:\nLet me chronologically")

@@ -21,6 +21,7 @@ session-start hook costs the same with 1,000 stored messages as with 1,000,000.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -80,6 +81,18 @@ def _cut(text: str) -> str:
     space = head.rfind(" ")
     head = head[:space] if space >= len(head) - WORD_SLACK else head[:-1]
     return head.rstrip() + CUT_MARK
+
+
+# Claude Code's compaction summary is its model's analysis, then the summary proper
+# ("Analysis:\n…\n\nSummary:\n1. Primary Request and Intent: …"): the brief, which has
+# room for the start of an entry only, shows the summary proper.
+_ANALYSIS_FIRST = re.compile(r"\AAnalysis:\s.*?^Summary:[ \t]*\n", re.S | re.M)
+
+
+def _gist(record: Record) -> str:
+    """What of a record the brief shows: all of it, but for an analysis before a summary."""
+    found = _ANALYSIS_FIRST.match(record.content) if record.type == "summary" else None
+    return record.content[found.end():] if found else record.content
 
 
 def _one_line(text: str) -> str:
@@ -159,7 +172,7 @@ def build(vault: Vault, max_entries: int, max_chars: int,
                         continue
                     candidates[section].append(BriefEntry(
                         memory_id=record.memory_id, type=record.type, section=section,
-                        content=_one_line(record.content),
+                        content=_one_line(_gist(record)),
                         importance=_importance(record.importance),
                         created_at=record.created_at, age=age(record.created_at, now),
                         tags=tuple(str(t) for t in record.tags),

@@ -123,6 +123,10 @@ def test_stats_names_each_kind_once_and_counts_a_compacted_session(
     assert "preferences" not in doc and doc["sessions"] == 1
     shown = mem(script_runner, "stats").stdout
     assert not re.search(r"^preferences\b", shown, re.MULTILINE)
+    # In words, not Python's: yes / no, and "-" for what has no value yet.
+    rows = {line.split()[0]: line.split()[1:] for line in shown.splitlines()}
+    assert rows["exists"] == ["yes"] and rows["frozen"] == ["no"]
+    assert not re.search(r"\b(True|False|None)\b", shown)
 
     job = compact.Job(vault.settings, vault.master, vault.settings.compaction, False,
                       ("chat",), show_text=False)

@@ -65,7 +65,9 @@ def mapping(out: Output, doc: dict[str, Any], title: str | None = None) -> None:
     def show(value: Any) -> Any:
         if isinstance(value, dict):
             return ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
-        return value
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        return "-" if value is None else value
 
     out.table(["", ""], [[k, show(v)] for k, v in doc.items()], title=title)
 

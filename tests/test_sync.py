@@ -285,6 +285,28 @@ def test_a_remote_given_once_is_saved_and_another_one_syncs_without_replacing_it
     assert config.read_text() == saved
 
 
+def test_a_folder_given_relative_to_here_is_saved_whole_and_a_file_is_no_folder(
+        tmp_path: Path, remote: FolderRemote, script_runner: Any) -> None:
+    """`--remote ../remote` means the folder as seen from where the command runs: it is
+    saved as its absolute path, so a later sync (cron, another folder) finds it."""
+    from tests.conftest import mem
+
+    add(machine(tmp_path, "a"), "Likes hiking", "fact")
+    env = {"MEM_VAULT": str(tmp_path / "a")}
+    here = tmp_path / "work"
+    here.mkdir()
+    first = mem(script_runner, "sync", "--remote", "../remote", "--json", cwd=here, **env)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["remote"] == str(remote.root)
+    assert str(remote.root) in (tmp_path / "config" / "config.yaml").read_text()
+    elsewhere = mem(script_runner, "sync", "--json", cwd=tmp_path / "a", **env)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert json.loads(elsewhere.stdout)["remote"] == str(remote.root)
+    (tmp_path / "afile").write_text("")
+    refused = mem(script_runner, "sync", "--remote", str(tmp_path / "afile"), **env)
+    assert refused.returncode == 66 and "is not a folder" in refused.stderr
+
+
 def test_doctor_shows_the_last_sync_and_what_waits(
         tmp_path: Path, remote: FolderRemote, script_runner: Any) -> None:
     from tests.conftest import mem

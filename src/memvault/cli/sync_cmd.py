@@ -34,6 +34,7 @@ def sync(
 
     v = context.open_vault(vault, org, user, key_file, needs=None)
     cfg = v.settings.sync
+    remote = core.given_remote(remote) if remote else remote  # relative to here: saved whole
     url = remote or cfg["remote"]
     if not url:
         raise UsageError("no sync remote is set: give one once (a folder or "

@@ -1079,6 +1079,16 @@ def run(vault: Vault, url: str, endpoint_url: str | None = None,
                          0 if not problems else EX_TEMPFAIL if busy else problems[0].exit_code)
 
 
+def given_remote(url: str) -> str:
+    """A remote given on the command line as it is used and saved: a plain path as the
+    folder it names from here (~ expanded, resolved as the system resolves it), for a
+    later sync (cron, another folder) must find the same place; a URL as given."""
+    from urllib.parse import urlparse
+
+    scheme = urlparse(url).scheme
+    return url if len(scheme) > 1 else str(Path(url).expanduser().resolve())
+
+
 def remote_setting(url: str, endpoint_url: str | None) -> tuple[Path, bytes] | None:
     """The change to config.yaml that makes this remote the default (None: it already
     is); ConfigError when its `sync:` section names another, or cannot take one. Asked

@@ -40,7 +40,8 @@ class FolderRemote:
         self.url = url
         self.root = root
         if not root.is_dir():
-            raise NotFound(f"the sync folder {root} does not exist", field="remote")
+            what = "is not a folder" if os.path.lexists(root) else "does not exist"
+            raise NotFound(f"the sync folder {root} {what}", field="remote")
 
     def _path(self, name: str) -> Path:
         return self.root.joinpath(*name.split("/"))

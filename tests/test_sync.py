@@ -176,8 +176,13 @@ def test_freeze_and_rotation_travel(tmp_path: Path, remote: FolderRemote) -> Non
     sync_ops.sync(a, remote)
     sync_ops.sync(b, remote)
     set_frozen(a, True)
+    add(b, "Stored on b before the freeze reached it", "fact")
+    # A freeze refuses this machine's writes, not the merge: b's record, acknowledged
+    # there, reaches the frozen a, which stays frozen; the freeze reaches b.
     sync_ops.sync(a, remote)
     sync_ops.sync(b, remote)
+    assert sync_ops.sync(a, remote).pulled == 1 and a.state().frozen
+    assert contents(a) == contents(b)
     assert b.state().frozen
     set_frozen(b, False)
     sync_ops.sync(b, remote)

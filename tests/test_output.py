@@ -127,6 +127,10 @@ def test_stats_names_each_kind_once_and_counts_a_compacted_session(
     rows = {line.split()[0]: line.split()[1:] for line in shown.splitlines()}
     assert rows["exists"] == ["yes"] and rows["frozen"] == ["no"]
     assert not re.search(r"\b(True|False|None)\b", shown)
+    first = json.loads(mem(script_runner, "list", "--json").stdout)["records"][0]
+    detail = mem(script_runner, "show", first["memory_id"]).stdout
+    fields = {line.split()[0]: line.split()[1:] for line in detail.splitlines()[1:-1]}
+    assert fields["archived"] == ["no"] and not re.search(r"\b(True|False)\b", detail)
 
     job = compact.Job(vault.settings, vault.master, vault.settings.compaction, False,
                       ("chat",), show_text=False)

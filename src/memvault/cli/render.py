@@ -55,21 +55,25 @@ def _created(record: dict[str, Any]) -> str:
 def record_detail(out: Output, record: dict[str, Any]) -> None:
     from rich.text import Text
 
-    rows = [[k, v if not isinstance(v, list) else ", ".join(map(str, v))]
-            for k, v in record.items() if k != "content" and v not in (None, [], "")]
+    rows = [[k, _shown(v)] for k, v in record.items()
+            if k != "content" and v not in (None, [], "")]
     out.table(["field", "value"], rows)
     out.out.print(Text(for_terminal(record["content"])))
 
 
-def mapping(out: Output, doc: dict[str, Any], title: str | None = None) -> None:
-    def show(value: Any) -> Any:
-        if isinstance(value, dict):
-            return ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
-        if isinstance(value, bool):
-            return "yes" if value else "no"
-        return "-" if value is None else value
+def _shown(value: Any) -> Any:
+    """A value for people: yes or no, a list or mapping on one line, "-" for none."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "-"
+    return "-" if value is None else value
 
-    out.table(["", ""], [[k, show(v)] for k, v in doc.items()], title=title)
+
+def mapping(out: Output, doc: dict[str, Any], title: str | None = None) -> None:
+    out.table(["", ""], [[k, _shown(v)] for k, v in doc.items()], title=title)
 
 
 def search_results(out: Output, results: list[dict[str, Any]]) -> None:

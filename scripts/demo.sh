@@ -56,10 +56,25 @@ step 'forget --tag schedule';                        mem forget --tag schedule
 step verify;                                         mem verify
 step stats;                                          mem stats
 
+cd "$DEMO"
+printf 'correct horse battery staple\n' > passphrase
+mkdir remote
+step 'key backup --output key.backup --passphrase-file passphrase'
+mem key backup --output key.backup --passphrase-file passphrase
+step 'sync --remote remote  (a folder: a NAS, a Syncthing folder; or s3://bucket/prefix)'
+mem sync --remote remote
+printf '\n\033[1mOn a second machine\033[0m (its own vault and config):\n'
+export MEM_VAULT="$DEMO/laptop/vault" MEM_CONFIG_DIR="$DEMO/laptop/config"
+step 'key restore key.backup --passphrase-file passphrase'
+mem key restore key.backup --passphrase-file passphrase
+step 'sync --remote remote';                         mem sync --remote remote
+step 'search "invoice test"';                        mem search "invoice test"
+
 printf '\n\033[1mWhat is on disk\033[0m (every file 0600, every directory 0700):\n'
 (cd "$DEMO/vault" && find . -type f | sort)
-printf '\nLooking for the words we stored in the vault files: '
-if grep -rqa -e "billing" -e "Berlin" -e "flaky" -e "invoice" -e "AKIA" -e "ana@" "$DEMO/vault"; then
+printf '\nLooking for the words we stored in both vaults and the sync folder: '
+if grep -rqa -e "billing" -e "Berlin" -e "flaky" -e "invoice" -e "AKIA" -e "ana@" \
+    "$DEMO/vault" "$DEMO/laptop/vault" "$DEMO/remote"; then
   echo "FOUND (this is a bug)"; exit 1
 else
   echo "none found: everything is encrypted."

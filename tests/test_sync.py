@@ -335,6 +335,14 @@ def test_doctor_shows_the_last_sync_and_what_waits(
     assert "4 records waiting" in finding()
     sync_ops.sync(a, remote)
     assert "0 records waiting" in finding()
+    # A folder that is not there (a disk not mounted) is said, and `mem sync` is not
+    # offered as the fix while it is away.
+    add(a, "Likes rowing", "fact")
+    remote.root.rename(tmp_path / "unmounted")
+    found = json.loads(mem(script_runner, "doctor", "--json", **env).stdout)["findings"]
+    said = [f for f in found if f["what"].startswith("sync:")]
+    assert f"sync folder {remote.root} is not there" in said[0]["what"]
+    assert "1 record waiting" in said[1]["what"] and not said[1]["fix"]
 
 
 def test_all_users_leaves_a_busy_user_for_the_next_run_says_so_and_exits_75(

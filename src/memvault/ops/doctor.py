@@ -277,7 +277,13 @@ def last_sync(probe: Probe) -> Iterator[Finding]:
     if not remote:
         return
     from memvault.ops import sync
+    from memvault.storage.remote import folder_of
 
+    folder = folder_of(remote)  # a folder is looked at; a service is not called
+    there = folder is None or folder.is_dir()
+    if not there:
+        yield Finding("sync", WARNING, f"sync: the sync folder {folder} is not there (a "
+                      "disk not mounted?): `mem sync` fails until it is")
     last = sync.last_sync(vault)
     if last is None or not last.get("at"):
         yield Finding("sync", WARNING, f"sync: never synced with {remote}", "sync")
@@ -289,7 +295,8 @@ def last_sync(probe: Probe) -> Iterator[Finding]:
     ago = "just now" if ago == "now" else f"{ago} ago"
     what = f"sync: last {ago} with {last.get('remote')}, " \
         f"{_count(waiting, 'record')} waiting to go"
-    yield Finding("sync", WARNING if waiting else OK, what, "sync" if waiting else None)
+    yield Finding("sync", WARNING if waiting else OK, what,
+                  "sync" if waiting and there else None)
 
 
 def disk(probe: Probe) -> Iterator[Finding]:

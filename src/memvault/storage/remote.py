@@ -194,6 +194,15 @@ class S3Remote:
             raise self._fail("a delete", exc) from None
 
 
+def folder_of(url: str) -> Path | None:
+    """The folder a remote URL names (`file:///path` or a plain path); None for any
+    other scheme."""
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    return None if len(parsed.scheme) > 1 else Path(url).expanduser()
+
+
 def open_remote(url: str, endpoint_url: str | None = None) -> Remote:
     """The remote a URL names: `s3://bucket/prefix`, `file:///path`, or a plain path."""
     parsed = urlparse(url)
@@ -201,9 +210,8 @@ def open_remote(url: str, endpoint_url: str | None = None) -> Remote:
         if not parsed.netloc:
             raise ConfigError(f"the remote {url} names no bucket", field="remote")
         return S3Remote(url, parsed.netloc, parsed.path, endpoint_url)
-    if parsed.scheme == "file":
-        return FolderRemote(url, Path(unquote(parsed.path)))
-    if parsed.scheme and len(parsed.scheme) > 1:
+    folder = folder_of(url)
+    if folder is None:
         raise ConfigError(f"the remote {url}: only s3:// and folders (file:// or a path) "
                           "are supported", field="remote")
-    return FolderRemote(url, Path(url).expanduser())
+    return FolderRemote(url, folder)

@@ -216,6 +216,22 @@ def test_session_end_returns_at_once_and_ingests_in_the_background(
 
 
 @pytest.mark.script_launch_mode("subprocess")  # a detached background ingest
+def test_the_background_ingest_waits_out_a_long_hold_of_the_users_lock(
+        script_runner: ScriptRunner, vault: Vault, tmp_path: Path, transcript: Path,
+        log_dir: Path) -> None:
+    """A sync pulling a large remote, or a compaction, holds the user's lock longer than
+    a command waits for it (lock_timeout, here 0.5 s): the ingest a SessionEnd starts
+    waits it out, as no one waits on it, and stores the session."""
+    with fsio.locked(vault.layout.lock_path, 5, "the test"):
+        result, _ = hook(end_payload(transcript), MEM_LOCK_TIMEOUT="0.5")
+        assert (result.returncode, result.stdout) == (0, b"")
+        time.sleep(2.5)  # five times what a command would wait
+    wait_background(tmp_path)
+    assert message_count(script_runner, CLAUDE_SID) == 13
+    assert not any("locked" in line for line in log_lines(log_dir))
+
+
+@pytest.mark.script_launch_mode("subprocess")  # a detached background ingest
 def test_pre_compact_prints_nothing_and_ingests(
         script_runner: ScriptRunner, vault: Vault, tmp_path: Path, transcript: Path) -> None:
     grow_transcript(transcript, "Keep the wombatcache flag on")

@@ -37,6 +37,10 @@ HOOK_TIMEOUT_S = 10
 # MEM_KEY_COMMAND in a hook: well inside the time an agent gives the hook, so that a
 # hanging password manager costs the agent this long, never the hook's whole budget.
 HOOK_KEY_COMMAND_TIMEOUT = HOOK_TIMEOUT_S / 2
+# How long the background ingest waits for the user's lock, at least: no one waits on it,
+# and a sync pulling a large remote or a compaction holds the lock for minutes. Given up
+# sooner, a SessionEnd's transcript would wait for someone's `mem ingest`.
+BACKGROUND_LOCK_WAIT_S = 600.0
 # The largest transcript handed to the background ingest: ops/ingest.py reads a Claude
 # Code transcript whole, up to this size.
 MAX_TRANSCRIPT = 256 << 20
@@ -370,7 +374,8 @@ def _spawn_ingest(agent: Agent, settings: Settings, payload: dict[str, Any], eve
     if settings.sync["auto"] and settings.sync["remote"]:
         argv.append("--then-sync")  # in this background child, never the hook's time
     argv += ["--", path]
-    env = {**os.environ, "MEM_ACTOR": actor(agent.name, event)}  # the child's audit entries
+    env = {**os.environ, "MEM_ACTOR": actor(agent.name, event),  # its audit entries
+           "MEM_LOCK_TIMEOUT": str(max(settings.lock_timeout, BACKGROUND_LOCK_WAIT_S))}
     fsio.ensure_dir(settings.log_dir)
     with open(settings.log_dir / LOG_FILE, "ab") as errors:  # its one-line errors land here
         subprocess.Popen(  # noqa: S603 - mem itself, argv list, no shell

@@ -312,6 +312,27 @@ def test_a_folder_given_relative_to_here_is_saved_whole_and_a_file_is_no_folder(
     assert refused.returncode == 66 and "is not a folder" in refused.stderr
 
 
+def test_a_user_with_no_memory_anywhere_is_told_which_users_the_remote_holds(
+        tmp_path: Path, remote: FolderRemote, script_runner: Any) -> None:
+    """A new machine whose login name differs syncs a user the remote does not hold:
+    the sync says which users it does hold, and how to take them."""
+    from tests.conftest import mem
+
+    a = machine(tmp_path, "a")
+    add(a, "Likes hiking", "fact")
+    assert sync_ops.sync(a, remote).others == ()  # a user with memory: nothing said
+    machine(tmp_path, "b")
+    anna = Vault(resolve(vault=tmp_path / "b", user="anna"))
+    result = sync_ops.sync(anna, remote)
+    assert (result.pulled, result.others) == (0, ("default/alice",))
+    shown = mem(script_runner, "sync", "--remote", str(remote.root), "--user", "anna",
+                MEM_VAULT=str(tmp_path / "b"))
+    assert shown.returncode == 0
+    assert "default/anna has no memory here or at the remote, which holds " \
+           "default/alice: `mem sync --all-users`" in shown.stderr
+    assert sync_ops.sync(Vault(resolve(vault=tmp_path / "b")), remote).pulled == 1
+
+
 def test_doctor_shows_the_last_sync_and_what_waits(
         tmp_path: Path, remote: FolderRemote, script_runner: Any) -> None:
     from tests.conftest import mem

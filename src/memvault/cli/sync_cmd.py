@@ -10,7 +10,7 @@ from memvault.cli import context
 from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt
 from memvault.cli.output import Output
 from memvault.errors import ConfigError, UsageError
-from memvault.model.results import SyncAllResult
+from memvault.model.results import SyncAllResult, SyncResult
 
 
 def sync(
@@ -70,6 +70,10 @@ def sync(
             o.info(f"{result.damaged} remote object(s) did not open: skipped, tried "
                    "again by the next sync")
         o.info(f"synced with {result.remote}")
+        if isinstance(result, SyncResult) and result.others:
+            o.warn(f"{v.who} has no memory here or at the remote, which holds "
+                   f"{', '.join(result.others)}: `mem sync --all-users` brings them all, "
+                   "or --user NAME (MEM_USER) chooses one")
         from memvault.cli.errors import HINTS
 
         for problem in problems:

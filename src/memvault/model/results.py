@@ -375,6 +375,9 @@ class SyncResult(Result):
     prefs_pulled: int = 0  # another machine's preference changes that won here
     updates_pushed: int = 0  # records held there in an older version (a grown message)
     updates_pulled: int = 0  # records replaced here by another machine's later version
+    # When this user holds nothing here or at the remote: the users (org/user) the
+    # remote's directory names (another machine's login name, say).
+    others: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

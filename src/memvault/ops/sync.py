@@ -11,6 +11,7 @@ Pulled operations go through the vault's Transaction; derived data is rebuilt he
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Iterable, Iterator
@@ -427,7 +428,15 @@ def sync(vault: Vault, remote: Remote,
     fsio.ensure_dir(path.parent)
     with fsio.locked(path.with_suffix(".lock"), vault.settings.lock_timeout,
                      f"the sync of user {vault.who}"), session:
-        return _sync(session, path)
+        result = _sync(session, path)
+        if entries is None and not vault.exists():
+            # Nothing of this user here or there (a new machine with another login
+            # name): the users the remote does hold, opened again only in this case.
+            directory = Directory(remote, vault.master.key)
+            named = directory.open(directory.names(), session.pool).values()
+            others = tuple(sorted({f"{o}/{u}" for o, u in named} - {vault.who}))
+            result = dataclasses.replace(result, others=others)
+        return result
 
 
 def _sync(s: Session, path: Path) -> SyncResult:

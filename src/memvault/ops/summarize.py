@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from memvault.config import BUILTIN_SUMMARIZER, CompactionConfig
 from memvault.errors import ConfigError, MemError
 from memvault.model.records import MAX_CONTENT, TYPES, Record
+from memvault.text.transcripts import TOOL_CALL
 
 CARD_KEYWORDS = 60  # the words a later search is most likely to use
 CARD_POINTS = 6
 POINT_CHARS = 240
 OUTPUT_LIMIT = 1 << 20  # an external summariser's answer: a summary, not a book
 TOOL_SHARE = 0.25  # a tool's output (file contents, logs) says less about a session
-TOOL_CALL = "[tool "  # how a transcript's tool call reads in a message (text/transcripts)
 MESSAGE_CHARS = 4000  # one message's share of what an external summariser is sent
 
 DEFAULT_PROMPT = """\

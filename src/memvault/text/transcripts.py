@@ -1344,11 +1344,14 @@ def _encodable(text: str) -> bool:
     return True
 
 
+TOOL_CALL = "[tool "  # how a tool call reads in a stored message (a summary weighs it)
+
+
 def _tool_line(name: Any, args: Any) -> str:
     """`[tool NAME] what it was asked`: the command, path or pattern, else its arguments."""
     label = " ".join(name.split()) if isinstance(name, str) and name.strip() else "?"
     detail = _tool_detail(args)
-    return f"[tool {label}] {detail}" if detail else f"[tool {label}]"
+    return f"{TOOL_CALL}{label}] {detail}" if detail else f"{TOOL_CALL}{label}]"
 
 
 def _tool_detail(args: Any) -> str:

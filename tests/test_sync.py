@@ -307,6 +307,10 @@ def test_a_folder_given_relative_to_here_is_saved_whole_and_a_file_is_no_folder(
     elsewhere = mem(script_runner, "sync", "--json", cwd=tmp_path / "a", **env)
     assert elsewhere.returncode == 0, elsewhere.stderr
     assert json.loads(elsewhere.stdout)["remote"] == str(remote.root)
+    # Another spelling of the same folder is the same remote: nothing to save or warn of.
+    for spelling in (f"file://{remote.root}", f"{remote.root}/../remote"):
+        same = mem(script_runner, "sync", "--remote", spelling, **env)
+        assert same.returncode == 0 and "not saved" not in same.stderr, spelling
     (tmp_path / "afile").write_text("")
     refused = mem(script_runner, "sync", "--remote", str(tmp_path / "afile"), **env)
     assert refused.returncode == 66 and "is not a folder" in refused.stderr
@@ -325,6 +329,8 @@ def test_a_user_with_no_memory_anywhere_is_told_which_users_the_remote_holds(
     anna = Vault(resolve(vault=tmp_path / "b", user="anna"))
     result = sync_ops.sync(anna, remote)
     assert (result.pulled, result.others) == (0, ("default/alice",))
+    # Again, with the directory's entries cached by the first: the same users.
+    assert sync_ops.sync(anna, remote).others == ("default/alice",)
     shown = mem(script_runner, "sync", "--remote", str(remote.root), "--user", "anna",
                 MEM_VAULT=str(tmp_path / "b"))
     assert shown.returncode == 0

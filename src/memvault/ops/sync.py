@@ -1089,13 +1089,13 @@ def run(vault: Vault, url: str, endpoint_url: str | None = None,
 
 
 def given_remote(url: str) -> str:
-    """A remote given on the command line as it is used and saved: a plain path as the
-    folder it names from here (~ expanded, resolved as the system resolves it), for a
-    later sync (cron, another folder) must find the same place; a URL as given."""
-    from urllib.parse import urlparse
+    """A remote given on the command line as it is used and saved: a folder as its full
+    path from here (~ expanded, resolved as the system resolves it), for a later sync
+    (cron, another folder) must find the same place; s3:// as given."""
+    from memvault.storage.remote import folder_of
 
-    scheme = urlparse(url).scheme
-    return url if len(scheme) > 1 else str(Path(url).expanduser().resolve())
+    folder = folder_of(url)
+    return url if folder is None else str(folder.resolve())
 
 
 def remote_setting(url: str, endpoint_url: str | None) -> tuple[Path, bytes] | None:

@@ -226,6 +226,8 @@ class Directory:
         self.remote, self.key = remote, syncseal.dir_key(master)
         self.kek = syncseal.sync_kek(master)
         self.damaged = 0
+        self.listed: list[str] = []  # the entries known() listed
+        self.named: dict[str, tuple[str, str]] = {}  # (org, user) of each entry opened
 
     def names(self) -> list[str]:
         return [n for n in self.remote.list(DIR) if n.startswith(DIR) and
@@ -239,7 +241,9 @@ class Directory:
         opened = list(pool.map(self._open, names) if pool is not None and len(names) > 1
                       else map(self._open, names))
         self.damaged += sum(o is None for o in opened)
-        return {n: o for n, o in zip(names, opened, strict=True) if o is not None}
+        found = {n: o for n, o in zip(names, opened, strict=True) if o is not None}
+        self.named.update(found)
+        return found
 
     def _open(self, name: str) -> tuple[str, str] | None:
         from memvault.config import validate_name
@@ -258,7 +262,7 @@ class Directory:
     def known(self, cached: dict[str, str], pool: Executor | None = None) -> dict[str, str]:
         """Every listed entry -> the namespace it names: the cached ones as they were,
         the others opened now (an entry never changes under its name)."""
-        names = self.names()
+        names = self.listed = self.names()
         out = {n: cached[n] for n in names if n in cached}
         for name, (org, user) in self.open((n for n in names if n not in out), pool).items():
             out[name] = syncseal.namespace(self.kek, org, user)
@@ -286,6 +290,7 @@ class Session:
         self.pool: Executor | None = None
         self.pending: list[Future[None]] = []
         self.entries: dict[str, str] | None = None
+        self.directory: Directory | None = None  # as this user's sync read it
 
     def __enter__(self) -> Session:
         if self.remote.workers > 1:
@@ -429,13 +434,14 @@ def sync(vault: Vault, remote: Remote,
     with fsio.locked(path.with_suffix(".lock"), vault.settings.lock_timeout,
                      f"the sync of user {vault.who}"), session:
         result = _sync(session, path)
-        if entries is None and not vault.exists():
+        d = session.directory
+        if d is not None and not vault.exists():
             # Nothing of this user here or there (a new machine with another login
-            # name): the users the remote does hold, opened again only in this case.
-            directory = Directory(remote, vault.master.key)
-            named = directory.open(directory.names(), session.pool).values()
-            others = tuple(sorted({f"{o}/{u}" for o, u in named} - {vault.who}))
-            result = dataclasses.replace(result, others=others)
+            # name): the users the remote does hold. The sync opened the entries it had
+            # not cached; the cached ones are opened in this case only.
+            d.open([n for n in d.listed if n not in d.named], session.pool)
+            others = {f"{org}/{user}" for org, user in d.named.values()} - {vault.who}
+            result = dataclasses.replace(result, others=tuple(sorted(others)))
         return result
 
 
@@ -453,8 +459,11 @@ def _sync(s: Session, path: Path) -> SyncResult:
     s.check_keys(kids)  # first, before anything changes
     directory = Directory(remote, vault.master.key)
     # One more small listing; an entry is opened once, then its name is cached.
-    entries = dict(s.entries) if s.entries is not None else \
-        directory.known(cache.entries, s.pool)
+    if s.entries is not None:  # --all-users read the directory a moment ago
+        entries = dict(s.entries)
+    else:
+        entries = directory.known(cache.entries, s.pool)
+        s.directory = directory
     s.damaged += directory.damaged
 
     current: dict[str, dict[str, Any]] = {}

@@ -333,7 +333,10 @@ def test_a_user_with_no_memory_anywhere_is_told_which_users_the_remote_holds(
     assert sync_ops.sync(anna, remote).others == ("default/alice",)
     shown = mem(script_runner, "sync", "--remote", str(remote.root), "--user", "anna",
                 MEM_VAULT=str(tmp_path / "b"))
-    assert shown.returncode == 0
+    # A user that is nowhere (a typo, another login name) is not a sync that worked,
+    # and its remote is not saved as the default.
+    assert shown.returncode == 66
+    assert "the remote is saved" not in shown.stderr
     assert "default/anna has no memory here or at the remote, which holds " \
            "default/alice: `mem sync --all-users`" in shown.stderr
     assert sync_ops.sync(Vault(resolve(vault=tmp_path / "b")), remote).pulled == 1

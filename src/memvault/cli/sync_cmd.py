@@ -58,14 +58,34 @@ def sync(
         from memvault.ops import background
 
         background.start(v.settings, v.written)
-    if change is not None:
+    # A user with nothing here or there, on a remote that holds others: a typo or
+    # another machine's login name, not a sync that did its work (exit 66, not saved).
+    unknown = isinstance(result, SyncResult) and bool(result.others)
+    if change is not None and not unknown:
         out.info(f"the remote is saved in {core.remember_remote(change)}")
     if not_saved is not None:
         out.warn(f"synced, but the remote is not saved: {not_saved}")
 
     def human(o: Output) -> None:
-        o.table(["", "count"], [["pushed", result.pushed], ["pulled", result.pulled],
-                                ["forgotten here", result.forgotten]])
+        rows: list[list[object]] = [["pushed", result.pushed], ["pulled", result.pulled],
+                                    ["forgotten here", result.forgotten]]
+        if isinstance(result, SyncResult):
+            # Erasures sent are what a user checks after a forget: never hidden in
+            # "pushed", which counts records.
+            rows += [[what, n] for what, n in (
+                ("erasures sent", result.erasures_pushed),
+                ("updates sent", result.updates_pushed),
+                ("updates taken", result.updates_pulled),
+                ("preferences sent", result.prefs_pushed),
+                ("preferences taken", result.prefs_pulled)) if n]
+        o.table(["", "count"], rows)
+        if isinstance(result, SyncResult) and result.destroy_pushed:
+            o.info("this machine's destroy of the user was sent: every machine erases "
+                   "what it stored before it")
+        if isinstance(result, SyncResult) and result.went_back:
+            o.warn(f"the remote lacked {result.went_back} record(s) or erasure(s) it held "
+                   "at the last sync (restored from an older copy, emptied, or an object "
+                   "deleted): sent again")
         if result.damaged:
             o.info(f"{result.damaged} remote object(s) did not open: skipped, tried "
                    "again by the next sync")
@@ -83,6 +103,10 @@ def sync(
     out.data(result, human)
     if isinstance(result, SyncAllResult) and result.exit_code:
         raise typer.Exit(result.exit_code)
+    if unknown:
+        from memvault.errors import EX_NOINPUT
+
+        raise typer.Exit(EX_NOINPUT)
 
 
 def register(app: typer.Typer) -> None:

@@ -93,6 +93,20 @@ def uuid7() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+def born(memory_id: str) -> str:
+    """When a record was first stored, as now_iso() writes times: the millisecond its
+    UUIDv7 id carries (given on the machine that stored it, kept everywhere after). An
+    id of another form (imported from elsewhere) has no time: "", before any other."""
+    if len(memory_id) != 36 or memory_id[14] != "7":
+        return ""
+    try:
+        ms = int(memory_id[:8] + memory_id[9:13], 16)
+    except ValueError:
+        return ""
+    at = datetime.fromtimestamp(ms / 1000, UTC)
+    return at.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 def check_type(kind: str) -> str:
     if kind not in TYPES:
         raise UsageError(f"unknown type {kind!r}: choose one of {', '.join(TYPES)}",

@@ -164,6 +164,9 @@ class ForgetPlan(Result):
     targets: tuple[Record, ...]
     # Summaries that stay, made again without the records that go (forget --query).
     remade: tuple[str, ...] = ()
+    held: int = 0  # how many records the user has (forget --query)
+    # A query that would take a large share of them: confirmed again by count.
+    broad: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"dry_run": True, "would_delete": len(self.targets),
@@ -378,6 +381,10 @@ class SyncResult(Result):
     # When this user holds nothing here or at the remote: the users (org/user) the
     # remote's directory names (another machine's login name, say).
     others: tuple[str, ...] = ()
+    destroy_pushed: bool = False  # this machine's destroy, which the remote lacked
+    # Records and erasures the remote held at the last sync and lacks now, though
+    # nothing erased them (rolled back, emptied, an object deleted): sent again.
+    went_back: int = 0
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,28 @@ def org_audit(vault: Vault) -> AuditLog:
                     vault.actor)
 
 
-def destroy(vault: Vault, confirm: str | None) -> DestroyResult:
+def destroyed_at(vault: Vault) -> str:
+    """When this user's memory was last destroyed on this machine, by `mem destroy` or
+    by a destroy another machine made and a sync applied ("" if never): sync judges a
+    destroy by this time against each record's (records.born), and sends it again to a
+    remote that lacks it. Read from the org's audit log, which a destroy keeps and whose
+    entries are authenticated."""
+    latest = ""
+    for entry in org_audit(vault).check().entries:
+        detail = entry.get("detail") or {}
+        if entry.get("op") in ("user.destroy", "sync.destroy") and \
+                detail.get("user") == vault.user:
+            latest = max(latest, str(detail.get("at") or entry.get("ts") or ""))
+    return latest
+
+
+def record_destroy(vault: Vault, at: str, records: int) -> str:
+    """A destroy made elsewhere at `at`, applied here to what was stored before it (the
+    records after it are kept): its org audit record, which destroyed_at() reads."""
+    return org_audit(vault).append("sync.destroy", user=vault.user, records=records, at=at)
+
+
+def destroy(vault: Vault, confirm: str | None, at: str | None = None) -> DestroyResult:
     """Delete all of a user's memory, index and keys; only an org-level audit record of
     the destruction remains.
 
@@ -177,8 +198,10 @@ def destroy(vault: Vault, confirm: str | None) -> DestroyResult:
         org = org_audit(vault)
         destroy_id = str(plan.get("destroy_id") or uuid7())
         records, files = int(plan.get("records") or 0), int(plan.get("files") or 0)
+        # `at`: a destroy made elsewhere, applied here (sync), keeps its own time.
         audit_id = (_org_record(org, destroy_id) if resumed else None) or org.append(
-            "user.destroy", user=user, records=records, files=files, destroy_id=destroy_id)
+            "user.destroy", user=user, records=records, files=files, destroy_id=destroy_id,
+            at=at or str(plan.get("started_at") or now_iso()))
         store.end_destroy()
     return DestroyResult(vault.who, records, files, int(plan.get("index_docs") or 0),
                          audit_id)

@@ -562,6 +562,7 @@ def _dedupe_docs(vault: Vault) -> int:
                     link.by = keeper.get((r.type, r.content_hash), link.by)
             for r in gone.values():
                 tx.state.count(r.type, -1)
+            tx.state.erased |= gone.keys()
             tx.unindex(gone)
             tx.audit("compact.dedupe", sorted(gone),
                      [tx.hash_of(r.content_hash) for r in gone.values()], file=home)
@@ -584,6 +585,7 @@ def _drop_sessions(vault: Vault, drop: dict[str, list[LineHeader]]) -> int:
             tx.rewrite(relpath, [])
             tx.unindex(ids)
             tx.state.count("message", -len(ids))
+            tx.state.erased.update(ids)
             tx.audit("compact.dedupe", ids, session_file=relpath)
             removed += 1
         tx.touch()

@@ -98,6 +98,34 @@ def apply(vault: Vault, winners: dict[str, tuple[str, str | None]]) -> None:
         tx.audit("sync.prefs", hashes=[tx.hash_of(k) for k in sorted(winners)])
 
 
+def drop_through(vault: Vault, at: str) -> int:
+    """Remove every setting and unset made at or before `at` (a destroy made elsewhere
+    at that time, applied here), leaving no tombstone: what a destroy took is gone, and
+    later changes stay. The count removed."""
+    if not vault.exists():
+        return 0
+    with vault.transaction(allow_frozen=True) as tx:
+        doc = tx.store.read_doc(PREFERENCES)
+        if doc is None:
+            return 0
+        settings, gone = settings_of(doc), doc.get("unset", {})
+        old = [k for k, v in settings.items() if str(v["updated_at"]) <= at]
+        old_unsets = [k for k, t in gone.items() if str(t) <= at]
+        if not old and not old_unsets:
+            return 0
+        for k in old:
+            del settings[k]
+        for k in old_unsets:
+            del gone[k]
+        if "unset" in doc and not gone:
+            del doc["unset"]
+        for r in doc.get("records", []):
+            r["key_version"] = tx.epoch
+        tx.write_doc(PREFERENCES, doc)
+        tx.audit("sync.destroy", hashes=[tx.hash_of(k) for k in sorted(old + old_unsets)])
+    return len(old) + len(old_unsets)
+
+
 def get(vault: Vault, key: str) -> Pref:
     check_pref_key(key)
     settings = read(vault)

@@ -25,7 +25,7 @@ from memvault.crypto import syncseal
 from memvault.errors import EX_TEMPFAIL, Busy, DataError, MemError, NotFound, Refused
 from memvault.index.base import file_entries
 from memvault.model.location import session_file
-from memvault.model.records import DOC_FILES, Record, now_iso
+from memvault.model.records import DOC_FILES, Record, born, now_iso
 from memvault.model.results import SyncAllResult, SyncResult, UserProblem
 from memvault.storage import fsio
 from memvault.storage.remote import Remote
@@ -54,7 +54,6 @@ class Cache:
     epoch: int = 0  # the local key epoch at the last sync
     keys: set[str] = field(default_factory=set)  # remote key ids seen
     frozen: bool = False
-    destroyed: set[str] = field(default_factory=set)  # destroy objects applied
     last_sync: str | None = None
     remote: str | None = None
     # relpath -> [size, mtime_ns, ids] of the line files at the last sync
@@ -65,7 +64,7 @@ class Cache:
     def to_doc(self) -> dict[str, Any]:
         return {"format": CACHE_FORMAT, "objects": self.objects, "local": list(self.local),
                 "epoch": self.epoch, "keys": sorted(self.keys), "frozen": self.frozen,
-                "destroyed": sorted(self.destroyed), "last_sync": self.last_sync,
+                "last_sync": self.last_sync,
                 "remote": self.remote, "files": self.files, "entries": self.entries}
 
 
@@ -90,7 +89,7 @@ def load_cache(path: Path, kek: bytes) -> Cache:
             return Cache()
         return Cache(objects=dict(doc["objects"]), local=set(doc["local"]),
                      epoch=int(doc["epoch"]), keys=set(doc["keys"]),
-                     frozen=bool(doc["frozen"]), destroyed=set(doc["destroyed"]),
+                     frozen=bool(doc["frozen"]),
                      last_sync=doc.get("last_sync"), remote=doc.get("remote"),
                      files=dict(doc.get("files") or {}),
                      entries=dict(doc.get("entries") or {}))
@@ -448,7 +447,7 @@ def sync(vault: Vault, remote: Remote,
 def _sync(s: Session, path: Path) -> SyncResult:
     vault, remote = s.vault, s.remote
     cache = load_cache(path, s.kek)
-    if cache.remote not in (None, remote.url):
+    if cache.remote is not None and _same_remote(cache.remote) != remote.url:
         cache = Cache()  # another remote: what this cache says of it is not true there
     # This machine's records first (read only): an S3 client is still being made on a
     # thread meanwhile, and the listing waits for it.
@@ -478,20 +477,22 @@ def _sync(s: Session, path: Path) -> SyncResult:
             bodies[name] = body
             current[name] = _summary(body)
 
-    # Destroys: one seen here for the first time ends this machine's copy of the user;
-    # a user gone here since the last sync was destroyed here and is pushed.
-    destroys = {n: i for n, i in current.items() if i["kind"] == "destroy"}
-    fresh_destroys = set(destroys) - cache.destroyed
-    if fresh_destroys:
-        last = max(destroys[n]["at"] for n in fresh_destroys)
-        if vault.exists():
-            _destroy_here(vault)
-        cache = Cache(destroyed=cache.destroyed | set(destroys), remote=remote.url)
-        memo, changed = cache.files, set()
+    # Destroys are judged by their time against each record's (records.born), never by
+    # whether this machine saw them before: one made elsewhere after the last destroy
+    # applied here erases what was stored before it, and keeps what came after (a new
+    # machine's own records). A destroy made or applied here that the remote lacks
+    # (never sent, or the remote rolled back) is sent again.
+    from memvault.ops import admin
+
+    remote_destroy = max((i["at"] for i in current.values() if i["kind"] == "destroy"),
+                         default="")
+    here_destroy = admin.destroyed_at(vault)
+    destroyed_here = 0
+    if remote_destroy > here_destroy:
+        destroyed_here = _apply_destroy(vault, remote_destroy, local0)
         local0 = scan_local(vault, memo, changed)
-        current = {n: i for n, i in current.items() if i["at"] > last or n in destroys}
-    elif cache.local and not vault.exists():
-        return _push_destroy(s, path, cache, names, entries)
+    cut = max(remote_destroy, here_destroy)  # a record stored at or before it is gone
+    backwards = _went_back(cache, current, cut)
 
     state = vault.state() if vault.exists() else None
     epoch0 = state.key_version if state else 0
@@ -522,7 +523,11 @@ def _sync(s: Session, path: Path) -> SyncResult:
         elif info["kind"] == "forget":
             remote_tombs.update(info["ids"])
             remote_marks.update(info.get("marks", []))
-    tombs = remote_tombs | deleted_here
+    dead = {i for i in remote_ids if born(i) <= cut} if cut else set()  # destroyed
+    # The erasure ledger (state.json) holds every id erased here or pulled as erased:
+    # a cache removed, another spelling of the remote, or a remote rolled back cannot
+    # bring one back, and each is sent again while the remote lacks it.
+    tombs = remote_tombs | dead | deleted_here | (state.erased if state else set())
 
     # --- pull ---------------------------------------------------------------------------
     pulled = _pull_adds(s, bodies, remote_ids, local0.keys(), tombs)
@@ -534,19 +539,20 @@ def _sync(s: Session, path: Path) -> SyncResult:
     forget_here = (remote_tombs & local.keys()) - deleted_here
     forgotten = _forget_here(vault, forget_here) if forget_here else 0
     state = vault.state() if vault.exists() else None
-    if state is not None and remote_marks - state.forgotten:
+    if state is not None and (remote_marks - state.forgotten or remote_tombs - state.erased):
         with vault.transaction(allow_frozen=True) as tx:
             tx.state.forgotten |= remote_marks
+            tx.state.erased |= remote_tombs
             tx.touch()
     remote_prefs: dict[str, list[str]] = {}
     for info in current.values():
         if info["kind"] == "prefs":
             for t, order in info["keys"].items():
-                if order > remote_prefs.get(t, ["", ""]):
+                if order[0] > cut and order > remote_prefs.get(t, ["", ""]):
                     remote_prefs[t] = order
-    prefs_pulled = _pull_prefs(s, bodies)
+    prefs_pulled = _pull_prefs(s, bodies, cut)
     freezes = sorted(((i["at"], n, i["frozen"]) for n, i in current.items()
-                      if i["kind"] == "freeze"))
+                      if i["kind"] == "freeze" and i["at"] > cut))
     # Without a cache (its first sync, or one dropped) this machine cannot tell its flag
     # changed: the remote's latest freeze, when there is one, decides.
     frozen_changed_here = state is not None and state.frozen != cache.frozen and (
@@ -576,10 +582,14 @@ def _sync(s: Session, path: Path) -> SyncResult:
     local1 = scan_local(vault, memo) if applied else local
     state = vault.state() if vault.exists() else None
     tombs |= local0.keys() - local1.keys()  # erased while applying (summaries made from them)
-    if newest is None or rotated_here:
+    # A destroy the remote lacks goes under a new key: every object is written again
+    # without what it erased, and the old keys go, so no old copy opens any more.
+    resend_destroy = here_destroy > remote_destroy
+    if newest is None or rotated_here or resend_destroy:
         newest = s.new_key()
-    push_ids = local1.keys() - remote_ids.keys() - tombs
-    push_tombs = tombs - remote_tombs
+    push_ids = {i for i in local1.keys() - remote_ids.keys() - tombs
+                if not cut or born(i) > cut}
+    push_tombs = tombs - remote_tombs - dead
     push_marks = (state.forgotten if state else set()) - remote_marks
     push_archived = {i for i, a in local1.items() if a} & remote_ids.keys() - remote_archived
 
@@ -601,6 +611,9 @@ def _sync(s: Session, path: Path) -> SyncResult:
     if push_archived:
         name, info = s.write(newest, {"kind": "archive", "ids": sorted(push_archived)})
         written[name] = info
+    if resend_destroy:
+        name, info = s.write(newest, {"kind": "destroy", "at": here_destroy})
+        written[name] = info
     if push_tombs or push_marks:
         name, info = s.write(newest, {"kind": "forget", "ids": sorted(push_tombs),
                                       "marks": sorted(push_marks)})
@@ -617,7 +630,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
     current.update(written)
     # Erasure and new epochs: every object that holds a forgotten record, or is sealed
     # under an older key, is written again without it under the newest key, then deleted.
-    current = _repack(s, newest, current, bodies, tombs)
+    current = _repack(s, newest, current, bodies, tombs, cut)
 
     cache.objects = current
     cache.local = set(local1)
@@ -625,11 +638,12 @@ def _sync(s: Session, path: Path) -> SyncResult:
     cache.keys = set(s.keys)
     cache.frozen = state.frozen if state else False
     cache.last_sync, cache.remote = now_iso(), remote.url
-    cache.entries = _list_user(s, directory, entries, bool(destroys))
+    cache.entries = _list_user(s, directory, entries, bool(cut))
     _retire_keys(s, newest)  # before the cache: a kill in between re-reads what it wrote
     save_cache(path, s.kek, cache)
-    return SyncResult(len(push_ids), pulled, forgotten, remote.url, s.damaged,
-                      len(push_tombs), len(push_prefs), prefs_pulled, len(grown), updated)
+    return SyncResult(len(push_ids), pulled, forgotten + destroyed_here, remote.url,
+                      s.damaged, len(push_tombs), len(push_prefs), prefs_pulled, len(grown),
+                      updated, destroy_pushed=resend_destroy, went_back=backwards)
 
 
 def _pref_entries(s: Session) -> list[dict[str, Any]]:
@@ -643,15 +657,18 @@ def _pref_entries(s: Session) -> list[dict[str, Any]]:
     return out
 
 
-def _pull_prefs(s: Session, bodies: dict[str, dict[str, Any]]) -> int:
+def _pull_prefs(s: Session, bodies: dict[str, dict[str, Any]], cut: str) -> int:
     """Apply the preference changes of the objects read now that win over this
-    machine's: per key, the latest time, then the greater value tag (docs/sync.md)."""
+    machine's: per key, the latest time, then the greater value tag (docs/sync.md).
+    A change made at or before the last destroy went with it."""
     from memvault.ops import prefs
 
     best: dict[str, dict[str, Any]] = {}
     for body in bodies.values():
         if body["kind"] == "prefs":
             for e in body["entries"]:
+                if str(e["at"]) <= cut:
+                    continue
                 held = best.get(e["k"])
                 if held is None or [e["at"], e["o"]] > [held["at"], held["o"]]:
                     best[e["k"]] = e
@@ -896,12 +913,57 @@ def _set_frozen(vault: Vault, frozen: bool) -> None:
     admin.set_frozen(vault, frozen)
 
 
-def _destroy_here(vault: Vault) -> None:
-    from memvault.ops import admin
+def _apply_destroy(vault: Vault, at: str, local: dict[str, bool]) -> int:
+    """A destroy made elsewhere at `at`: what this machine stored at or before it goes,
+    what it stored after stays (a machine restored from a key backup and used since
+    keeps its own records). With nothing after it, the user is destroyed here whole
+    (keys, files, index). Recorded in the org's audit either way, with its own time.
+    The count of records erased."""
+    from memvault.ops import admin, prefs
 
-    if vault.state().frozen:
-        admin.set_frozen(vault, False)
-    admin.destroy(vault, vault.user)
+    old = sorted(i for i in local if born(i) <= at)
+    if not vault.exists():
+        admin.record_destroy(vault, at, 0)
+        return 0
+    later_prefs = any(t > at for t, _ in prefs.entries(vault).values())
+    if len(old) == len(local) and not later_prefs:
+        if vault.state().frozen:
+            admin.set_frozen(vault, False)
+        admin.destroy(vault, vault.user, at=at)
+        return len(old)
+    erased = 0
+    if old:
+        from memvault.ops import forget
+
+        erased = forget.forget(vault, forget.select(vault, old), merging=True).deleted_count
+    prefs.drop_through(vault, at)
+    admin.record_destroy(vault, at, erased)
+    return erased
+
+
+def _went_back(cache: Cache, current: dict[str, dict[str, Any]], cut: str) -> int:
+    """How many records and erasures the remote held at this machine's last sync that it
+    lacks now, though nothing erased them (a folder restored from a snapshot, a bucket
+    emptied, an object deleted): said, and sent again by this sync."""
+    if not cache.objects:
+        return 0
+    def held(objects: Iterable[dict[str, Any]]) -> tuple[set[str], set[str], str]:
+        ids: set[str] = set()
+        tombs: set[str] = set()
+        destroy = ""
+        for info in objects:
+            if info["kind"] == "add":
+                ids.update(info["ids"])
+            elif info["kind"] == "forget":
+                tombs.update(info["ids"])
+            elif info["kind"] == "destroy":
+                destroy = max(destroy, str(info["at"]))
+        return ids, tombs, destroy
+
+    ids0, tombs0, destroy0 = held(cache.objects.values())
+    ids1, tombs1, destroy1 = held(current.values())
+    lost = {i for i in ids0 - ids1 - tombs1 if not cut or born(i) > cut}
+    return len(lost) + len(tombs0 - tombs1) + int(destroy0 > destroy1)
 
 
 def _list_user(s: Session, directory: Directory, entries: dict[str, str],
@@ -921,32 +983,16 @@ def _list_user(s: Session, directory: Directory, entries: dict[str, str],
     return entries
 
 
-def _push_destroy(s: Session, path: Path, cache: Cache, names: list[str],
-                  entries: dict[str, str]) -> SyncResult:
-    """This user was destroyed here: a destroy under a new key, then every other object
-    and key deleted, so no copy on the remote opens any more, and its directory entries,
-    so no machine that never held it finds it."""
-    kid = s.new_key()
-    name, _ = s.write(kid, {"kind": "destroy"})
-    s.flush()
-    entries = _list_user(s, Directory(s.remote, s.vault.master.key), entries, True)
-    for old in names:
-        s.remote.delete(old)
-        s.deleted += 1
-    for old_kid in list(s.keys):
-        if old_kid != kid:
-            s.remote.delete(f"{s.ns}/k/{old_kid}")
-    forgotten = len(cache.local)
-    save_cache(path, s.kek, Cache(destroyed={name}, keys={kid}, last_sync=now_iso(),
-                                  remote=s.remote.url, entries=entries))
-    return SyncResult(0, 0, 0, s.remote.url, s.damaged, forgotten)
-
-
 def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
-            bodies: dict[str, dict[str, Any]], tombs: set[str]) -> dict[str, dict[str, Any]]:
-    stale = [n for n, i in current.items() if i["kind"] != "destroy" and (
-        not n.rsplit("/", 1)[1].startswith(newest + "-") or
-        (i["kind"] == "add" and tombs & set(i["ids"])))]
+            bodies: dict[str, dict[str, Any]], tombs: set[str],
+            cut: str) -> dict[str, dict[str, Any]]:
+    """Write again, under the newest key, every object sealed under an older one or
+    holding an erased record (forgotten, or stored before the last destroy), without
+    what was erased; then delete the old ones. Of destroys, the latest is kept."""
+    stale = [n for n, info in current.items() if
+             not n.rsplit("/", 1)[1].startswith(newest + "-") or
+             (info["kind"] == "add" and any(i in tombs or (cut and born(i) <= cut)
+                                            for i in info["ids"]))]
     if not stale:
         return current
     records: dict[str, dict[str, Any]] = {}
@@ -954,6 +1000,7 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
     gone: set[str] = set()
     marks: set[str] = set()
     freeze: tuple[str, bool] | None = None
+    destroy = ""
     settings: dict[str, dict[str, Any]] = {}
     readable: list[str] = []
     for name in stale:
@@ -965,7 +1012,7 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
         if kind == "add":
             for item in body["records"]:
                 i = item["r"]["memory_id"]
-                if i not in tombs and (i not in records or
+                if i not in tombs and (not cut or born(i) > cut) and (i not in records or
                                        version(item["r"]) > version(records[i]["r"])):
                     records[i] = item
         elif kind == "archive":
@@ -973,10 +1020,15 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
         elif kind == "forget":
             gone.update(body["ids"])
             marks.update(body.get("marks", []))
-        elif kind == "freeze" and (freeze is None or body["at"] > freeze[0]):
+        elif kind == "freeze" and body["at"] > cut and (
+                freeze is None or body["at"] > freeze[0]):
             freeze = (body["at"], bool(body["frozen"]))
+        elif kind == "destroy":
+            destroy = max(destroy, str(body["at"]))
         elif kind == "prefs":
             for e in body["entries"]:
+                if str(e["at"]) <= cut:
+                    continue
                 held = settings.get(e["k"])
                 if held is None or [e["at"], e["o"]] > [held["at"], held["o"]]:
                     settings[e["k"]] = e
@@ -994,6 +1046,10 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
     if freeze is not None:
         name, info = s.write(newest, {"kind": "freeze", "frozen": freeze[1],
                                       "at": freeze[0]})
+        out[name] = info
+    if destroy and not any(i["kind"] == "destroy" and i["at"] >= destroy
+                           for i in out.values()):
+        name, info = s.write(newest, {"kind": "destroy", "at": destroy})
         out[name] = info
     if settings:
         name, info = s.write(newest, {"kind": "prefs",
@@ -1098,13 +1154,22 @@ def run(vault: Vault, url: str, endpoint_url: str | None = None,
 
 
 def given_remote(url: str) -> str:
-    """A remote given on the command line as it is used and saved: a folder as its full
-    path from here (~ expanded, resolved as the system resolves it), for a later sync
-    (cron, another folder) must find the same place; s3:// as given."""
-    from memvault.storage.remote import folder_of
+    """A remote given on the command line as it is used and saved: its one name however
+    spelled (a folder as its full path from here, for a later sync from cron or another
+    folder must find the same place; s3:// without slashes around the prefix)."""
+    from memvault.storage.remote import canonical
 
-    folder = folder_of(url)
-    return url if folder is None else str(folder.resolve())
+    return canonical(url)
+
+
+def _same_remote(url: str) -> str | None:
+    """The one name of a remote a cache was kept for (None: not a remote any more)."""
+    from memvault.storage.remote import canonical
+
+    try:
+        return canonical(url)
+    except MemError:
+        return None
 
 
 def remote_setting(url: str, endpoint_url: str | None) -> tuple[Path, bytes] | None:

@@ -27,6 +27,10 @@ class UserState:
     audit_head: dict[str, Any] | None = None  # seq and MAC of the last write's audit entry
     audit_broken: dict[str, Any] | None = None  # evidence that entries were cut
     forgotten: set[str] = field(default_factory=set)  # keyed marks of forgotten messages
+    # Ids of records erased here or by another machine (forget, a duplicate dropped):
+    # the erasure ledger sync re-asserts to every remote and never pulls back, kept in
+    # this authenticated file rather than the sync cache, which may be removed.
+    erased: set[str] = field(default_factory=set)
     scan_marks: dict[str, list[int]] = field(default_factory=dict)  # ingest --scan
     superseded: dict[str, Superseded] = field(default_factory=dict)
     live: dict[str, int] = field(default_factory=dict)  # records per type
@@ -67,7 +71,7 @@ class UserState:
     def from_doc(cls, body: dict[str, Any]) -> UserState:
         """Raises (KeyError, TypeError, ValueError) on a malformed body."""
         known = {"format", "key_version", "frozen", "audit_head", "audit_broken",
-                 "forgotten", "scan_marks", "superseded", "counts", "compacting",
+                 "forgotten", "erased", "scan_marks", "superseded", "counts", "compacting",
                  "rekey_pending", "retire_through", "last_compaction"}
         counts = body.get("counts") or {}
         superseded = body.get("superseded") or {}
@@ -80,6 +84,7 @@ class UserState:
             audit_broken=body.get("audit_broken") if isinstance(body.get("audit_broken"), dict)
             else None,
             forgotten=set(map(str, body.get("forgotten") or [])),
+            erased=set(map(str, body.get("erased") or [])),
             scan_marks={str(k): list(v) for k, v in (body.get("scan_marks") or {}).items()},
             superseded={str(k): Superseded(str(v["by"]), bool(v.get("archived")))
                         for k, v in superseded.items()},
@@ -105,6 +110,8 @@ class UserState:
             doc["audit_broken"] = self.audit_broken
         if self.forgotten:
             doc["forgotten"] = sorted(self.forgotten)
+        if self.erased:
+            doc["erased"] = sorted(self.erased)
         if self.scan_marks:
             doc["scan_marks"] = self.scan_marks
         if self.compacting is not None:

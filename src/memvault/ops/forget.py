@@ -141,12 +141,15 @@ def _rebuilt(tx: Transaction, gone: set[str]) -> dict[str, Record]:
     return out
 
 
-def forget(vault: Vault, plan: ForgetPlan, now: bool = False) -> ForgetResult:
-    """Remove the records from every file that holds them, then rebuild the index."""
+def forget(vault: Vault, plan: ForgetPlan, now: bool = False,
+           merging: bool = False) -> ForgetResult:
+    """Remove the records from every file that holds them, then rebuild the index.
+    `merging`: an erasure another machine made, applied by sync (a frozen user takes it,
+    as it takes what others stored before the freeze reached them)."""
     targets = plan.targets
     gone = {r.memory_id for r in targets}
     rewritten: list[str] = []
-    with vault.transaction() as tx:
+    with vault.transaction(allow_frozen=merging) as tx:
         # Marks first, durably: a crash after this can only leave content that the next
         # forget finds again, never a message that a re-ingest would bring back.
         # A transcript's messages and its agent's summaries carry their transcript ids.
@@ -156,8 +159,11 @@ def forget(vault: Vault, plan: ForgetPlan, now: bool = False) -> ForgetResult:
         # killed before it is kept is finished by the next write.
         if now:
             tx.state.retire_through = tx.epoch
-        if marks - tx.state.forgotten or now:
+        # The ids join the erasure ledger with them: sync never pulls them back, and
+        # sends the forget again to a remote that lacks it (rolled back, emptied).
+        if marks - tx.state.forgotten or gone - tx.state.erased or now:
             tx.state.forgotten |= marks
+            tx.state.erased |= gone
             tx.save_state()
         remade = _rebuilt(tx, gone)
         removed: list[Record] = []

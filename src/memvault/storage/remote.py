@@ -195,12 +195,43 @@ class S3Remote:
 
 
 def folder_of(url: str) -> Path | None:
-    """The folder a remote URL names (`file:///path` or a plain path); None for any
-    other scheme."""
+    """The folder a remote URL names (`file:///path` or a plain path, `~` expanded);
+    None for any other scheme. ConfigError for a URL that names no folder: an empty
+    path (an unset variable: `file://`, `""`), a file:// URL naming another host, or
+    `~user` for a user this system does not have."""
     parsed = urlparse(url)
     if parsed.scheme == "file":
-        return Path(unquote(parsed.path))
-    return None if len(parsed.scheme) > 1 else Path(url).expanduser()
+        if parsed.netloc not in ("", "localhost"):
+            raise ConfigError(f"the remote {url} names the host {parsed.netloc!r}: a "
+                              "file:// remote is a folder on this machine "
+                              "(file:///path)", field="remote")
+        path = unquote(parsed.path)
+    elif len(parsed.scheme) > 1:
+        return None
+    else:
+        path = url
+    if not path.strip():
+        raise ConfigError(f"the remote {url!r} names no folder (an unset variable?)",
+                          field="remote")
+    if "\0" in path:
+        raise ConfigError("the remote's path holds a NUL character", field="remote")
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # ~name for a user this system does not know
+        raise ConfigError(f"the remote {url}: {path.split('/', 1)[0]} names no user of "
+                          "this system", field="remote") from None
+
+
+def canonical(url: str) -> str:
+    """One name for one remote however it is spelled: a folder as its full, resolved
+    path; s3://bucket/prefix without the slashes around the prefix (the keys it names
+    are the same). What a sync's cache is kept for and config.yaml saves."""
+    parsed = urlparse(url)
+    if parsed.scheme == "s3":
+        prefix = parsed.path.strip("/")
+        return f"s3://{parsed.netloc}/{prefix}" if prefix else f"s3://{parsed.netloc}"
+    folder = folder_of(url)
+    return url if folder is None else str(folder.resolve())
 
 
 def open_remote(url: str, endpoint_url: str | None = None) -> Remote:
@@ -209,9 +240,9 @@ def open_remote(url: str, endpoint_url: str | None = None) -> Remote:
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise ConfigError(f"the remote {url} names no bucket", field="remote")
-        return S3Remote(url, parsed.netloc, parsed.path, endpoint_url)
+        return S3Remote(canonical(url), parsed.netloc, parsed.path, endpoint_url)
     folder = folder_of(url)
     if folder is None:
         raise ConfigError(f"the remote {url}: only s3:// and folders (file:// or a path) "
                           "are supported", field="remote")
-    return FolderRemote(url, folder)
+    return FolderRemote(canonical(url), folder)

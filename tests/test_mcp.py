@@ -196,7 +196,8 @@ def test_refusals_in_plain_words_and_nothing_stored(vault: Vault) -> None:
         text = error(await call("memory_get", {"memory_id": "0190aaaa-0000-7000-8000-0000"}))
         assert text == "memory_get: no memory with id 0190aaaa-0000-7000-8000-0000"
         text = error(await call("memory_delete", {"memory_id": "../../etc/passwd"}))
-        assert "memory_id" in text
+        # The pattern quoted as it is, not lower-cased into another pattern.
+        assert "memory_id: string should match pattern '^[0-9a-fA-F-]{8,64}$'" in text
         text = error(await call("memory_search", {"after": "yesterday"}))
         assert "invalid date or time" in text
         assert ok(await call("memory_search", {}))["results"] == []
@@ -376,6 +377,151 @@ def test_stdio_holds_only_the_protocol_and_a_store_is_searchable_at_once(
     assert proc.stdout.read() == b""  # nothing but the answers, one JSON-RPC line each
     assert proc.wait(timeout=30) == 0
     assert all(doc["jsonrpc"] == "2.0" for doc in (first, second, third))
+
+
+class Wire:
+    """`mem mcp` as a client sees it: lines in, answers out, each awaited at most `wait`
+    seconds (a reader thread, so that a missing answer is a failure, not a hang)."""
+
+    def __init__(self, tmp_path: Path, wait: float = 5) -> None:
+        import queue
+        import threading
+
+        self.wait = wait
+        self.proc = subprocess.Popen([str(MEM), "mcp"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env={**os.environ, "MEM_LOG_DIR": str(tmp_path / "logs")})
+        self.answers: queue.Queue[bytes] = queue.Queue()
+        out = self.proc.stdout
+        assert out is not None
+        threading.Thread(target=lambda: [self.answers.put(line) for line in out],
+                         daemon=True).start()
+        first = self.ask(rpc("initialize", {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}, 1), wait=30)
+        assert first["id"] == 1 and "result" in first
+        self.send(rpc("notifications/initialized", {}, None))
+
+    def send(self, line: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line)
+        self.proc.stdin.flush()
+
+    def ask(self, line: bytes, wait: float | None = None) -> dict[str, Any]:
+        import queue
+
+        self.send(line)
+        try:
+            answer: dict[str, Any] = json.loads(self.answers.get(timeout=wait or self.wait))
+        except queue.Empty:
+            raise AssertionError(f"no answer within {wait or self.wait} s to "
+                                 f"{line[:120]!r}") from None
+        return answer
+
+    def close(self) -> tuple[int, str]:
+        assert self.proc.stdin is not None and self.proc.stderr is not None
+        self.proc.stdin.close()
+        code = self.proc.wait(timeout=30)
+        return code, self.proc.stderr.read().decode()
+
+
+def call_line(ident: Any, arguments: str, name: str = "memory_search") -> bytes:
+    """A tools/call request written by hand, its arguments as raw JSON text."""
+    return (f'{{"jsonrpc":"2.0","id":{ident},"method":"tools/call","params":'
+            f'{{"name":"{name}","arguments":{arguments}}}}}\n').encode()
+
+
+PARSE, INVALID = -32700, -32600
+BAD_LINES: list[tuple[str, bytes, Any, int]] = [
+    # what, the line, the id the answer carries, its code
+    ("a lone high surrogate", call_line(5, r'{"query":"\ud800"}'), 5, PARSE),
+    ("a lone low surrogate", call_line(6, r'{"query":"x\udc00y"}'), 6, PARSE),
+    ("a lone surrogate in the id", b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}\n',
+     None, PARSE),
+    ("nesting past the parser's depth", call_line(7, '{"query":' + "[" * 300 + "]" * 300 + "}"),
+     7, PARSE),
+    ("nesting 100k deep", call_line('"deep"', '{"x":' + "[" * 100000), "deep", PARSE),
+    ("a 5000-digit number", call_line(8, '{"limit":1' + "0" * 5000 + "}"), 8, PARSE),
+    ("invalid UTF-8", call_line(9, '{"query":"cafX"}').replace(b"X", b"\xe9"),
+     9, PARSE),
+    ("not JSON", b"hello there\n", None, PARSE),
+    ("a cut-off line", call_line(10, '{"query":"tea"')[:-3] + b"\n", 10, PARSE),
+    ("missing its method", b'{"jsonrpc":"2.0","id":11}\n', 11, INVALID),
+    ("missing jsonrpc", b'{"id":12,"method":"ping"}\n', 12, INVALID),
+    ("a method that is a number", b'{"jsonrpc":"2.0","id":13,"method":7}\n', 13, INVALID),
+    ("params as a list", b'{"jsonrpc":"2.0","id":14,"method":"ping","params":[1]}\n', 14,
+     INVALID),
+    ("a fractional id", b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}\n', None, INVALID),
+    ("a null id", b'{"jsonrpc":"2.0","id":null,"method":"ping"}\n', None, INVALID),
+    ("an escaped id key", b'{"jsonrpc":"2.0","\\u0069d":true,"method":"ping"}\n', None,
+     INVALID),
+    ("a batch", b'[{"jsonrpc":"2.0","id":15,"method":"ping"}]\n', None, INVALID),
+    ("a bare value", b"42\n", None, INVALID),
+    ("an oversized line", call_line(16, '{"query":"' + "a" * (2 << 20) + '"}'), 16, INVALID),
+]
+
+
+@pytest.mark.script_launch_mode("subprocess")
+def test_every_line_a_client_sends_gets_an_answer_and_the_next_call_works(
+        vault: Vault, tmp_path: Path) -> None:
+    """A line the SDK's parser or validator refuses used to get no answer at all: the
+    client waited out its time-out. Each gets a JSON-RPC error at once, with the request's
+    id where it can be read, and the server goes on serving."""
+    remember.add(vault, "Prefers green tea", "preference")
+    wire = Wire(tmp_path)
+    for n, (what, line, ident, code) in enumerate(BAD_LINES):
+        answer = wire.ask(line)
+        assert answer["jsonrpc"] == "2.0" and answer["id"] == ident, what
+        assert answer["error"]["code"] == code, what
+        assert "\n" not in answer["error"]["message"], what
+        pong = wire.ask(rpc("ping", {}, 100 + n))  # the next request is served
+        assert pong == {"jsonrpc": "2.0", "id": 100 + n, "result": {}}, what
+    wire.send(b"\n")  # a blank line asks nothing: no answer, no harm
+    found = wire.ask(call_line(200, '{"query":"tea"}'))
+    assert found["id"] == 200
+    assert [r["content"] for r in found["result"]["structuredContent"]["results"]] == [
+        "Prefers green tea"]
+    # A surrogate pair is a character: stored as sent.
+    stored = wire.ask(call_line(201, r'{"type":"fact","content":"Smiles \ud83d\ude00"}',
+                                "memory_store"))
+    assert stored["result"]["structuredContent"]["content"] == "Smiles \U0001f600"
+    code, stderr = wire.close()
+    assert code == 0 and "Traceback" not in stderr
+
+
+def test_what_the_sdk_takes_goes_through_unchanged_and_nothing_else() -> None:
+    """The line filter itself: whatever the bytes, it never raises; it passes on only text
+    the SDK reads as a message (and never a request it would read as a notification), and
+    answers everything else."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from mcp_types import JSONRPCError, JSONRPCNotification, jsonrpc_message_adapter
+
+    from memvault.integrations.mcp_stdio import screen
+    from tests.conftest import examples
+
+    good = call_line(3, '{"query":"tea"}')
+    assert screen(good) == good.decode().rstrip("\n")
+    pieces = st.sampled_from([b'"', b"\\", b"\\u", b"d800", b"{", b"}", b"[", b"]", b",",
+                              b":", b'"id"', b"1e999", b"\xff", b"\x00", b"null", b"9" * 50])
+
+    @settings(max_examples=examples(400))
+    @given(st.binary(max_size=200) | st.builds(
+        lambda cut, extra: good[:cut] + b"".join(extra) + good[cut:],
+        st.integers(0, len(good)), st.lists(pieces, max_size=6)))
+    def check(line: bytes) -> None:
+        outcome = screen(line.replace(b"\n", b" ") + b"\n")
+        if isinstance(outcome, str):
+            message = jsonrpc_message_adapter.validate_json(outcome, by_name=False)
+            if isinstance(message, JSONRPCNotification):
+                assert "id" not in json.loads(outcome)
+        elif outcome is None:
+            assert not line.replace(b"\n", b" ").strip()
+        else:
+            assert isinstance(outcome, JSONRPCError)
+            JSONRPCError.model_validate_json(outcome.model_dump_json())  # it can be sent
+
+    check()
 
 
 def test_mcp_without_a_vault_fails_before_serving(script_runner: ScriptRunner) -> None:

@@ -10,6 +10,7 @@ is refused. Writes go through the same operations (and so the same admission pol
 """
 
 import json
+import re
 import threading
 import time
 import traceback
@@ -165,11 +166,19 @@ class Server(MCPServer[Any]):
             raise
 
 
+_LEADING_WORD = re.compile(r"^[A-Z][a-z]+\b")
+
+
+def _lower(match: re.Match[str]) -> str:
+    return match.group().lower()
+
+
 def _plain_validation(exc: ValidationError) -> str:
     problems = []
     for error in exc.errors()[:3]:
         where = ".".join(str(part) for part in error["loc"]) or "arguments"
-        problems.append(f"{where}: {error['msg'].lower()}")
+        # Only the first word is lowered: a pattern or a value it quotes stays as sent.
+        problems.append(f"{where}: {_LEADING_WORD.sub(_lower, error['msg'])}")
     return "invalid arguments (" + "; ".join(problems) + ")"
 
 
@@ -432,13 +441,16 @@ _READ_ONLY: dict[str, Any] = {"read_only_hint": True, "open_world_hint": False}
 
 def serve(vault: Vault) -> None:
     """Serve over stdin and stdout until the client closes them. The SDK points fd 1 at
-    stderr while it serves, so nothing but the protocol reaches stdout."""
+    stderr while it serves, so nothing but the protocol reaches stdout; every line read
+    is answered, a line the SDK cannot take by mcp_stdio."""
     import anyio
+
+    from memvault.integrations import mcp_stdio
 
     started = time.monotonic()
     server = build(vault)
     log(vault.settings, AGENT, "start", f"serving user {vault.user}")
     try:
-        anyio.run(server.run_stdio_async)
+        anyio.run(mcp_stdio.serve, server)
     finally:
         log(vault.settings, AGENT, "stop", f"after {time.monotonic() - started:.0f} s")

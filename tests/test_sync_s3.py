@@ -255,3 +255,21 @@ def test_what_fails_at_the_remote_exits_with_what_to_do_about_it(
     down = remote._fail("an upload", EndpointConnectionError(endpoint_url=s3_server))
     slow = remote._fail("a listing", ClientError({"Error": {"Code": "SlowDown"}}, "List"))
     assert down.exit_code == slow.exit_code == EX_TEMPFAIL
+
+
+def test_one_s3_remote_however_spelled_keeps_a_forget(tmp_path: Path, s3_server: str,
+                                                     bucket: str) -> None:
+    """`s3://b/p/` is `s3://b/p`: the cache is kept, and with it or without it the
+    forgotten record is not pulled back, nor left at the remote."""
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    gone = add(a, f"Divorce lawyer {CANARY}", "fact").record.memory_id
+    for v in (a, b):
+        sync_ops.run(v, f"s3://{bucket}/mem", s3_server)
+    forget_ops.forget(a, forget_ops.select(a, [gone]))
+    result = sync_ops.run(a, f"s3://{bucket}//mem/", s3_server)
+    assert isinstance(result, sync_ops.SyncResult)
+    assert (result.remote, result.pulled, result.erasures_pushed) == \
+        (f"s3://{bucket}/mem", 0, 1)
+    sync_ops.run(b, f"s3://{bucket}/mem/", s3_server)
+    assert gone not in sync_ops.scan_local(a) and gone not in sync_ops.scan_local(b)
+    assert not any(CANARY.encode() in blob for blob in objects(s3_server, bucket).values())

@@ -276,10 +276,18 @@ def last_sync(probe: Probe) -> Iterator[Finding]:
     remote = settings.sync["remote"]
     if not remote:
         return
+    from memvault.errors import MemError
     from memvault.ops import sync
-    from memvault.storage.remote import folder_of
+    from memvault.storage.remote import canonical, folder_of
 
-    folder = folder_of(remote)  # a folder is looked at; a service is not called
+    try:
+        folder = folder_of(remote)  # a folder is looked at; a service is not called
+        remote = canonical(remote)
+    except MemError as exc:
+        yield Finding("sync", WARNING, f"sync: {exc.message}: `mem sync` fails until "
+                      "sync.remote (config.yaml or MEM_SYNC_REMOTE) names a folder or "
+                      "s3://bucket/prefix")
+        return
     there = folder is None or folder.is_dir()
     if not there:
         yield Finding("sync", WARNING, f"sync: the sync folder {folder} is not there (a "
@@ -287,6 +295,12 @@ def last_sync(probe: Probe) -> Iterator[Finding]:
     last = sync.last_sync(vault)
     if last is None or not last.get("at"):
         yield Finding("sync", WARNING, f"sync: never synced with {remote}", "sync")
+        return
+    if sync.same_remote(str(last.get("remote") or "")) != remote:
+        # The remote a plain `mem sync` uses is the one named, not the last one used.
+        yield Finding("sync", WARNING, f"sync: never synced with {remote}, which `mem "
+                      f"sync` uses (the last sync was with {last.get('remote')})",
+                      "sync" if there else None)
         return
     from memvault.ops.brief import age
 

@@ -2,12 +2,12 @@
 working)."""
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from memvault.cli import context
-from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt
+from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt, starting
 from memvault.cli.output import Output
 from memvault.errors import Refused, UsageError
 
@@ -17,6 +17,12 @@ if TYPE_CHECKING:
 ENTRY_WORDS = {"mcp": "MCP server mem", "features.codex_hooks": "[features] codex_hooks = true"}
 
 
+def complete_agent(incomplete: str) -> list[str]:
+    from memvault.integrations.agents_found import BY_NAME
+
+    return starting(BY_NAME, incomplete)
+
+
 def setup(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Show what would change; change nothing.")] = False,
@@ -24,6 +30,9 @@ def setup(
     undo: Annotated[bool, typer.Option(
         "--undo", help="Take mem's hooks and MCP server out of every agent again (and "
         "nothing else).")] = False,
+    agent: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--agent", help="Only this agent: claude-code, codex or gemini (repeatable).",
+        autocompletion=complete_agent, show_default=False)] = None,
     json: JsonOpt = False,
 ) -> None:
     """Set up mem in the agents found here (Claude Code, Codex CLI, Gemini CLI).
@@ -31,7 +40,8 @@ def setup(
     For each agent on PATH or with its settings folder: mem's hooks (the brief at session
     start, the transcript kept at the end) and its MCP server, in your user settings, in
     the form the agent's release runs (its --version is asked). Shows the changes and asks
-    once; each changed file keeps a backup beside it. An agent not found is skipped.
+    once; each changed file keeps a backup beside it. An agent not found is skipped, and
+    so are Claude Code's hooks and server where the mem plugin is enabled (it brings them).
 
     Without a terminal to ask on it changes nothing and exits 2, unless given -y. An agent
     whose settings mem cannot edit safely (a file that is not valid JSON or TOML) is left
@@ -40,7 +50,12 @@ def setup(
     from memvault.integrations import agents_found, wiring
 
     out = Output(json)
-    found = agents_found.detect(versions=not undo)  # taking out needs no release
+    unknown = [name for name in agent or () if name not in agents_found.BY_NAME]
+    if unknown:
+        raise UsageError(f"unknown agent {unknown[0]!r} (--agent): use "
+                         f"{', '.join(agents_found.BY_NAME)}")
+    specs = tuple(s for s in agents_found.AGENTS if not agent or s.name in agent)
+    found = agents_found.detect(specs, versions=not undo)  # taking out needs no release
     plan = wiring.setup(found, undo=undo, dry_run=True)
     if dry_run or not plan.changed:
         out.data(plan, lambda o: _show_setup(o, plan))
@@ -145,6 +160,8 @@ def fix_text(finding: "Finding", given: list[str] | None = None) -> str | None:
         return None
     if fix == "upgrade" and subject in BY_NAME:
         return BY_NAME[subject].upgrade
+    if fix == "undo" and subject in BY_NAME:  # setup's entries, beside what else brings mem
+        return f"mem setup --undo --agent {subject}"
     if fix == "chmod" and subject:
         import shlex
 
@@ -154,7 +171,7 @@ def fix_text(finding: "Finding", given: list[str] | None = None) -> str | None:
         from memvault.cli.errors import HINTS
 
         return HINTS.get(fix)
-    if text.startswith("mem ") and text != "mem setup" and given:  # setup takes none
+    if text.startswith("mem ") and not text.startswith("mem setup") and given:  # it takes none
         text = " ".join([text, *given])
     return text
 

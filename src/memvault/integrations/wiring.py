@@ -13,11 +13,12 @@ is reported and left as it was; the others are still set up.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memvault.errors import MemError
 from memvault.integrations import agents_found, hookbase
@@ -32,6 +33,9 @@ from memvault.model.machine_results import (
     SetupResult,
 )
 from memvault.ops.doctor import Check, Probe
+
+if TYPE_CHECKING:
+    from memvault.integrations.claude_code import Plugin
 
 LOG_WINDOW = timedelta(days=7)  # a hook failure older than this is history, not news
 LOG_SHOWN = 3  # the newest failures shown
@@ -67,30 +71,57 @@ def _install(f: Found, dry_run: bool) -> AgentSetup:
     if not f.found:
         return AgentSetup(**_base(f), notes=(f"not found: no `{spec.command}` on PATH, no "
                                              f"{f.config_dir}; skipped",))
-    module = spec.integration()
     try:
-        need = _needs(f)
-        path = module.settings_path("user")
-        if spec is CLAUDE:
-            result = module.install(path, "user", mcp=True, dry_run=dry_run,
-                                    exec_form=need.exec_form)
-        else:
-            result = module.install(path, "user", mcp=True, dry_run=dry_run)
-        changes = _changes(result, "add")
-        if spec is CODEX:  # the flag when the release needs it; mem's own out when not
-            config = module.config_path("user")
-            if need.codex_flag:
-                changes += _changes(module.set_hooks_flag(config, dry_run), "add")
-            elif f.version is not None:
-                changes += _changes(module.unset_hooks_flag(config, dry_run), "remove")
-        off = _turned_off(f)
+        changes, notes = _apply(f, dry_run)
     except MemError as exc:  # a settings file mem cannot edit safely: left as it was
         return AgentSetup(**_base(f), error=exc.message, exit_code=exc.exit_code)
-    notes = [n for n in (need.note, off) if n]
+    return AgentSetup(**_base(f), changes=tuple(changes), notes=tuple(notes))
+
+
+def _apply(f: Found, dry_run: bool) -> tuple[list[SetupChange], list[str]]:
+    """Set up one agent found here: the changes, and what its user should know. MemError
+    when it cannot be set up (nothing is written then)."""
+    spec = f.spec
+    module = spec.integration()
+    need = _needs(f)
+    if spec is CLAUDE:
+        plug = module.plugin()
+        if plug is not None:  # the plugin brings mem: a second set would run twice
+            return [], _plugin_notes(f, plug, need)
+    path = module.settings_path("user")
+    if spec is CLAUDE:
+        result = module.install(path, "user", mcp=True, dry_run=dry_run,
+                                exec_form=need.exec_form)
+    else:
+        result = module.install(path, "user", mcp=True, dry_run=dry_run)
+    changes = _changes(result, "add")
+    if spec is CODEX:  # the flag when the release needs it; mem's own out when not
+        config = module.config_path("user")
+        if need.codex_flag:
+            changes += _changes(module.set_hooks_flag(config, dry_run), "add")
+        elif f.version is not None:
+            changes += _changes(module.unset_hooks_flag(config, dry_run), "remove")
+    notes = [n for n in (need.note, _turned_off(f)) if n]
     trust = getattr(module, "TRUST_NOTE", None)
     if trust and changes:
         notes.append(trust)
-    return AgentSetup(**_base(f), changes=tuple(changes), notes=tuple(notes))
+    return changes, notes
+
+
+def _plugin_notes(f: Found, plug: Plugin, need: Needs) -> list[str]:
+    """What setup says of a Claude Code that the mem plugin sets up: it adds nothing, and
+    what stands in the plugin's way."""
+    notes = [f"set up by the mem plugin ({plug.id}): mem adds no hooks or MCP server of "
+             "its own here"]
+    have = wired(f)
+    if have.hooks or have.mcp is not None:
+        notes.append(_twice(have, plug, True))
+    if plug.exec_form and not need.exec_form:
+        notes.append(_plugin_too_old(f, True))
+    off = _turned_off(f)
+    if off:
+        notes.append(off)
+    return notes
 
 
 def _undo(f: Found, dry_run: bool) -> AgentSetup:
@@ -105,7 +136,10 @@ def _undo(f: Found, dry_run: bool) -> AgentSetup:
                                 "remove")
     except MemError as exc:
         return AgentSetup(**_base(f), error=exc.message, exit_code=exc.exit_code)
-    return AgentSetup(**_base(f), changes=tuple(changes))
+    plug = module.plugin() if spec is CLAUDE else None
+    notes = (f"the mem plugin ({plug.id}) stays: `claude plugin disable {plug.id}` turns "
+             "it off",) if plug is not None else ()
+    return AgentSetup(**_base(f), changes=tuple(changes), notes=notes)
 
 
 def _changes(result: HookInstallResult, action: str) -> list[SetupChange]:
@@ -243,22 +277,77 @@ def agent_findings(f: Found) -> Iterator[Finding]:
     try:
         have = wired(f)
         off = _turned_off(f)
+        plug = spec.integration().plugin() if spec is CLAUDE else None
     except MemError as exc:
         yield Finding(check, WARNING, f"{f.label}: {exc.message}")
         return
-    if not have.hooks and have.mcp is None:
-        yield Finding(check, WARNING, f"{f.label}: mem is not set up here (no hooks, no MCP "
-                      "server)", "setup")
+    if plug is not None:
+        yield from _plugin_findings(f, have, plug, off)
         return
-    problems = list(_problems(f, have))
-    if off:
-        problems.append((off, None))
+    problems: list[tuple[str, str | None]]
+    if not have.hooks and have.mcp is None:
+        problems = [("mem is not set up here (no hooks, no MCP server)", "setup")]
+    else:
+        problems = list(_problems(f, have)) + ([(off, None)] if off else [])
     for text, fix in problems:
         yield Finding(check, WARNING, f"{f.label}: {text}", fix, spec.name)
     if not problems:
         form = "exec form" if have.exec_form else "shell lines"
         yield Finding(check, OK, f"{f.label}: hooks {', '.join(have.hooks)} ({form}) in "
                       f"{have.settings}; MCP server in {have.mcp}")
+
+
+def _plugin_findings(f: Found, have: Wired, plug: Plugin, off: str | None
+                     ) -> Iterator[Finding]:
+    """Claude Code with the mem plugin enabled: set up by it, and set up once."""
+    check, name = f"agent:{f.spec.name}", f.spec.name
+    warned = False
+    if have.hooks or have.mcp is not None:  # the old advice followed: two of everything
+        warned = True
+        yield Finding(check, WARNING, f"{f.label}: {_twice(have, plug, False)}", "undo",
+                      name)
+    module = f.spec.integration()
+    missing = [e for e in module.EVENTS if e not in plug.hooks]
+    if missing or not plug.mcp:
+        warned = True
+        lacks = [f"hooks for {', '.join(missing)}"] if missing else []
+        lacks += [] if plug.mcp else ["an MCP server of mem's"]
+        yield Finding(check, WARNING, f"{f.label}: the mem plugin ({plug.id}) lacks "
+                      f"{' and '.join(lacks)}: update it (claude plugin update {plug.id})",
+                      None, name)
+    if plug.exec_form and not _needs(f).exec_form:
+        warned = True
+        yield Finding(check, WARNING, f"{f.label}: {_plugin_too_old(f, False)}", "upgrade",
+                      name)
+    if shutil.which("mem") is None:
+        warned = True
+        yield Finding(check, WARNING, f"{f.label}: the mem plugin runs `mem` from PATH, and "
+                      "there is no `mem` on this PATH: install mem on it (pipx install "
+                      f"memvault), or disable the plugin (claude plugin disable {plug.id}) "
+                      "and run mem setup", None, name)
+    if off:
+        warned = True
+        yield Finding(check, WARNING, f"{f.label}: {off}", None, name)
+    if not warned:
+        yield Finding(check, OK, f"{f.label}: set up by the mem plugin ({plug.id}, in "
+                      f"{plug.folder}): hooks {', '.join(plug.hooks)}; MCP server")
+
+
+def _twice(have: Wired, plug: Plugin, commands: bool) -> str:
+    """mem set up twice in Claude Code: by its plugin, and by setup's own entries."""
+    own = [f"hooks in {have.settings}"] if have.hooks else []
+    own += [f"an MCP server in {have.mcp}"] if have.mcp is not None else []
+    undo = " (mem setup --undo --agent claude-code)" if commands else ""
+    return (f"mem is set up twice: by the mem plugin ({plug.id}) and by mem setup "
+            f"({' and '.join(own)}), so each session gets two briefs, two ingests and two "
+            f"MCP servers; keep one: take setup's out{undo}, or disable the plugin "
+            f"(claude plugin disable {plug.id})")
+
+
+def _plugin_too_old(f: Found, advice: bool) -> str:
+    upgrade = f": upgrade ({f.spec.upgrade})" if advice else ""
+    return (f"the mem plugin's hooks are in exec form, which {f.spec.label} runs from "
+            f"{agents_found.shown(agents_found.CLAUDE_EXEC_FORM)} only{upgrade}")
 
 
 def _problems(f: Found, have: Wired) -> Iterator[tuple[str, str | None]]:

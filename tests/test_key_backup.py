@@ -1,5 +1,5 @@
-"""The master key's backup and restore (`mem key`), the OS keyring as a key source, and
-what a missing key is told to be (SPEC §4, §6)."""
+"""The master key's backup and restore (`mem key`), and what a missing key is told to be
+(SPEC §4, §6). The OS keyring as a key source: tests/test_keyring.py."""
 
 from __future__ import annotations
 
@@ -8,12 +8,9 @@ import json
 import os
 import pty
 import select
-import shutil
 import stat
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +23,6 @@ from tests.conftest import home_environment, mem, one_error_line
 
 MEM = str(Path(sys.executable).parent / "mem")
 PASSPHRASE = "correct horse battery"
-FILE_KEYRING = "keyrings.alt.file.PlaintextKeyring"
 
 
 def master_key() -> bytes:
@@ -59,21 +55,6 @@ def with_memory(script_runner, vault_dir) -> None:
     assert mem(script_runner, "init").returncode == 0
     assert mem(script_runner, "add", "The deploy key rotates every quarter",
                "--type", "fact").returncode == 0
-
-
-@pytest.fixture
-def file_keyring(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """keyrings.alt's file backend, a real keyring through keyring's own API, in the
-    test's home: by the variable for child processes, set anew in this process (keyring
-    keeps the backend it chose first)."""
-    import keyring
-    from keyring.backends import fail
-    from keyrings.alt.file import PlaintextKeyring
-
-    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", FILE_KEYRING)
-    keyring.set_keyring(PlaintextKeyring())
-    yield
-    keyring.set_keyring(fail.Keyring())
 
 
 # --- backup and restore ------------------------------------------------------------------
@@ -257,112 +238,6 @@ def test_backup_asks_the_passphrase_twice_on_a_terminal(
     key = master_key()
     assert ops_keys.restore_key(resolve(), backup, PASSPHRASE).written is False
     assert master_key() == key
-
-
-# --- the OS keyring ----------------------------------------------------------------------
-
-
-@pytest.mark.script_launch_mode("subprocess")
-def test_keyring_source_end_to_end(tmp_path, monkeypatch, script_runner, file_keyring,
-                                   vault_dir, config_dir, passphrase_file):
-    result = script_runner.run([MEM, "init", "--keyring", "--json"])
-    assert result.returncode == 0, result.stderr
-    assert "OS keyring" in json.loads(result.stdout)["key_source"]
-    assert not keysource.default_key_path().exists()  # no key file anywhere
-    assert "key_source: keyring" in (config_dir / "config.yaml").read_text()
-    assert script_runner.run([MEM, "add", "Prefers rooibos tea", "--type",
-                              "preference"]).returncode == 0
-    found = script_runner.run([MEM, "search", "rooibos", "--json"])  # a new process
-    assert found.returncode == 0, found.stderr
-    assert json.loads(found.stdout)["results"][0]["content"] == "Prefers rooibos tea"
-    backup = tmp_path / "backup"
-    assert script_runner.run([MEM, "key", "backup", "-o", str(backup), "--passphrase-file",
-                              str(passphrase_file)]).returncode == 0
-
-    # No backend at all: one line, exit 78, what to do.
-    none = script_runner.run([MEM, "search", "rooibos"],
-                             env={**os.environ, "PYTHON_KEYRING_BACKEND":
-                                  "keyring.backends.fail.Keyring"})
-    assert none.returncode == EX_CONFIG
-    assert "no OS keyring" in one_error_line(none.stderr)
-
-    # A new machine, its keyring empty: the entry is missing, then restored into it.
-    new_machine(tmp_path, monkeypatch, "laptop")
-    monkeypatch.setenv("MEM_KEY_SOURCE", "keyring")
-    missing = script_runner.run([MEM, "search", "rooibos"])
-    assert missing.returncode == EX_CONFIG
-    line = one_error_line(missing.stderr)
-    assert "keyring holds no master key" in line and "mem key restore" in line
-    assert "mem init" not in line
-    monkeypatch.delenv("MEM_KEY_SOURCE")
-    restored = script_runner.run([MEM, "key", "restore", str(backup), "--keyring",
-                                  "--passphrase-file", str(passphrase_file)])
-    assert restored.returncode == 0, restored.stderr
-    assert not keysource.default_key_path().exists()
-    found = script_runner.run([MEM, "search", "rooibos", "--json"])  # config selects it
-    assert found.returncode == 0, found.stderr
-    assert json.loads(found.stdout)["results"][0]["content"] == "Prefers rooibos tea"
-
-
-SECRET_SERVICE_SCRIPT = """
-eval "$(printf test-login | gnome-keyring-daemon --unlock --components=secrets)"
-"$MEM" init --keyring >/dev/null 2>init.err; echo "init=$?"
-"$MEM" add "Prefers oolong tea" --type preference >/dev/null; echo "add=$?"
-"$MEM" search oolong --json >found.json; echo "search=$?"
-"$PY" -c "import secretstorage as s; s.get_default_collection(s.dbus_init()).lock()"
-"$MEM" search oolong 2>locked.err; echo "locked=$?"
-"""
-
-
-@pytest.mark.skipif(not (shutil.which("dbus-run-session") and
-                         shutil.which("gnome-keyring-daemon")),
-                    reason="needs dbus-run-session and gnome-keyring-daemon (.ci/run "
-                    "installs them)")
-def test_keyring_source_on_a_real_secret_service(tmp_path):
-    """GNOME Keyring on a private D-Bus session, as on a Linux desktop: the key goes in
-    and comes out in new processes, and a locked keyring is one line, exit 78."""
-    home = tmp_path / "home"
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700)
-    env = {"PATH": os.environ["PATH"], **home_environment(home), "XDG_RUNTIME_DIR": str(run),
-           "MEM_CONFIG_DIR": str(tmp_path / "config"), "MEM_VAULT": str(tmp_path / "vault"),
-           "MEM_USER": "alice", "NO_COLOR": "1", "MEM": MEM, "PY": sys.executable,
-           "PYTHON_KEYRING_BACKEND": "keyring.backends.SecretService.Keyring"}
-    (tmp_path / "steps.sh").write_text(SECRET_SERVICE_SCRIPT)
-    done = subprocess.run(["dbus-run-session", "--", "bash", "steps.sh"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=120)
-    steps = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
-    assert steps == {"init": "0", "add": "0", "search": "0", "locked": str(EX_CONFIG)}, \
-        (done.stdout, done.stderr, (tmp_path / "init.err").read_text())
-    found = json.loads((tmp_path / "found.json").read_text())
-    assert found["results"][0]["content"] == "Prefers oolong tea"
-    assert not (tmp_path / "config" / "master.key").exists()
-    assert "keyring is locked" in one_error_line((tmp_path / "locked.err").read_text())
-
-
-def test_keyring_entries_of_two_vaults_do_not_collide(tmp_path, monkeypatch, file_keyring):
-    from memvault.ops.admin import init
-
-    made = []
-    for name in ("one", "two"):
-        monkeypatch.setenv("MEM_VAULT", str(tmp_path / name))
-        made.append(init(resolve(key_source="keyring")).key_source)
-    assert made[0] != made[1]
-    for name in ("one", "two"):
-        monkeypatch.setenv("MEM_VAULT", str(tmp_path / name))
-        meta = json.loads((tmp_path / name / "vault.json").read_text())
-        key = keysource.keyring_key(meta["key_check"])
-        assert key is not None
-        assert keysource.load_master_key(resolve(key_source="keyring"),
-                                         key_check=meta["key_check"]).key == key
-
-
-def test_hooks_installed_for_a_keyring_key_find_it_there(monkeypatch):
-    from memvault.integrations.launch import resolve as launch
-
-    monkeypatch.setenv("MEM_KEY_SOURCE", "keyring")
-    assert ("MEM_KEY_SOURCE", "keyring") in launch("user").env
-    assert not any(flag.startswith("--key-file") for flag in launch("user").flags)
 
 
 # --- a missing key, and what init says ------------------------------------------------------

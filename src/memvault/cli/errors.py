@@ -68,6 +68,14 @@ HINTS = {
                       "cannot be reached (cron, ssh), use MEM_KEY_FILE or MEM_KEY_COMMAND",
     "keyring-failed": "check that it runs and is unlocked; where it cannot be reached "
                       "(cron, ssh), use MEM_KEY_FILE or MEM_KEY_COMMAND",
+    # A backend that does not encrypt at rest (keyrings.alt's files): never used.
+    "keyring-unsafe": "select one that encrypts (macOS Keychain, Windows Credential Locker, "
+                      "a Secret Service such as GNOME Keyring or KWallet) with "
+                      "PYTHON_KEYRING_BACKEND, or keep the key in a file (`mem init` "
+                      "without --keyring, MEM_KEY_FILE) or behind MEM_KEY_COMMAND",
+    "keyring-unsafe-key": "move the key out: `mem key backup --output FILE` still reads it "
+                          "there; then remove key_source: keyring from the config file (and "
+                          "MEM_KEY_SOURCE) and `mem key restore FILE` puts it in a key file",
     "unfreeze": "`mem unfreeze` allows them again",
     "ingest": "store long transcripts with `mem ingest`",
     "verify": "run `mem verify`",

@@ -1,7 +1,7 @@
 """`mem key`: the master key's backup, wrapped under a passphrase, and its restore."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,7 +16,11 @@ from memvault.cli.options import (
     VaultOpt,
 )
 from memvault.cli.output import Output
-from memvault.errors import PassphraseNeeded, UsageError
+from memvault.errors import ConfigError, PassphraseNeeded, UsageError
+
+if TYPE_CHECKING:
+    from memvault.config import Settings
+    from memvault.vault.vault import Vault
 
 app = typer.Typer(help="Back up the master key under a passphrase, or restore it.",
                   no_args_is_help=True)
@@ -37,7 +41,13 @@ def backup(
     format of docs/vault-format.md): keep it off this machine, its passphrase apart."""
     from memvault.ops import keys
 
-    v = context.open_vault(vault, org, user, key_file, needs=None)
+    unencrypted = False
+    try:
+        v = context.open_vault(vault, org, user, key_file, needs=None)
+    except ConfigError as exc:
+        if exc.hint != "keyring-unsafe-key":
+            raise
+        v, unencrypted = _moving_out(context.settings(vault, org, user, key_file)), True
     keys.check_backup_output(output, force)  # before the passphrase is typed, twice
     secret = context.passphrase(passphrase_file, "Passphrase for the backup: ", twice=True)
     result = keys.backup_key(v, output, secret, force)
@@ -49,9 +59,23 @@ def backup(
                "they open the whole vault; restore with `mem key restore FILE`")
 
     out.data(result, human)
+    if unencrypted:
+        out.warn(f"{v.master.source} still holds the key: restore the backup elsewhere "
+                 "(`mem key restore FILE` once key_source: keyring is removed), then "
+                 "delete that entry")
     if not result.recorded:
         out.warn(f"the vault at {v.root} takes no writes: this backup is not recorded in "
                  "its vault.json")
+
+
+def _moving_out(settings: "Settings") -> "Vault":
+    """The vault opened with a key read from a keyring backend that does not encrypt it:
+    every other command refuses it there, a backup is how it gets out."""
+    from memvault.vault.keysource import load_master_key
+    from memvault.vault.vault import Vault, read_meta
+
+    check = read_meta(settings.vault)["key_check"]
+    return Vault(settings, master=load_master_key(settings, key_check=check, move_out=True))
 
 
 @app.command()

@@ -149,8 +149,14 @@ def _key(probe: Probe, settings: Settings, findings: list[Finding]) -> MasterKey
              "keyring": "the OS keyring",
              "env": "MEM_MASTER_KEY (the weakest source: every process started from this "
                     "environment inherits it)"}[source.kind]
+    key_check = None
+    if source.kind == "keyring":
+        # The keyring's entry is named by the vault (vault.json), as when it is opened.
+        key_check = _keyring_entry(settings, findings)
+        if key_check is None:
+            return None
     try:
-        master = load_master_key(settings)
+        master = load_master_key(settings, key_check=key_check)
     except PassphraseNeeded:
         findings.append(Finding("key", WARNING, f"key: {where} is passphrase-protected: not "
                                 "opened here (it would ask), and hooks, the MCP server and "
@@ -162,8 +168,32 @@ def _key(probe: Probe, settings: Settings, findings: list[Finding]) -> MasterKey
                                 "chmod" if loose else exc.hint,
                                 str(source.path) if loose else None, exc.exit_code))
         return None
-    findings.append(Finding("key", OK, f"key: {where}"))
+    # The keyring's entry, with the backend that holds it.
+    findings.append(Finding("key", OK, f"key: {master.source if key_check else where}"))
     return master
+
+
+def _keyring_entry(settings: Settings, findings: list[Finding]) -> str | None:
+    """The key check value that names the vault's entry in the OS keyring; None, with
+    findings, when there is no vault to name one (the backend is judged all the same:
+    one that does not encrypt is an error before any vault is made)."""
+    from memvault.vault.keysource import keyring_backend
+    from memvault.vault.vault import read_meta
+
+    try:
+        return str(read_meta(settings.vault)["key_check"])
+    except MemError as exc:
+        missing = exc
+    try:
+        backend = keyring_backend()
+    except MemError as exc:
+        findings.append(_failed("key", exc))
+    else:
+        findings.append(Finding("key", OK, f"key: the OS keyring, {backend} (the vault "
+                                "names its entry)"))
+    findings.append(_failed("vault", missing, "init" if isinstance(missing, NotFound)
+                            else None))
+    return None
 
 
 def _loose(path: os.PathLike[str]) -> bool:

@@ -1,6 +1,7 @@
 """Where the master key comes from (SPEC §4), first set wins: --key-file / MEM_KEY_FILE,
-MEM_KEY_COMMAND, MEM_MASTER_KEY, the OS keyring when `key_source: keyring` selects it, a
-key_file set in the config file, the default key file that only `mem init` creates.
+MEM_KEY_COMMAND, MEM_MASTER_KEY, the OS keyring when `key_source: keyring` selects it (a
+backend known to encrypt at rest, never another), a key_file set in the config file, the
+default key file that only `mem init` creates.
 Nothing but `init` ever creates a key; `mem key restore` puts a backed-up one back.
 
 Nothing here asks anyone anything: a passphrase-protected key file without a
@@ -26,7 +27,7 @@ from memvault.crypto.keys import (
     open_with_passphrase,
     seal_with_passphrase,
 )
-from memvault.errors import ConfigError, DataError, PassphraseNeeded, Refused
+from memvault.errors import ConfigError, DataError, MemError, PassphraseNeeded, Refused
 from memvault.storage import fsio
 from memvault.storage.layout import VAULT_FILE, holds_memory
 
@@ -145,9 +146,11 @@ def key_source(settings: Settings, writable: bool = False) -> KeySource:
 
 
 def load_master_key(settings: Settings, passphrase: str | None = None,
-                    key_check: str | None = None) -> MasterKey:
+                    key_check: str | None = None, *, move_out: bool = False) -> MasterKey:
     """Find the master key; never create one (ConfigError, exit 78, when there is none).
-    `key_check` is the vault's (vault.json): the OS keyring's entry is named by it."""
+    `key_check` is the vault's (vault.json): the OS keyring's entry is named by it.
+    `move_out` reads it from a keyring backend that does not encrypt it (`mem key backup`
+    only, to move it out of there)."""
     source = key_source(settings)
     if source.kind == "file" and source.path is not None:
         where = f" ({source.where})" if source.where else ""
@@ -161,13 +164,21 @@ def load_master_key(settings: Settings, passphrase: str | None = None,
                          "MEM_MASTER_KEY")
     if source.kind == "keyring":
         if key_check is None:  # no vault yet: nothing can be named in the keyring
+            keyring_backend()  # but one that would never hold its key is said first
             raise missing_key(settings, "no master key found")
-        key = keyring_key(key_check)
+        try:
+            key, backend = _keyring_read(key_check, move_out)
+        except ConfigError as exc:
+            if exc.hint != "keyring-unsafe":
+                raise
+            # The vault's key may be there (an earlier mem kept it): say how to get it out.
+            raise ConfigError(f"{exc.message}; mem reads no master key from it",
+                              hint="keyring-unsafe-key") from None
         if key is None:
             raise missing_key(settings, "the OS keyring holds no master key",
-                              f" (service {KEYRING_SERVICE}, account "
+                              f" ({backend}: service {KEYRING_SERVICE}, account "
                               f"{keyring_account(key_check)})")
-        return MasterKey(key, keyring_where(key_check))
+        return MasterKey(key, keyring_where(key_check, backend))
     raise missing_key(settings, "no master key found",
                       f" (no key file at {source.path}, no key variable set)")
 
@@ -195,8 +206,76 @@ def keyring_account(key_check: str) -> str:
     return f"master-key-{key_check}"
 
 
-def keyring_where(key_check: str) -> str:
-    return f"the OS keyring (service {KEYRING_SERVICE}, account {keyring_account(key_check)})"
+# The keyring package's backends that keep what they hold encrypted at rest, under the
+# user's login, by class (as PYTHON_KEYRING_BACKEND names them) and as a user calls them.
+# An allow-list: any other backend (keyrings.alt's files, a plugin) is not known to
+# encrypt, and no master key is kept in it or read from it.
+ENCRYPTING_BACKENDS = {
+    "keyring.backends.macOS.Keyring": "macOS Keychain",
+    "keyring.backends.Windows.WinVaultKeyring": "Windows Credential Locker",
+    "keyring.backends.SecretService.Keyring": "Secret Service",
+    "keyring.backends.libsecret.Keyring": "Secret Service (libsecret)",
+    "keyring.backends.kwallet.DBusKeyring": "KWallet",
+    "keyring.backends.kwallet.DBusKeyringKWallet4": "KWallet 4",
+}
+# keyring's stand-ins for "no backend here" (fail) and "keyring disabled" (null).
+NO_BACKENDS = ("keyring.backends.fail.Keyring", "keyring.backends.null.Keyring")
+
+
+def keyring_where(key_check: str, backend: str = "") -> str:
+    """The entry of a vault's key, with the backend that holds it when known."""
+    named = f", {backend}" if backend else ""
+    return (f"the OS keyring{named} (service {KEYRING_SERVICE}, account "
+            f"{keyring_account(key_check)})")
+
+
+def _class_name(backend: object) -> str:
+    return f"{type(backend).__module__}.{type(backend).__qualname__}"
+
+
+def _judge(kr: Any, move_out: bool = False) -> tuple[Any, str]:
+    """The backend keyring chose and its name, when it is one that encrypts at rest
+    (ENCRYPTING_BACKENDS), viable here and recommended by its own priority; else a
+    ConfigError that names it. With `move_out`, one that does not encrypt is taken too
+    (its name then says so), to read a key mem kept there before."""
+    from keyring.backends.chainer import ChainerBackend
+
+    backend = kr.get_keyring()
+    if isinstance(backend, ChainerBackend):
+        # A chain writes to its first backend and reads through all of them: mem takes
+        # the first alone and judges it, so nothing lower in the chain (a plaintext
+        # file) ever holds or yields the key.
+        chained = list(backend.backends)
+        if not chained:
+            raise kr.errors.NoKeyringError()
+        backend = chained[0]
+    name = _class_name(backend)
+    if name in NO_BACKENDS:
+        raise kr.errors.NoKeyringError()
+    label = ENCRYPTING_BACKENDS.get(name)
+    if label is None:
+        if move_out:
+            return backend, f"{name}, which does not encrypt it"
+        stored = getattr(backend, "file_path", None)
+        where = f" (it keeps its entries in {stored})" if isinstance(stored, str) else ""
+        raise ConfigError(f"the OS keyring backend {name} is not one known to encrypt at "
+                          f"rest{where}", hint="keyring-unsafe")
+    try:
+        priority = float(type(backend).priority)
+    except Exception as exc:  # noqa: BLE001 - how a backend says it cannot work here
+        detail = " ".join(str(exc).split())[:200].rstrip(".") or type(exc).__name__
+        raise ConfigError(f"the OS keyring backend {label} ({name}) cannot be used here: "
+                          f"{detail}", hint="keyring-none") from None
+    if priority < 1 and not move_out:  # keyring's word for one it does not recommend
+        raise ConfigError(f"the OS keyring backend {label} ({name}) reports itself not "
+                          f"recommended here (priority {priority:g})", hint="keyring-unsafe")
+    return backend, label
+
+
+def keyring_backend() -> str:
+    """The name of the OS keyring backend the master key would be kept in; ConfigError
+    (exit 78) when there is none, or one that is not known to encrypt at rest."""
+    return str(_keyring_call("open", lambda kr: _judge(kr)[1]))
 
 
 def _keyring_call(what: str, call: Callable[[Any], Any]) -> Any:
@@ -209,6 +288,8 @@ def _keyring_call(what: str, call: Callable[[Any], Any]) -> Any:
         raise ConfigError("the OS keyring needs the Python package keyring") from None
     try:
         return call(keyring)
+    except MemError:
+        raise
     except keyring.errors.NoKeyringError:
         raise ConfigError("no OS keyring is available here", hint="keyring-none") from None
     except keyring.errors.KeyringLocked:
@@ -219,33 +300,49 @@ def _keyring_call(what: str, call: Callable[[Any], Any]) -> Any:
                           hint="keyring-failed") from None
 
 
+def _keyring_read(key_check: str, move_out: bool = False) -> tuple[bytes | None, str]:
+    """The master key the OS keyring holds for the vault (None when it has no entry),
+    and the backend's name. A backend not known to encrypt is never read (ConfigError,
+    hint keyring-unsafe), but with `move_out`."""
+    def read(kr: Any) -> tuple[Any, str]:
+        backend, label = _judge(kr, move_out)
+        return backend.get_password(KEYRING_SERVICE, keyring_account(key_check)), label
+
+    value, label = _keyring_call("read the key", read)
+    if value is None:
+        return None, label
+    return decode_key(str(value), keyring_where(key_check, label)), label
+
+
 def keyring_key(key_check: str) -> bytes | None:
     """The master key the OS keyring holds for the vault, or None when it has no entry."""
-    value = _keyring_call("read the key", lambda kr: kr.get_password(
-        KEYRING_SERVICE, keyring_account(key_check)))
-    if value is None:
-        return None
-    return decode_key(str(value), keyring_where(key_check))
+    return _keyring_read(key_check)[0]
 
 
 def store_in_keyring(key: bytes) -> MasterKey:
-    """Put a master key in the OS keyring under its vault's entry. An entry that holds
+    """Put a master key in the OS keyring under its vault's entry, in a backend that
+    encrypts at rest only (ConfigError else, nothing written). An entry that holds
     another key is never replaced (Refused); the same key is left as it is."""
     import base64
 
     check = envelope.key_check_value(key)
+    try:
+        label = keyring_backend()
+    except ConfigError as exc:
+        raise ConfigError(f"{exc.message}; nothing was written", hint=exc.hint) from None
+    where = keyring_where(check, label)
     held = keyring_key(check)
     if held is not None and held != key:
-        raise Refused(f"{keyring_where(check)} holds another key already; it is never "
-                      "replaced; nothing was written")
+        raise Refused(f"{where} holds another key already; it is never replaced; nothing "
+                      "was written")
     if held is None:
         value = base64.b64encode(key).decode()
-        _keyring_call("store the key", lambda kr: kr.set_password(
+        _keyring_call("store the key", lambda kr: _judge(kr)[0].set_password(
             KEYRING_SERVICE, keyring_account(check), value))
         # Read back: a backend that accepts a write and keeps nothing must not pass.
         if keyring_key(check) != key:
-            raise ConfigError(f"{keyring_where(check)} did not keep the key")
-    return MasterKey(key, keyring_where(check))
+            raise ConfigError(f"{where} did not keep the key")
+    return MasterKey(key, where)
 
 
 def create_key_file(source: KeySource, passphrase: str | None = None) -> MasterKey:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,41 +19,16 @@ from memvault.ops.ingest import ingest_text
 from memvault.ops.remember import add
 from memvault.storage.remote import open_remote
 from tests.conftest import mem
+from tests.servers.moto_s3 import CREDENTIALS, free_port, moto_server  # noqa: F401
 from tests.test_sync import CANARY, contents, machine, transcript
 
 pytest.importorskip("moto")
 boto3 = pytest.importorskip("boto3")
 
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-               "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                             "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            pytest.fail("the S3 test server did not start")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        proc.wait()
+    with moto_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import zlib
 from typing import Any
 
 from memvault.crypto import envelope
+from memvault.model.records import MAX_CONTENT
 
 OBJECT_MAGIC = b"MEMS"
 KEY_MAGIC = b"MEMR"
@@ -30,6 +31,17 @@ PAD_LARGE = 1 << 16  # past this, to the next eighth of the next power of two
 # gives 12.3 MB in 0.25 s, where zlib's level 3 gave 14.8 MB in 0.65 s (a first sync
 # compresses every record).
 LEVEL = 1
+
+# The largest each kind of remote object can be: a remote is read only up to it, so a
+# file of any size put in a sync folder (or a bucket) costs at most that much.
+PAGE = 2000  # records per add object (ops/sync.py pages by it)
+# A record's JSON beside its content (ids, times, tags, its role, a summary's span).
+RECORD_FIELDS = 4096
+# A key object: magic, format, nonce, the JSON of 32 bytes in hex and of a time as
+# now_iso writes it (27 characters), the tag.
+KEY_SIZE = 5 + envelope.NONCE_LEN + len(json.dumps({"key": "00" * 32, "at": "0" * 27})) + 16
+ENTRY_SIZE = PAD  # a directory entry: one PAD whatever the names (of at most 64 characters)
+HEAD = 5  # magic and format: how an operation object begins
 
 
 class SyncAuthError(Exception):
@@ -85,6 +97,51 @@ def padded_size(size: int) -> int:
     return -(-size // step) * step
 
 
+def _compressed_bound(size: int) -> int:
+    """The most zstd (ZSTD_compressBound) or zlib gives for `size` bytes: an input it
+    cannot compress is stored in raw blocks, a few bytes per block more."""
+    return size + (size >> 8) + (((128 << 10) - size) >> 11 if size < 128 << 10 else 0)
+
+
+# An operation object: a page of PAGE records at the model's limits (MAX_CONTENT of
+# content and RECORD_FIELDS of other fields each: 508 MiB of JSON; what JSON escapes in
+# stored text, quotes, backslashes, newlines and tabs, compresses back), compressed,
+# framed, sealed and padded: 512 MiB. Archive, forget and prefs objects name ids and
+# settings only, and stay far below it.
+OBJECT_MAX = padded_size(_compressed_bound(PAGE * (MAX_CONTENT + RECORD_FIELDS)) + 4
+                         + 5 + envelope.NONCE_LEN + 16)
+
+
+def kind(name: str) -> str | None:
+    """What a remote name holds by the layout (docs/sync.md): "entry" (u/<oid>), "key"
+    (<ns>/k/<kid>), "op" (<ns>/o/<kid>-<oid>), or None for a name of none of these."""
+    parts = name.split("/")
+    if len(parts) == 2 and parts[0] == "u":
+        return "entry"
+    if len(parts) == 3 and parts[1] in ("k", "o"):
+        return "key" if parts[1] == "k" else "op"
+    return None
+
+
+def max_size(name: str) -> int:
+    """The largest the object of this name can be; OBJECT_MAX for a name of no kind."""
+    return {"entry": ENTRY_SIZE, "key": KEY_SIZE}.get(kind(name) or "", OBJECT_MAX)
+
+
+def admits(name: str, size: int, head: bytes) -> bool:
+    """Whether an object of `size` bytes that begins with `head` (its first HEAD bytes)
+    can be what its name holds: within its kind's bound, and an operation of a padded
+    size that begins as one does (so that a large file that is not one is never read).
+    A key or an entry within its bound is left to its opener (one of another master
+    key is refused there, not skipped)."""
+    if size > max_size(name):
+        return False
+    if kind(name) != "op":
+        return True
+    return padded_size(size) == size and head[:4] == OBJECT_MAGIC and \
+        len(head) >= HEAD and head[4] in OBJECT_TAGS
+
+
 def seal_object(key: bytes, ns: str, kid: str, oid: str, body: dict[str, Any]) -> bytes:
     return seal_json(key, ns, kid, oid, json.dumps(body, separators=(",", ":")).encode())
 
@@ -101,6 +158,13 @@ def seal_json(key: bytes, ns: str, kid: str, oid: str, raw: bytes) -> bytes:
     nonce, ct = envelope.seal_raw(key, plain, envelope.lp(OBJECT_TAGS[OBJECT_FORMAT], ns,
                                                           kid, oid))
     return OBJECT_MAGIC + bytes([OBJECT_FORMAT]) + nonce + ct
+
+
+def of_known_format(blob: bytes) -> bool:
+    """Whether a blob begins as an object of a format this version reads: one of these
+    that does not open under its key was cut short or altered (an object of a later
+    format is left to the versions that read it)."""
+    return blob[:4] == OBJECT_MAGIC and len(blob) > 4 and blob[4] in OBJECT_TAGS
 
 
 def open_object(key: bytes, ns: str, kid: str, oid: str, blob: bytes) -> dict[str, Any]:

@@ -284,6 +284,11 @@ class Session:
         self.ns = syncseal.namespace(self.kek, vault.org, vault.user)
         self.keys: dict[str, tuple[bytes, str]] = {}
         self.damaged = 0
+        # Objects of a known format, under a key this machine holds, that do not open:
+        # cut short or altered, never to open again. Deleted at the end of the sync, so
+        # that every machine that holds their records (and cached them as there) sees
+        # them gone and sends those records again.
+        self.broken: list[str] = []
         self.deleted = 0
         self.uploaded = 0
         self.pool: Executor | None = None
@@ -365,12 +370,17 @@ class Session:
         kid, _, oid = name.rsplit("/", 1)[1].partition("-")
         if kid not in self.keys:
             return None
+        blob = b""
         try:
-            body = syncseal.open_object(self.keys[kid][0], self.ns, kid, oid,
-                                        self.remote.get(name))
+            blob = self.remote.get(name)
+            body = syncseal.open_object(self.keys[kid][0], self.ns, kid, oid, blob)
             _summary(body)
             return body
-        except (syncseal.SyncAuthError, NotFound, DataError, KeyError, TypeError):
+        except syncseal.SyncAuthError:
+            if syncseal.of_known_format(blob):
+                self.broken.append(name)
+            return None
+        except (NotFound, DataError, KeyError, TypeError):
             return None
 
     def write(self, kid: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -447,7 +457,7 @@ def sync(vault: Vault, remote: Remote,
 def _sync(s: Session, path: Path) -> SyncResult:
     vault, remote = s.vault, s.remote
     cache = load_cache(path, s.kek)
-    if cache.remote is not None and _same_remote(cache.remote) != remote.url:
+    if cache.remote is not None and same_remote(cache.remote) != remote.url:
         cache = Cache()  # another remote: what this cache says of it is not true there
     # This machine's records first (read only): an S3 client is still being made on a
     # thread meanwhile, and the listing waits for it.
@@ -631,6 +641,9 @@ def _sync(s: Session, path: Path) -> SyncResult:
     # Erasure and new epochs: every object that holds a forgotten record, or is sealed
     # under an older key, is written again without it under the newest key, then deleted.
     current = _repack(s, newest, current, bodies, tombs, cut)
+    for name in sorted(set(s.broken) - current.keys()):
+        s.remote.delete(name)
+        s.deleted += 1
 
     cache.objects = current
     cache.local = set(local1)
@@ -1162,7 +1175,7 @@ def given_remote(url: str) -> str:
     return canonical(url)
 
 
-def _same_remote(url: str) -> str | None:
+def same_remote(url: str) -> str | None:
     """The one name of a remote a cache was kept for (None: not a remote any more)."""
     from memvault.storage.remote import canonical
 

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-long test-fast test-scale test-faults lint bench completions docs clean agents
+.PHONY: help demo test test-long test-fast test-scale test-faults test-sync-faults lint bench completions docs clean agents
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -52,6 +52,9 @@ test-faults: $(STAMP) ## Every kill point of every command (strace) and the long
 	rm -f .faults.jsonl
 	FAULTS_LOG=.faults.jsonl $(BIN)/python -m pytest -q -n auto -m faults
 	$(BIN)/python -m tests.crash_harness .faults.jsonl
+
+test-sync-faults: $(STAMP) ## Every erasure kind crossed with every remote fault, folder and S3
+	$(BIN)/python -m pytest -q -n auto -m faults tests/test_sync_faults.py
 
 test-fast: $(STAMP) ## The edit loop: every test but those marked slow, no lint
 	$(BIN)/python -m pytest -q -n auto -m "not slow and not faults"

@@ -186,6 +186,9 @@ FIXES = {
     "restore-key": "mem key restore FILE", "key-backup": "mem key backup --output FILE",
     "key-source": "keep the key in a file without a passphrase (MEM_KEY_FILE), or behind "
                   "MEM_KEY_COMMAND",
+    # The agent's MCP server cannot be given MEM_MASTER_KEY (integrations/launch.py).
+    "key-not-forwarded": "keep the key in a key file (MEM_KEY_FILE) or behind "
+                         "MEM_KEY_COMMAND instead of MEM_MASTER_KEY, then run mem setup",
 }
 
 

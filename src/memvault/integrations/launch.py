@@ -83,7 +83,9 @@ def resolve(scope: str) -> Launch:
 def refuse_forwarding(launch: Launch, agent: str) -> None:
     """For an agent that can pass no secret variable on to an MCP server (Gemini CLI)."""
     if launch.forward:
-        raise ConfigError(
-            f"{agent} never passes {', '.join(launch.forward)} to an MCP server, and no "
-            "settings file should hold the key: keep it in a key file (MEM_KEY_FILE) or "
-            "behind MEM_KEY_COMMAND, then install again; nothing was changed")
+        reason = (f"{agent} never passes {', '.join(launch.forward)} to an MCP server, and "
+                  "no settings file should hold the key")
+        # The doctor says the reason, and the step (the hint) as its fix.
+        raise ConfigError(f"{reason}: keep it in a key file (MEM_KEY_FILE) or behind "
+                          "MEM_KEY_COMMAND, then install again; nothing was changed",
+                          hint="key-not-forwarded", reason=reason)

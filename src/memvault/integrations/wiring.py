@@ -13,6 +13,7 @@ is reported and left as it was; the others are still set up.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -76,6 +77,19 @@ def _install(f: Found, dry_run: bool) -> AgentSetup:
     except MemError as exc:  # a settings file mem cannot edit safely: left as it was
         return AgentSetup(**_base(f), error=exc.message, exit_code=exc.exit_code)
     return AgentSetup(**_base(f), changes=tuple(changes), notes=tuple(notes))
+
+
+def refusal(f: Found) -> MemError | None:
+    """Why `mem setup` would leave this agent as it is (the error it would report), or
+    None: what `mem doctor` asks before it gives `mem setup` as a fix, so that it never
+    sends anyone to a setup that refuses."""
+    if not f.found:
+        return None
+    try:
+        _apply(f, True)
+    except MemError as exc:
+        return exc
+    return None
 
 
 def _apply(f: Found, dry_run: bool) -> tuple[list[SetupChange], list[str]]:
@@ -289,12 +303,26 @@ def agent_findings(f: Found) -> Iterator[Finding]:
         problems = [("mem is not set up here (no hooks, no MCP server)", "setup")]
     else:
         problems = list(_problems(f, have)) + ([(off, None)] if off else [])
+    blocked: MemError | None = None
+    if any(fix == "setup" for _, fix in problems):
+        blocked = refusal(f)
     for text, fix in problems:
+        if fix == "setup" and blocked is not None:  # setup would refuse: say what will do
+            text, fix = f"{text}; mem setup refuses it: {_reason(blocked)}", blocked.hint
         yield Finding(check, WARNING, f"{f.label}: {text}", fix, spec.name)
     if not problems:
         form = "exec form" if have.exec_form else "shell lines"
         yield Finding(check, OK, f"{f.label}: hooks {', '.join(have.hooks)} ({form}) in "
                       f"{have.settings}; MCP server in {have.mcp}")
+
+
+def _reason(exc: MemError) -> str:
+    """An installer's refusal as a doctor's line words it: why, where the step is the
+    fix beside it; nothing is being changed."""
+    reason = exc.details.get("reason")
+    if isinstance(reason, str) and exc.hint:
+        return reason
+    return re.sub(r"[;,:] nothing was changed$", "", exc.message)
 
 
 def _plugin_findings(f: Found, have: Wired, plug: Plugin, off: str | None

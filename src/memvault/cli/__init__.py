@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     import typer
@@ -42,8 +42,14 @@ class Interrupted(BaseException):
     """Ctrl-C, carried past Typer (which would end the command silently) to main()."""
 
 
+class ReaderGone(BaseException):
+    """A closed stdout, carried past Click (which would exit 1, the code of a bug) to
+    main()."""
+
+
 def _root_group() -> type:
-    """The root command's class: it hands Ctrl-C on to main() as Interrupted."""
+    """The root command's class: it hands Ctrl-C on to main() as Interrupted, and a
+    closed stdout as ReaderGone."""
     from typer.core import TyperGroup
 
     class Root(TyperGroup):
@@ -54,6 +60,8 @@ def _root_group() -> type:
                 return super().invoke(ctx)
             except KeyboardInterrupt as exc:
                 raise Interrupted from exc
+            except BrokenPipeError as exc:
+                raise ReaderGone from exc
             except typer.Abort as exc:
                 # A prompt Ctrl-C stopped (Typer turns that into Abort); EOF stays Abort.
                 if isinstance(exc.__context__, KeyboardInterrupt):
@@ -143,7 +151,7 @@ def _invoked(args: list[str]) -> str | None:
 def main() -> None:
     from memvault.cli import context, lean
     from memvault.cli.errors import word
-    from memvault.cli.output import error_line
+    from memvault.cli.output import error_line, whole_writes
     from memvault.errors import EX_FAILURE, MemError
 
     debug = bool(os.environ.get("MEM_DEBUG"))
@@ -153,6 +161,7 @@ def main() -> None:
     os.umask(0o077)  # whatever mem or a library creates is private to the user
     lean.install()  # before anything formats help or a usage error
     context.CREATED.clear()
+    whole_writes()
     try:
         _check_argv(sys.argv[1:])
         try:
@@ -160,6 +169,9 @@ def main() -> None:
         except SystemExit as done:
             if not done.code:
                 context.announce_created()
+            # The last of the output goes now, inside the boundary: a reader gone by then
+            # is the BrokenPipeError below, not "Exception ignored" at the exit.
+            sys.stdout.flush()
             raise
     except MemError as exc:
         if debug:
@@ -168,10 +180,8 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except (Interrupted, KeyboardInterrupt):
         _interrupted(debug)
-    except BrokenPipeError:
-        # The reader went away (`mem list | head`): not an error worth a traceback.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(EX_FAILURE)
+    except (ReaderGone, BrokenPipeError):
+        _reader_gone()
     except Exception as exc:  # the boundary: nothing unexpected escapes as a traceback
         if debug:
             raise
@@ -196,6 +206,31 @@ def _interrupted(debug: bool) -> None:
         sys.exit(0)
     say(interrupted_line())
     sys.exit(EX_INTERRUPTED)
+
+
+def _reader_gone() -> NoReturn:
+    """The reader of stdout went away (`mem list | head -1`): mem stops quietly, as git
+    and coreutils do, killed by SIGPIPE (the shell's 141), neither an error line nor 1,
+    the code of a bug. The exception has unwound every lock and write on its way here,
+    so nothing is left half done; a hook exits 0 as always."""
+    import atexit
+    import signal
+
+    # What is still buffered for stdout has nowhere to go: the flush at exit drops it.
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    os.close(null)
+    if sys.argv[1:2] == ["hook"]:
+        sys.exit(0)
+    atexit._run_exitfuncs()  # a temporary index is removed as at any exit
+    try:
+        sys.stderr.flush()
+    except OSError:
+        pass
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGPIPE])
+    os.kill(os.getpid(), signal.SIGPIPE)
+    os._exit(128 + signal.SIGPIPE)  # never reached: the signal ends the process
 
 
 def _check_argv(args: list[str]) -> None:

@@ -150,8 +150,26 @@ def plain_rows(rows: Sequence[Sequence[Any]]) -> list[str]:
                        row[-1]]).rstrip() for row in cells]
 
 
+def whole_writes() -> None:
+    """Under PYTHONUNBUFFERED (or `python -u`) stdout is a text layer straight on the file,
+    which drops the rest of a write that a pipe took only in part, as it does when its
+    reader goes away: the output would end cut short, with exit 0 and nothing said. A
+    buffered layer (flushed at each line, as near to unbuffered as a text stream gets)
+    writes all of it or raises, and the error boundary says what became of it."""
+    import io
+
+    out = sys.stdout
+    if isinstance(out, io.TextIOWrapper) and isinstance(out.buffer, io.FileIO):
+        raw = io.FileIO(out.fileno(), "w", closefd=False)  # fd 1 stays the interpreter's
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=out.encoding,
+                                      errors=out.errors, line_buffering=True)
+
+
 def error_line(message: str) -> None:
     """The error boundary's single stderr line (no Rich: it must work when all else failed)."""
     colour = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
     prefix = "\033[31mmem: error:\033[0m " if colour else "mem: error: "
-    sys.stderr.write(prefix + for_terminal(message.replace("\n", " ")) + "\n")
+    try:
+        sys.stderr.write(prefix + for_terminal(message.replace("\n", " ")) + "\n")
+    except OSError:  # stderr's reader is gone too: the exit code still says what it was
+        pass

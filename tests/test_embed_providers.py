@@ -7,6 +7,7 @@ loading code on damaged files; the `embeddings:` configuration."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -32,9 +33,12 @@ from memvault.embed.base import (
 )
 from memvault.embed.http import RETRY_AFTER_CAP, OpenAIEmbedder
 from memvault.errors import ConfigError, DataError
-from tests.conftest import mem, one_error_line
+from memvault.ops import remember
+from memvault.vault.vault import Vault
+from tests.conftest import home_environment, mem, one_error_line
 
 ROOT = Path(__file__).resolve().parent.parent
+HERBS = "I grow basil and mint on the balcony, and cherry tomatoes in the garden"
 KEY = "sk-test-Zq8vN3pL0wXr5T"  # what the key command prints: found nowhere but the header
 
 SIMILAR = ("my cat sleeps on the sofa all afternoon", "the kitten naps on the couch")
@@ -62,19 +66,22 @@ class Server:
             conn.close()
 
     def control(self, *script: str, key: str | None = None, retry_after: str = "0",
-                hang: float = 3.0) -> None:
+                hang: float = 3.0, trickle: float = 0.1) -> None:
         self.call("POST", "/control", {"script": list(script), "key": key,
-                                       "retry_after": retry_after, "hang": hang})
+                                       "retry_after": retry_after, "hang": hang,
+                                       "trickle": trickle})
 
     def log(self) -> list[dict[str, Any]]:
         return list(self.call("GET", "/log")["requests"])
 
 
 @pytest.fixture(scope="session")
-def server_process() -> Iterator[Server]:
+def server_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    # A home of its own: started before any test's, it caches the model's tables there.
+    home = tmp_path_factory.mktemp("embeddings-server-home")
     proc = subprocess.Popen(  # noqa: S603
         [sys.executable, "-m", "tests.servers.openai_embeddings"], cwd=ROOT,
-        stdout=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, text=True, env={**os.environ, **home_environment(home)})
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.strip().isdigit():
@@ -427,3 +434,105 @@ def test_config_show_names_the_provider(config_dir: Path, script_runner: ScriptR
     done = mem(script_runner, "config", "show")
     assert done.returncode == 78
     assert "embeddings.url is needed" in one_error_line(done.stderr)
+
+
+# -- an endpoint that trickles: the whole exchange has a deadline ------------------------
+
+TRICKLE = 0.05  # seconds between two bytes: each read gets one well within any time-out
+
+
+def trickling_config(server: Server, **changes: Any) -> EmbeddingsConfig:
+    """Time-outs far above the trickle's pace: a per-read time-out never fires."""
+    return http_config(server, timeout=0.5, retries=1, backoff=0.01, max_wait=1.5,
+                       **changes)
+
+
+@pytest.mark.parametrize("behaviour", ["trickle", "trickle-head"])
+def test_an_answer_that_trickles_is_cut_at_its_deadline(server: Server,
+                                                        behaviour: str) -> None:
+    """One byte every 50 ms would take minutes to give a whole answer (and an endless
+    trickle forever): each request ends at its `timeout`, the batch within `max_wait`."""
+    served = OpenAIEmbedder(trickling_config(server), sleep=Waits())
+    server.control(*[behaviour] * 4, trickle=TRICKLE)
+    started = time.monotonic()
+    with pytest.raises(EmbeddingsError) as caught:
+        served.embed(["hello"])
+    took = time.monotonic() - started
+    assert type(caught.value) is EmbeddingsError and caught.value.exit_code == 75
+    assert "did not answer within 0.5s" in caught.value.message
+    assert took < 6, took  # 2 tries of 0.5 s; the trickle would take minutes
+    assert len(server.log()) == 2
+    server.control()
+    assert served.embed(["hello"]).shape == (1, 256)  # the next request is a fresh one
+
+
+def endpoint_config(config_dir: Path, url: str, **extra: Any) -> None:
+    settings = {"provider": "openai", "url": url, "model": "test-model", "timeout": 0.5,
+                "retries": 1, "backoff": 0.01, "max_wait": 1.5, **extra}
+    write_config(config_dir, "embeddings:\n" + "".join(
+        f"  {k}: {json.dumps(v)}\n" for k, v in settings.items()))
+
+
+def embedded_by_endpoint(vault: Vault, server: Server, config_dir: Path,
+                         script_runner: ScriptRunner) -> str:
+    """A memory, embedded by the test server; its id."""
+    added = remember.add(vault, HERBS, "fact").record.memory_id
+    endpoint_config(config_dir, server.url)
+    done = mem(script_runner, "embed", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["embedded"] == 1
+    return added
+
+
+def searched(script_runner: ScriptRunner, *args: str) -> tuple[dict[str, Any], float]:
+    started = time.monotonic()
+    done = mem(script_runner, "search", *args, "--json")
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    doc: dict[str, Any] = json.loads(done.stdout)
+    return doc, took
+
+
+@pytest.mark.parametrize("behaviour", ["trickle", "trickle-head"])
+def test_search_answers_by_words_when_the_endpoint_trickles(
+        server: Server, vault: Vault, config_dir: Path, script_runner: ScriptRunner,
+        behaviour: str) -> None:
+    added = embedded_by_endpoint(vault, server, config_dir, script_runner)
+    server.control(*[behaviour] * 8, trickle=TRICKLE)
+    doc, took = searched(script_runner, "basil balcony")
+    assert took < 8, took  # max_wait 1.5 s, not the minutes of the trickle
+    assert [r["memory_id"] for r in doc["results"]] == [added]
+    assert doc["mode"] == "lexical"
+    assert "did not answer within" in doc["notice"] and \
+        doc["notice"].endswith("ranked by words only")
+    # Said on the terminal too, in one line.
+    server.control(*[behaviour] * 8, trickle=TRICKLE)
+    done = mem(script_runner, "search", "basil balcony")
+    assert done.returncode == 0 and "basil" in done.stdout
+    assert done.stderr.startswith("note: ") and "ranked by words only" in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
+def test_mcp_search_says_it_answered_by_words(server: Server, vault: Vault,
+                                              config_dir: Path,
+                                              script_runner: ScriptRunner) -> None:
+    pytest.importorskip("mcp", reason="the optional extra memvault[mcp] is not installed")
+    import anyio
+    from mcp.client import Client
+
+    from memvault.integrations import mcp_server
+
+    added = embedded_by_endpoint(vault, server, config_dir, script_runner)
+    server.control(*["trickle"] * 4, trickle=TRICKLE)
+    found: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with Client(mcp_server.build(Vault(resolve()))) as client:
+            found.update((await client.call_tool(
+                "memory_search", {"query": "basil balcony"})).structured_content)
+
+    started = time.monotonic()
+    anyio.run(main)
+    assert time.monotonic() - started < 8
+    assert [r["memory_id"] for r in found["results"]] == [added]
+    assert "ranked by words only" in found["notice"]

@@ -7,14 +7,15 @@ little-endian float32 (`encoding_format`), `dimensions` honoured by truncating a
 renormalising (as OpenAI's text-embedding-3 models do), errors as `{"error": {...}}`.
 
 A test steers it with `POST /control` `{"script": [...], "key": ..., "retry_after": ...,
-"hang": ...}`: the next requests take the script's behaviours in turn, then "ok".
-Behaviours: ok, 401, 403, 404, 429 (with Retry-After), 500, 503, hang (answers after
-`hang` seconds), dims (one dimension short), count (one embedding short), dup-index,
-shuffle (the right embeddings in reverse order, each with its index: valid), malformed
-(not JSON), huge (a valid answer padded past 4 MiB), close (the connection closed with
-no answer). With a `key`, a request without `Authorization: Bearer <key>` is answered
-401, its key echoed in the message as some endpoints do. `GET /log` lists what was
-asked (never the key).
+"hang": ..., "trickle": ...}`: the next requests take the script's behaviours in turn,
+then "ok". Behaviours: ok, 401, 403, 404, 429 (with Retry-After), 500, 503, hang
+(answers after `hang` seconds), dims (one dimension short), count (one embedding short),
+dup-index, shuffle (the right embeddings in reverse order, each with its index: valid),
+malformed (not JSON), huge (a valid answer padded past 4 MiB), close (the connection
+closed with no answer), trickle (a valid answer whose body comes one byte every
+`trickle` seconds), trickle-head (the status line and headers too). With a `key`, a
+request without `Authorization: Bearer <key>` is answered 401, its key echoed in the
+message as some endpoints do. `GET /log` lists what was asked (never the key).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class State:
         self.key: str | None = None
         self.retry_after = "0"
         self.hang = 5.0
+        self.trickle = 0.1
         self.log: list[dict[str, Any]] = []
 
     def next(self) -> str:
@@ -94,6 +96,7 @@ class Handler(BaseHTTPRequestHandler):
                 STATE.key = doc.get("key")
                 STATE.retry_after = str(doc.get("retry_after", "0"))
                 STATE.hang = float(doc.get("hang", 5.0))
+                STATE.trickle = float(doc.get("trickle", 0.1))
                 STATE.log = []
             self.send(200, b"{}")
             return
@@ -190,7 +193,28 @@ class Handler(BaseHTTPRequestHandler):
                   "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
         if behaviour == "huge":
             answer["padding"] = "x" * (4 << 20)
-        self.send(200, json.dumps(answer).encode())
+        body = json.dumps(answer).encode()
+        if behaviour.startswith("trickle"):
+            self.trickle(body, head=behaviour == "trickle-head")
+            return
+        self.send(200, body)
+
+    def trickle(self, body: bytes, head: bool) -> None:
+        """A valid answer, one byte every `trickle` seconds (from its status line with
+        `head`, else from its body): never silent for long, never done."""
+        top = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode()
+        if not head:
+            self.wfile.write(top)
+        slow = top + body if head else body
+        self.close_connection = True
+        try:
+            for i in range(len(slow)):
+                self.wfile.write(slow[i:i + 1])
+                time.sleep(STATE.trickle)
+        except OSError:  # the client went away: what a client that gives up does
+            pass
+
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,6 +9,10 @@ failure is one error of three kinds: the configuration must change (EmbeddingsUn
 78), the endpoint answered nonsense (EmbeddingsDataError, 65), or try again later
 (EmbeddingsError, 75) after retries with back-off within a bounded time.
 
+Each request has a deadline for its whole exchange (name lookup, connection, TLS, the
+request, the status line, headers and body), not a time-out per read, which an answer
+that trickles in a byte at a time never reaches.
+
 The API key is fetched once per process, from a command or a named environment variable,
 kept in this object only, sent only in the Authorization header, and never shown in an
 error or passed to any child process.
@@ -20,6 +24,8 @@ import json
 import random
 import re
 import shlex
+import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -131,7 +137,8 @@ class OpenAIEmbedder:
             wait: float | None = None
             timeout = max(0.01, min(cfg.timeout, deadline - time.monotonic()))
             try:
-                status, retry_after, data = self._post(body, headers, timeout, limit)
+                status, retry_after, data = self._post(body, headers,
+                                                       time.monotonic() + timeout, limit)
             except TimeoutError:
                 failure = f"did not answer within {timeout:g}s"
             except ConnectionRefusedError:
@@ -173,43 +180,88 @@ class OpenAIEmbedder:
                                       f"gave up after {tries} tries in {cfg.max_wait:g}s")
             self._sleep(wait)
 
-    def _post(self, body: bytes, headers: dict[str, str], timeout: float, limit: int
+    def _post(self, body: bytes, headers: dict[str, str], deadline: float, limit: int
               ) -> tuple[int, float | None, bytes]:
-        """One request: the status, the Retry-After it asked for and the body (at most
-        `limit` bytes: a larger answer is not the embeddings asked for)."""
+        """One request by `deadline` (time.monotonic()), else TimeoutError: the status,
+        the Retry-After it asked for and the body (at most `limit` bytes: a larger answer
+        is not the embeddings asked for).
+
+        A worker thread makes the request and this one waits for it until the deadline:
+        a time-out per read bounds no answer that trickles in, and none bounds a name
+        lookup. At the deadline the worker's socket is shut down, so it ends too."""
+        watch = _Watch()
+        conn, self._conn = self._conn, None
+
+        def work() -> None:
+            result: tuple[int, float | None, bytes, http.client.HTTPConnection | None] \
+                | BaseException
+            try:
+                result = self._exchange(conn, body, headers, deadline, limit, watch)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                result = exc
+            if not watch.give(result) and isinstance(result, tuple) and result[3]:
+                result[3].close()  # an answer too late: its connection is not kept
+
+        worker = threading.Thread(target=work, name="mem-embeddings", daemon=True)
+        worker.start()
+        try:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            came = watch.end()  # Ctrl-C too: the worker stops with it
+        if not came:
+            raise TimeoutError
+        result = watch.result
+        if isinstance(result, BaseException):
+            raise result
+        assert result is not None
+        status, after, data, self._conn = result
+        return status, after, data
+
+    def _exchange(self, conn: http.client.HTTPConnection | None, body: bytes,
+                  headers: dict[str, str], deadline: float, limit: int, watch: _Watch
+                  ) -> tuple[int, float | None, bytes, http.client.HTTPConnection | None]:
+        """The worker's request, on `conn` (a kept connection) or a new one; with the
+        connection to keep, if the endpoint keeps it open. Every step is bounded by what
+        is left until `deadline`, and none starts once the caller stopped waiting."""
         import http.client
 
-        reused = self._conn is not None
-        conn = self._conn or self._connect(timeout)
-        self._conn = None
-        try:
-            conn.timeout = timeout
-            if conn.sock is not None:
-                conn.sock.settimeout(timeout)
-            conn.request("POST", self._path, body, headers)
-            response = conn.getresponse()
-            data = response.read(limit + 1)
-        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-            conn.close()
-            if reused:  # a kept connection the server had closed: once more, afresh
-                return self._post(body, headers, timeout, limit)
-            raise
-        except http.client.HTTPException as exc:  # a status line that is not HTTP
-            conn.close()
-            raise OSError(f"not an HTTP answer: {type(exc).__name__}") from None
-        except BaseException:
-            conn.close()
-            raise
+        reused = conn is not None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            conn = conn or self._connect(left)
+            try:
+                if conn.sock is None:
+                    conn.connect()
+                watch.using(conn.sock)
+                conn.sock.settimeout(max(0.01, deadline - time.monotonic()))
+                conn.request("POST", self._path, body, headers)
+                response = conn.getresponse()
+                data = response.read(limit + 1)
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                conn.close()
+                if reused:  # a kept connection the server had closed: once more, afresh
+                    reused, conn = False, None
+                    continue
+                raise
+            except http.client.HTTPException as exc:  # a status line that is not HTTP
+                conn.close()
+                raise OSError(f"not an HTTP answer: {type(exc).__name__}") from None
+            except BaseException:
+                conn.close()
+                raise
+            break
         if len(data) > limit:
             conn.close()
             raise EmbeddingsDataError(f"the embeddings endpoint {self.where} answered more "
                                       f"than {limit >> 20} MiB for one batch",
                                       hint="embeddings")
+        kept: http.client.HTTPConnection | None = conn
         if response.will_close:
             conn.close()
-        else:
-            self._conn = conn
-        return response.status, retry_after(response.getheader("Retry-After")), data
+            kept = None
+        return response.status, retry_after(response.getheader("Retry-After")), data, kept
 
     def _connect(self, timeout: float) -> http.client.HTTPConnection:
         import http.client
@@ -303,6 +355,48 @@ class OpenAIEmbedder:
             return check_key(run_key_command(cfg.key_command, cfg.timeout),
                              "embeddings.key_command's output")
         return None
+
+
+class _Watch:
+    """Between a request's worker and the thread waiting for it: the socket the worker
+    uses, shut down when the waiting ends, and the result, taken only if it came in
+    time (one that comes later is the worker's to drop)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._over = False
+        self.came = False
+        self.result: tuple[int, float | None, bytes, http.client.HTTPConnection | None] \
+            | BaseException | None = None
+
+    def using(self, sock: socket.socket | None) -> None:
+        """The worker's socket from now on; TimeoutError when nobody waits any more."""
+        with self._lock:
+            if self._over:
+                raise TimeoutError
+            self._sock = sock
+
+    def give(self, result: tuple[int, float | None, bytes, http.client.HTTPConnection | None]
+             | BaseException) -> bool:
+        """Hand the result over; False when it came too late."""
+        with self._lock:
+            if self._over:
+                return False
+            self.result, self.came = result, True
+            return True
+
+    def end(self) -> bool:
+        """Stop waiting: whether the result came. A worker still at work has its socket
+        shut down (a read it is blocked in returns at once) and starts no other step."""
+        with self._lock:
+            self._over = True
+            if not self.came and self._sock is not None:
+                try:  # the plain socket's own: a TLS socket's would unset its state
+                    socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            return self.came
 
 
 def run_key_command(command: str, timeout: float) -> str:

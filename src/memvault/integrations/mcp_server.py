@@ -115,6 +115,7 @@ class SearchOut(TypedDict):
     total_searched: int
     truncated: bool
     warning: str | None
+    notice: str | None  # why it was ranked by words alone (an embeddings endpoint failed)
 
 
 class BriefOut(TypedDict):
@@ -353,7 +354,7 @@ def build(vault: Vault, limits: budgets.Limits | None = None) -> Server:
                                           created_at=h.created_at),
                     score=h.score))
             doc = SearchOut(results=hits, total_searched=found.total_searched,
-                            truncated=False, warning=None)
+                            truncated=False, warning=None, notice=found.notice)
             while _size({**doc, "warning": WARNING}) > limits.result_chars and doc["results"]:
                 doc["results"].pop()
                 doc["truncated"] = True

@@ -55,7 +55,7 @@ def _run(vault: Vault, text: str, filters: Filters, state: UserState,
 
 def search(vault: Vault, text: str, filters: Filters,
            now: datetime | None = None, audit: bool = True,
-           mode: str | None = None) -> SearchResult:
+           mode: str | None = None, meaning: _Meaning | None = None) -> SearchResult:
     """The best matches for `text`. With `now` (the moment the question is asked), its
     time phrases ("last week", "two days ago") count too; without, only its words.
     Without `audit`, the search is a step of another operation (forget), not a read.
@@ -63,7 +63,8 @@ def search(vault: Vault, text: str, filters: Filters,
     `mode`: "lexical" (words only), "semantic" (meaning only), "hybrid" (both fused,
     index/fusion.py), or None: hybrid when the user has vectors of the configured model,
     else lexical. When the meaning cannot be had (no vectors, the embedder fails), the
-    words alone rank and the result's `notice` says why."""
+    words alone rank and the result's `notice` says why. `meaning`: the query's, asked
+    already (by search_preferring, which searches twice)."""
     from memvault.index.fusion import Fused
 
     check_mode(mode)
@@ -73,7 +74,8 @@ def search(vault: Vault, text: str, filters: Filters,
     state = vault.state()
     used, notice, ranked = "lexical", None, None
     if mode != "lexical" and text.strip():
-        vector, store, notice = _meaning(vault, state, text, explicit=mode is not None)
+        vector, store, notice = meaning or _meaning(vault, state, text,
+                                                    explicit=mode is not None)
         if vector is not None and store is not None:
             used = mode or "hybrid"
             try:
@@ -118,10 +120,16 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def _meaning(vault: Vault, state: UserState, text: str, explicit: bool
-             ) -> tuple[Any, VectorStore | None, str | None]:
-    """The query's vector and the store to search with it; or None and why not (said
-    only when meaning was asked for, or when the embedder failed)."""
+# The query's vector and the store to search with it; or None and why not.
+_Meaning = tuple["Any", "VectorStore | None", "str | None"]
+
+
+def _meaning(vault: Vault, state: UserState, text: str, explicit: bool) -> _Meaning:
+    """The query's meaning, or why not (said only when meaning was asked for, or when the
+    embedder failed). Whatever an endpoint does (it fails, it is not there, it answers
+    slowly: bounded by its `max_wait`), the search goes on by words: every request to
+    it is made here, the query's embedding before its model is compared (an endpoint
+    whose dimensions are not set learns them from that answer, not from another)."""
     from memvault.embed import open_embedder
     from memvault.embed.base import EmbeddingsError
 
@@ -134,11 +142,14 @@ def _meaning(vault: Vault, state: UserState, text: str, explicit: bool
         stored = store.model() if store.count() else None
     except IndexUnavailable:  # a damaged store: verify reports it, search goes on
         stored = None
-    if stored != embedder.model:
-        return None, None, (f"no vectors of {embedder.model.key()} yet: ranked by words "
-                            "only" if explicit else None)
     try:
+        if stored is None:  # nothing to search: the endpoint is not asked for the query
+            return None, None, (f"no vectors of {embedder.model.key()} yet: ranked by "
+                                "words only" if explicit else None)
         vector = embedder.embed([text])[0]
+        if stored != embedder.model:
+            return None, None, (f"no vectors of {embedder.model.key()} yet: ranked by "
+                                "words only" if explicit else None)
     except EmbeddingsError as e:
         return None, None, f"{e.message}; ranked by words only"
     return vector, store, None
@@ -220,8 +231,14 @@ def search_preferring(vault: Vault, text: str, filters: Filters, tag: str,
     of them, then the best of the rest, `filters.limit` in all."""
     from dataclasses import replace
 
-    mine = search(vault, text, replace(filters, tags=[*filters.tags, tag]), now, mode=mode)
-    rest = search(vault, text, filters, now, mode=mode)
+    check_mode(mode)
+    meaning = None
+    if mode not in ("lexical", "words") and text.strip() and vault.exists():
+        # Asked once for both searches: an endpoint that is down costs its wait once.
+        meaning = _meaning(vault, vault.state(), text, explicit=mode is not None)
+    mine = search(vault, text, replace(filters, tags=[*filters.tags, tag]), now, mode=mode,
+                  meaning=meaning)
+    rest = search(vault, text, filters, now, mode=mode, meaning=meaning)
     seen = {h.memory_id for h in mine.results}
     merged = (*mine.results, *(h for h in rest.results if h.memory_id not in seen))
     return replace(rest, results=merged[: filters.limit],

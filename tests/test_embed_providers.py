@@ -36,8 +36,10 @@ from memvault.errors import ConfigError, DataError
 from memvault.ops import remember
 from memvault.vault.vault import Vault
 from tests.conftest import home_environment, mem, one_error_line
+from tests.servers.openai_embeddings import echoed
 
 ROOT = Path(__file__).resolve().parent.parent
+MEM = Path(sys.executable).parent / "mem"
 HERBS = "I grow basil and mint on the balcony, and cherry tomatoes in the garden"
 KEY = "sk-test-Zq8vN3pL0wXr5T"  # what the key command prints: found nowhere but the header
 
@@ -536,3 +538,91 @@ def test_mcp_search_says_it_answered_by_words(server: Server, vault: Vault,
     assert time.monotonic() - started < 8
     assert [r["memory_id"] for r in found["results"]] == [added]
     assert "ranked by words only" in found["notice"]
+
+
+# -- an endpoint that echoes the key, in any form ---------------------------------------
+
+# A key with the characters that percent-encoding, JSON and HTML each write otherwise.
+ODD_KEY = 'sk-Qx7/Lm+Tz=9"Kp\\Wd~42&<b>R8vYc'
+
+
+def leaks(text: str, key: str) -> list[str]:
+    """The forms of `key` an endpoint may echo that show in `text`: whole, or any ten
+    characters of one (case aside)."""
+    folded = text.casefold()
+    return [name for name, form in echoed(key).items()
+            if any(form[i:i + 10].casefold() in folded
+                   for i in range(max(1, len(form) - 9)))]
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422, 429, 500])
+def test_no_form_of_an_echoed_key_reaches_an_error(server: Server, status: int,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever an endpoint says back goes nowhere: an error names the status and what it
+    means, never a word of the answer's body (where an endpoint echoes the key: upper-
+    cased, percent-encoded, base64 of it or of its Authorization or basic-auth form,
+    hex, JSON- or HTML-escaped, or a part of it)."""
+    monkeypatch.setenv("TEST_EMBEDDINGS_KEY", ODD_KEY)
+    cfg = http_config(server, key_env="TEST_EMBEDDINGS_KEY", retries=0)
+    for form in echoed(ODD_KEY):
+        server.control(f"echo:{status}:{form}")
+        with pytest.raises(EmbeddingsError) as caught:
+            OpenAIEmbedder(cfg, sleep=Waits()).embed(["hello"])
+        said = str(caught.value)
+        assert f"HTTP {status}" in said and server.base in said, form
+        assert "was not accepted" not in said, form  # nothing of the body
+        assert leaks(said, ODD_KEY) == [], form
+        assert server.log()[0]["authorized"], form  # the key was sent, and echoed
+
+
+@pytest.mark.script_launch_mode("subprocess")
+def test_an_echoed_key_stays_out_of_the_hook_log(server: Server, vault: Vault,
+                                                 config_dir: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook's background ingest embeds what it stored; the endpoint refuses the key
+    and echoes it upper-cased: hooks.log says the key was refused, and nothing of it."""
+    log_dir = tmp_path / "logs"
+    monkeypatch.setenv("MEM_LOG_DIR", str(log_dir))
+    monkeypatch.setenv("MEM_EMBEDDINGS_BACKGROUND", "true")
+    monkeypatch.setenv("TEST_EMBEDDINGS_KEY", ODD_KEY)
+    endpoint_config(config_dir, server.url, key_env="TEST_EMBEDDINGS_KEY")
+    server.control(*["echo:401:upper"] * 4)
+    log = hook_ingest(tmp_path)
+    assert "refused the API key (HTTP 401)" in log
+    assert leaks(log, ODD_KEY) == []
+    assert len(server.log()) == 1 and server.log()[0]["authorized"]
+
+
+SESSION = "5f0c2a8e-3b1d-4c6f-9a7e-2d8b1c4e6f00"
+
+
+def hook_ingest(tmp_path: Path) -> str:
+    """A Claude Code SessionEnd through `mem hook`, its background ingest waited for; the
+    hook log."""
+    transcript = tmp_path / "t" / f"{SESSION}.jsonl"
+    transcript.parent.mkdir()
+    shutil.copy(ROOT / "tests" / "fixtures" / "transcripts" / "claude-code.jsonl", transcript)
+    payload = {"session_id": SESSION, "transcript_path": str(transcript),
+               "hook_event_name": "SessionEnd", "reason": "exit"}
+    done = subprocess.run([str(MEM), "hook", "claude-code"], input=json.dumps(payload),
+                          text=True, capture_output=True, timeout=30, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    deadline = time.monotonic() + 60
+    while children(tmp_path):
+        assert time.monotonic() < deadline, "the background ingest did not finish"
+        time.sleep(0.1)
+    return (Path(os.environ["MEM_LOG_DIR"]) / "hooks.log").read_text()
+
+
+def children(marker: Path) -> list[int]:
+    """mem processes this test started in the background (their argv names its tmp dir)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(str(marker).encode() in a for a in argv) and b"ingest" in argv:
+                pids.append(int(proc.name))
+    return pids

@@ -13,15 +13,18 @@ then "ok". Behaviours: ok, 401, 403, 404, 429 (with Retry-After), 500, 503, hang
 dup-index, shuffle (the right embeddings in reverse order, each with its index: valid),
 malformed (not JSON), huge (a valid answer padded past 4 MiB), close (the connection
 closed with no answer), trickle (a valid answer whose body comes one byte every
-`trickle` seconds), trickle-head (the status line and headers too). With a `key`, a
-request without `Authorization: Bearer <key>` is answered 401, its key echoed in the
-message as some endpoints do. `GET /log` lists what was asked (never the key).
+`trickle` seconds), trickle-head (the status line and headers too), and
+`echo:STATUS:FORM`: answered STATUS with the key the request carried echoed in its
+message in one FORM of `echoed()` (upper-cased, percent-encoded, base64, ...). With a
+`key`, a request without `Authorization: Bearer <key>` is answered 401, its key echoed
+in the message as some endpoints do. `GET /log` lists what was asked (never the key).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import html
 import json
 import os
 import sys
@@ -29,6 +32,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from memvault.embed import builtin
 
@@ -51,6 +55,24 @@ class State:
 
 
 STATE = State()
+
+
+def echoed(key: str) -> dict[str, str]:
+    """The forms in which endpoints (and the proxies before them) echo a key back: in an
+    error message, a debug dump of the request, an HTML error page."""
+    def b64(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    return {
+        "raw": key, "upper": key.upper(), "lower": key.lower(),
+        "percent": quote(key, safe=""), "form": quote_plus(key),
+        "base64": b64(key),
+        "base64url": base64.urlsafe_b64encode(key.encode()).decode().rstrip("="),
+        "bearer-base64": b64(f"Bearer {key}"), "basic": b64(f"user:{key}"),
+        "hex": key.encode().hex(), "json": json.dumps(key)[1:-1],
+        "json-unicode": "".join(f"\\u{ord(c):04x}" for c in key),
+        "html": html.escape(key), "part": key[3:15],
+    }
 
 
 def error(status: int, message: str, kind: str, code: str | None) -> tuple[int, bytes]:
@@ -123,6 +145,12 @@ class Handler(BaseHTTPRequestHandler):
             given = auth.removeprefix("Bearer ")
             self.send(*error(401, f"Incorrect API key provided: {given}.",
                              "invalid_request_error", "invalid_api_key"))
+            return
+        if behaviour.startswith("echo:"):
+            _, status, form = behaviour.split(":")
+            said = echoed(auth.removeprefix("Bearer "))[form]
+            self.send(*error(int(status), f"Request {said} was not accepted.",
+                             "invalid_request_error", None))
             return
         if behaviour in ("401", "403"):
             self.send(*error(int(behaviour), "You are not allowed to use this model.",
@@ -214,7 +242,6 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(STATE.trickle)
         except OSError:  # the client went away: what a client that gives up does
             pass
-
 
 
 def main(argv: list[str] | None = None) -> None:

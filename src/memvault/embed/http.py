@@ -15,7 +15,9 @@ that trickles in a byte at a time never reaches.
 
 The API key is fetched once per process, from a command or a named environment variable,
 kept in this object only, sent only in the Authorization header, and never shown in an
-error or passed to any child process.
+error or passed to any child process. Nothing an endpoint answers reaches an error or a
+log: some echo the key back, in forms no scrubbing can list (upper-cased, encoded, in
+part), so an error says the status and what it means, never the endpoint's own words.
 """
 
 from __future__ import annotations
@@ -53,7 +55,6 @@ RETRY_AFTER_CAP = 60.0  # the longest wait an endpoint's Retry-After is granted,
 # An answer's size: a float in JSON takes ~20 bytes; 4,096 dimensions per text at most.
 BYTES_PER_TEXT = 4096 * 24
 ANSWER_BASE = 1 << 20
-MESSAGE_CHARS = 200  # the most of an endpoint's own error message repeated in ours
 
 
 class OpenAIEmbedder:
@@ -153,21 +154,21 @@ class OpenAIEmbedder:
             else:
                 if status == 200:
                     return self._parse(data, len(batch))
-                message = self._said(data, key)
+                # The status and a fixed description: never the answer's body.
                 if status in (401, 403):
                     raise EmbeddingsUnavailable(
                         f"the embeddings endpoint {self.where} refused the API key "
-                        f"(HTTP {status}{message})", hint="embeddings-key")
+                        f"(HTTP {status})", hint="embeddings-key")
                 if status == 404:
                     raise EmbeddingsUnavailable(
                         f"the embeddings endpoint {self.where} has no model {cfg.model!r} "
-                        f"or no such path (HTTP 404{message})", hint="embeddings")
+                        "or no such path (HTTP 404)", hint="embeddings")
                 if status != 429 and status < 500:
                     raise EmbeddingsUnavailable(
                         f"the embeddings endpoint {self.where} refused the request "
-                        f"(HTTP {status}{message})", hint="embeddings")
-                failure = (f"is overloaded (HTTP 429{message})" if status == 429
-                           else f"failed (HTTP {status}{message})")
+                        f"(HTTP {status})", hint="embeddings")
+                failure = ("is overloaded (HTTP 429)" if status == 429
+                           else f"failed (HTTP {status})")
                 wait = retry_after
             if tries > cfg.retries:
                 raise EmbeddingsError(f"the embeddings endpoint {self.where} {failure}; "
@@ -316,21 +317,6 @@ class OpenAIEmbedder:
         np.divide(array, norms, out=array, where=norms > 0)
         self._dims = array.shape[1]
         return array
-
-    def _said(self, data: bytes, key: str | None) -> str:
-        """The endpoint's own error message, short, without the key (some echo it)."""
-        try:
-            doc = json.loads(data)
-            error = doc.get("error") if isinstance(doc, dict) else None
-            said = error.get("message") if isinstance(error, dict) else error
-        except (ValueError, UnicodeDecodeError):
-            said = None
-        if not isinstance(said, str) or not said.strip():
-            return ""
-        said = " ".join(said.split())
-        if key:
-            said = said.replace(key, "***")
-        return ": " + (said if len(said) <= MESSAGE_CHARS else said[:MESSAGE_CHARS] + "…")
 
     # -- the key ----------------------------------------------------------------------
 

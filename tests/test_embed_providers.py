@@ -626,3 +626,121 @@ def children(marker: Path) -> list[int]:
             if any(str(marker).encode() in a for a in argv) and b"ingest" in argv:
                 pids.append(int(proc.name))
     return pids
+
+
+# -- embeddings.url: checked when the configuration is read -------------------------------
+
+BAD_URLS = [
+    "http://[::1/v1",  # an IPv6 literal not closed
+    "http://[::1]:99999/v1", "http://127.0.0.1:99999/v1", "http://localhost:0/v1",
+    "http://localhost:port/v1", "http://localhost:-1/v1",  # ports
+    "http://[zz::1]/v1", "http://[127.0.0.1]/v1",  # not IPv6 literals
+    "http:///v1", "http://:8080/v1", "http://", "localhost:11434/v1",
+    "//localhost/v1",  # no host, no scheme
+    "ftp://localhost/v1", "file:///v1", "javascript:alert(1)",  # not HTTP
+    "http://local host/v1", "http://localhost/v 1", "http://localhost/v1\n",
+    "http://localhost/\tv1", "http://localhost/v1\x00", "http://localhost/v1\x7f",
+    " http://localhost/v1",  # spaces and control characters
+    "http://lócalhost/v1", "http://localhost/vé",  # not ASCII
+    "http://bad..host/v1", "http://-bad.host/v1", "http://bad_host!/v1",  # names
+    "http://user:sk-secret@localhost/v1", "http://sk-secret@localhost/v1",
+    "http://@localhost/v1", "http://localhost/v1?api_key=sk-secret",
+    "http://localhost/v1?x=1&Token=sk-secret",  # credentials
+    "http://localhost/v1#part",  # a fragment is never sent
+]
+
+
+@pytest.mark.parametrize("url", BAD_URLS)
+def test_a_malformed_url_is_a_config_error_naming_the_setting(
+        config_dir: Path, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(config_dir, "embeddings:\n  provider: openai\n  model: m\n  url: "
+                 + json.dumps(url) + "\n")
+    with pytest.raises(ConfigError) as caught:
+        resolve()
+    said = caught.value.message
+    assert said.startswith("embeddings.url ") and "\n" not in said
+    assert "sk-secret" not in said  # the value is not repeated: it may hold a secret
+    if "\x00" in url:
+        return  # no environment variable holds a NUL
+    write_config(config_dir, "embeddings:\n  provider: openai\n  model: m\n")
+    monkeypatch.setenv("MEM_EMBEDDINGS_URL", url)
+    with pytest.raises(ConfigError, match="MEM_EMBEDDINGS_URL"):
+        resolve()
+
+
+@pytest.mark.parametrize("url", [
+    "http://localhost:11434/v1", "https://api.openai.com/v1/", "http://[::1]:8080/v1",
+    "http://127.0.0.1/v1", "HTTP://Embed.Example.COM:443/v1", "http://tei_server/",
+    "https://x.openai.azure.com/openai/deployments/d?api-version=2024-02-01",
+    "http://xn--lcalhost-5za/v1", "http://localhost:/v1"])
+def test_well_formed_urls_are_taken(config_dir: Path, url: str) -> None:
+    write_config(config_dir, "embeddings:\n  provider: openai\n  model: m\n  url: "
+                 + json.dumps(url) + "\n")
+    assert resolve().embeddings.url == url
+    assert OpenAIEmbedder(resolve().embeddings).where == url.rstrip("/")
+
+
+@pytest.mark.parametrize("url", ["http://[::1/v1", "http://127.0.0.1:99999/v1"])
+def test_every_command_says_which_setting(config_dir: Path, vault: Vault, url: str,
+                                          script_runner: ScriptRunner) -> None:
+    remember.add(vault, HERBS, "fact")
+    write_config(config_dir, "embeddings:\n  provider: openai\n  model: m\n  url: "
+                 + json.dumps(url) + "\n")
+    for args in (("search", "basil"), ("embed",), ("show", "x"), ("brief",)):
+        done = mem(script_runner, *args)
+        assert done.returncode == 78, (args, done.stderr)
+        assert "embeddings.url" in one_error_line(done.stderr), args
+
+
+@pytest.mark.script_launch_mode("subprocess")
+@pytest.mark.parametrize("url", ["http://[::1/v1", "http://127.0.0.1:99999/v1",
+                                 "ftp://localhost/v1"])
+def test_a_hook_gives_its_brief_whatever_the_url(config_dir: Path, vault: Vault, url: str,
+                                                  tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    remember.add(vault, "Always answer in British English", "preference")
+    monkeypatch.setenv("MEM_LOG_DIR", str(tmp_path / "logs"))
+    write_config(config_dir, "embeddings:\n  provider: openai\n  model: m\n  url: "
+                 + json.dumps(url) + "\n")
+    done = subprocess.run([str(MEM), "hook", "claude-code"], input=json.dumps(
+        {"hook_event_name": "SessionStart", "source": "startup"}), text=True,
+        capture_output=True, timeout=30, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+    brief = json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "British English" in brief
+
+
+@pytest.mark.script_launch_mode("subprocess")
+def test_a_hook_ingest_stores_the_session_whatever_the_url(
+        config_dir: Path, vault: Vault, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The background ingest stores the transcript; the embedding it cannot do is said
+    in the hook log, naming the setting."""
+    monkeypatch.setenv("MEM_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("MEM_EMBEDDINGS_BACKGROUND", "true")
+    write_config(config_dir, "embeddings:\n  provider: openai\n  model: m\n"
+                 "  url: 'http://[::1/v1'\n")
+    log = hook_ingest(tmp_path)
+    assert "not embedded, left pending: embeddings.url" in log
+    assert "unexpected" not in log and "failed" not in log
+    write_config(config_dir, "")
+    assert Vault(resolve()).state().live["message"] == 13
+
+
+def test_an_unreachable_endpoint_never_stops_a_search(
+        server: Server, vault: Vault, config_dir: Path,
+        script_runner: ScriptRunner) -> None:
+    """Vectors made by an endpoint; the endpoint gone (nothing listens, or its name is
+    not found): search answers by words, and says why, whatever the dimensions."""
+    added = embedded_by_endpoint(vault, server, config_dir, script_runner)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    for url, why in ((closed, "refused the connection"),
+                     ("http://mem-test.invalid/v1", "could not be reached")):
+        for dims in ({}, {"dimensions": 256}):
+            endpoint_config(config_dir, url, **dims)
+            doc, took = searched(script_runner, "basil balcony")
+            assert [r["memory_id"] for r in doc["results"]] == [added], (url, dims)
+            assert doc["mode"] == "lexical" and why in doc["notice"], (url, dims)
+            assert took < 8

@@ -2,10 +2,10 @@
 
 The file stdout already writes to (`/dev/stdout`, `/dev/fd/1`, `/proc/self/fd/1`, a link to
 one of them) is written through stdout; a pipe, a device or a FIFO, named directly or
-through a link, is written into and stays what it was; a directory is refused; a regular
-file or a new name gets a complete 0600 file; a link to a regular file stays a link and
-the file it names gets the export. The installed script runs with its stdout redirected
-to a file, as a shell would (`mem export -o /dev/stdout > file`).
+through a link, is written into and stays what it was; a directory is refused; a new
+name, or a regular file with --force, gets a complete 0600 file; a link to a regular file
+stays a link and the file it names gets the export. The installed script runs with its
+stdout redirected to a file, as a shell would (`mem export -o /dev/stdout > file`).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ def seeded(vault: Vault) -> None:
     remember.add(vault, FACT, "fact")
 
 
-def export(target: str, stdout: IO[bytes] | int = subprocess.PIPE,
+def export(target: str, stdout: IO[bytes] | int = subprocess.PIPE, *flags: str,
            **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([str(MEM), "export", "-o", target], stdout=stdout,
+    return subprocess.run([str(MEM), "export", "-o", target, *flags], stdout=stdout,
                           stderr=subprocess.PIPE, timeout=60, check=False, **kwargs)
 
 
@@ -122,7 +122,7 @@ def test_a_regular_file_is_replaced_whole_and_private(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     out.write_text("an older and much longer export " * 1000)
     out.chmod(0o644)
-    result = export(str(out))
+    result = export(str(out), subprocess.PIPE, "--force")
     assert result.returncode == 0, result.stderr
     assert holds_export(out.read_bytes())
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
@@ -135,7 +135,7 @@ def test_a_link_to_a_regular_file_stays_a_link_and_its_file_gets_the_export(
     real.write_text("old")
     link = tmp_path / "export.json"
     link.symlink_to(real)
-    result = export(str(link))
+    result = export(str(link), subprocess.PIPE, "--force")
     assert result.returncode == 0, result.stderr
     assert link.is_symlink() and os.readlink(link) == str(real)
     assert holds_export(real.read_bytes())

@@ -283,14 +283,10 @@ def _embeddings(raw: Any, origin: str) -> dict[str, Any]:
             if not str(out[name] or "").strip():
                 raise ConfigError(f"embeddings.{name} is needed for the openai provider "
                                   f"({origin})")
-        from urllib.parse import urlsplit
-
-        url = urlsplit(str(out["url"]))
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise ConfigError(f"embeddings.url must be an http:// or https:// URL ({origin})")
-        if url.username is not None or url.password is not None:
-            raise ConfigError(f"embeddings.url must not hold credentials ({origin}): use "
-                              "key_command or key_env")
+    if out["url"] is not None:
+        _endpoint_url(str(out["url"]),
+                      "env MEM_EMBEDDINGS_URL" if os.environ.get("MEM_EMBEDDINGS_URL")
+                      else origin)
     if out["key_command"] is not None and out["key_env"] is not None:
         raise ConfigError(f"embeddings sets both key_command and key_env ({origin}): "
                           "keep one")
@@ -300,6 +296,67 @@ def _embeddings(raw: Any, origin: str) -> dict[str, Any]:
         raise ConfigError(f"embeddings.key_env must be the name of an environment variable "
                           f"({origin})")
     return out
+
+
+# A host name's labels (letters, digits, '-' inside, '_' as container names have them).
+HOST_LABEL_RE = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")
+# Query parameters that carry credentials (?api_key=, ?token=, ?sig=): a URL is shown in
+# errors and by `mem config show`, so the key has no place in it.
+SECRET_PARAM_RE = re.compile(r"key|token|secret|pass|auth|sig|credential", re.IGNORECASE)
+
+
+def _endpoint_url(url: str, origin: str) -> None:
+    """ConfigError unless `url` is one a request can be made to: http or https, printable
+    ASCII, a host name or IP address, a port from 1 to 65535, no credentials (in the
+    user part or the query), no fragment. The value is never repeated: it may hold a
+    secret."""
+    import ipaddress
+    from urllib.parse import parse_qsl, urlsplit
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"embeddings.url {why} ({origin})")
+
+    if not re.fullmatch(r"[\x21-\x7e]+", url):
+        raise bad("must be printable ASCII without spaces (a host name in its xn-- form, "
+                  "other characters percent-encoded)")
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an [IPv6] address not closed, or not IPv6
+        raise bad("is not a well-formed URL (an [IPv6] address not closed, or not one)"
+                  ) from None
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise bad("must be an http:// or https:// URL")
+    if parts.username is not None or parts.password is not None or any(
+            SECRET_PARAM_RE.search(name)
+            for name, _ in parse_qsl(parts.query, keep_blank_values=True)):
+        raise bad("must not hold credentials: name the key's source with key_command or "
+                  "key_env")
+    if parts.fragment or "#" in url:
+        raise bad("must not have a #fragment (it is never sent)")
+    host = parts.hostname or ""
+    if parts.netloc.rpartition("@")[2].startswith("["):
+        try:
+            literal = ipaddress.ip_address(host)
+        except ValueError:
+            literal = None
+        if not isinstance(literal, ipaddress.IPv6Address):
+            raise bad("has an [address] that is not an IPv6 address")
+    else:
+        labels = host.removesuffix(".").split(".")
+        if not host or len(host) > 253 or not all(HOST_LABEL_RE.match(x) for x in labels):
+            raise bad("names no valid host")
+        if all(x.isdigit() for x in labels):
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError:
+                raise bad("names no valid host: an IPv4 address is four numbers from 0 "
+                          "to 255") from None
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise bad("has a port that is not a number from 1 to 65535")
 
 
 def _section(name: str, table: tuple[Setting, ...], raw: Any, origin: str) -> dict[str, Any]:
@@ -346,6 +403,9 @@ class Settings:
     values: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     config_path: Path = field(default_factory=lambda: config_dir() / CONFIG_FILE)
+    # Why the `embeddings:` settings are not used: a malformed section, taken as provider
+    # none where embeddings are optional (resolve(embeddings_optional=True): a hook).
+    embeddings_problem: str | None = None
 
     @property
     def vault(self) -> Path:
@@ -600,8 +660,11 @@ def _expected(setting: Setting) -> str:
     return f"expected {'a mapping' if setting.kind is dict else 'text'}"
 
 
-def resolve(**flags: Any) -> Settings:
-    """Resolve every setting; `flags` holds command-line values (None = not given)."""
+def resolve(*, embeddings_optional: bool = False, **flags: Any) -> Settings:
+    """Resolve every setting; `flags` holds command-line values (None = not given).
+    With `embeddings_optional` (a hook: its brief and its ingest need no vectors), a
+    malformed `embeddings:` section is no error: embeddings are off, and
+    `embeddings_problem` says why."""
     path = config_dir() / CONFIG_FILE
     file_values = _read_config_file(path)
     settings = Settings(config_path=path)
@@ -624,8 +687,15 @@ def resolve(**flags: Any) -> Settings:
                                       settings.sources["mcp"])
     settings.values["brief"] = _section("brief", BRIEF, settings.values["brief"],
                                         settings.sources["brief"])
-    settings.values["embeddings"] = _embeddings(settings.values["embeddings"],
-                                                settings.sources["embeddings"])
+    try:
+        settings.values["embeddings"] = _embeddings(settings.values["embeddings"],
+                                                    settings.sources["embeddings"])
+    except ConfigError as exc:
+        if not embeddings_optional:
+            raise
+        settings.values["embeddings"] = {**{s.name: s.default for s in EMBEDDINGS},
+                                         "provider": "none"}
+        settings.embeddings_problem = exc.message
     for name, table in (("compaction", COMPACTION), ("sync", SYNC), ("mcp", MCP),
                         ("brief", BRIEF), ("embeddings", EMBEDDINGS)):
         # A mapping's key set by its own variable: say so where the mapping's source is.

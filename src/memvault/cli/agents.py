@@ -81,7 +81,9 @@ def ingest(
         raise UsageError(f"unknown format {format_!r}: choose one of {', '.join(FORMATS)}")
     if (source is None) == (scan is None):
         raise UsageError("give a transcript (or -) or --scan DIR, not both")
-    v = context.open_vault(vault, org, user, key_file, needs=None)
+    # A hook's ingest stores the session whatever the embeddings settings say.
+    v = context.open_vault(vault, org, user, key_file, needs=None,
+                           embeddings_optional=embed_now)
     if quiet:
         v.on_create = None  # cron mails what a quiet job prints
     tag = context.project(v, project)
@@ -152,7 +154,12 @@ def _embed_stored(v: "Vault", out: Output, now: bool) -> None:
     if not now:
         background.start(v.settings, v.written)
         return
-    if not v.written or not background.wanted(v.settings):
+    if not v.written:
+        return
+    if v.settings.embeddings_problem:  # a hook's ingest: said in the hook's log
+        out.warn(f"not embedded, left pending: {v.settings.embeddings_problem}")
+        return
+    if not background.wanted(v.settings):
         return
     from memvault.errors import MemError
     from memvault.ops import embed
@@ -242,7 +249,7 @@ def hook_claude_code(
     """Read a Claude Code hook event on stdin and act on it; never fails the agent."""
     from memvault.integrations.claude_code import run
 
-    run(lambda: context.settings(vault, org, user, key_file))
+    run(lambda: context.settings(vault, org, user, key_file, embeddings_optional=True))
 
 
 @hook_app.command("codex")
@@ -253,7 +260,7 @@ def hook_codex(
     """Read a Codex CLI hook event on stdin and act on it; never fails the agent."""
     from memvault.integrations.codex import run
 
-    run(lambda: context.settings(vault, org, user, key_file))
+    run(lambda: context.settings(vault, org, user, key_file, embeddings_optional=True))
 
 
 @hook_app.command("gemini")
@@ -264,7 +271,7 @@ def hook_gemini(
     """Read a Gemini CLI hook event on stdin and act on it; never fails the agent."""
     from memvault.integrations.gemini import run
 
-    run(lambda: context.settings(vault, org, user, key_file))
+    run(lambda: context.settings(vault, org, user, key_file, embeddings_optional=True))
 
 
 hooks_app = typer.Typer(help="Install mem's hooks into an agent's settings.",

@@ -17,14 +17,19 @@ if TYPE_CHECKING:
 
 
 def settings(vault: Path | None, org: str | None, user: str | None,
-             key_file: Path | None = None, keyring: bool = False) -> Settings:
+             key_file: Path | None = None, keyring: bool = False, *,
+             embeddings_optional: bool = False) -> Settings:
+    """The resolved settings; `embeddings_optional` for a hook, which gives its brief
+    and stores its session whatever the `embeddings:` section says."""
     return resolve(vault=vault, org=org, user=user, key_file=key_file,
-                   key_source="keyring" if keyring else None)
+                   key_source="keyring" if keyring else None,
+                   embeddings_optional=embeddings_optional)
 
 
 def open_vault(vault: Path | None, org: str | None, user: str | None,
                key_file: Path | None = None, keyring: bool = False, *,
-               needs: Literal["user", "org"] | None = "user") -> Vault:
+               needs: Literal["user", "org"] | None = "user",
+               embeddings_optional: bool = False) -> Vault:
     """Open the vault; a passphrase-protected key file is asked for on a terminal.
 
     A command that reads (or changes what is there) needs the user to have memory: on a
@@ -34,7 +39,8 @@ def open_vault(vault: Path | None, org: str | None, user: str | None,
     None) says on stderr when it created them."""
     from memvault.vault.vault import Vault
 
-    resolved = settings(vault, org, user, key_file, keyring)
+    resolved = settings(vault, org, user, key_file, keyring,
+                        embeddings_optional=embeddings_optional)
     try:
         opened = Vault(resolved, on_create=_created)
     except PassphraseNeeded as exc:

@@ -87,6 +87,8 @@ def export(
                                          autocompletion=complete_export_format)] = "json",
     output: Annotated[str, typer.Option(
         "--output", "-o", help="File to write (created 0600), or - for stdout.")] = "-",
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace a file that exists at --output.")] = False,
     category: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         "--category", "-c", help="Only this category (repeatable).", show_default=False,
         autocompletion=complete_category)]
@@ -97,6 +99,8 @@ def export(
     """Export all of the user's memory in plaintext (JSON or Markdown)."""
     from memvault.ops import portability as core
 
+    if output != "-":
+        core.check_output(Path(output), force)  # before a passphrase is asked for
     v = context.open_vault(vault, org, user, key_file)
     out = Output()
     if output == "-":
@@ -104,7 +108,7 @@ def export(
             core.export(v, sys.stdout, format_, category, bar)
         return
     with out.progress("exporting", _export_interrupted(output)) as bar:
-        result = core.export_to_file(v, Path(output), format_, category, bar)
+        result = core.export_to_file(v, Path(output), format_, category, bar, force)
     out.info(f"exported {result.record_count} records to {output}")
 
 

@@ -80,7 +80,7 @@ def backup_key(vault: Vault, output: Path, passphrase: str,
     and whole before it appears, never over an existing file unless `force`; then record
     the backup in vault.json for backup_status."""
     from memvault.crypto.keys import PASSPHRASE_FORMAT, default_kdf_params, seal_with_passphrase
-    from memvault.errors import Busy, Refused, StorageError, UsageError
+    from memvault.errors import Busy, StorageError, UsageError
     from memvault.model.records import now_iso
     from memvault.storage import fsio
     from memvault.vault.vault import record_key_backup
@@ -98,8 +98,7 @@ def backup_key(vault: Vault, output: Path, passphrase: str,
             fsio.create_new(output, data)
         except StorageError:
             if os.path.lexists(output):  # made meanwhile by someone else: theirs stays
-                raise Refused(f"{output} exists already; nothing was written",
-                              field="force") from None
+                raise fsio.exists_already(output) from None
             raise
     at = now_iso()
     try:
@@ -114,14 +113,15 @@ def backup_key(vault: Vault, output: Path, passphrase: str,
 def check_backup_output(output: Path, force: bool = False) -> None:
     """Refuse a backup's output before any passphrase is asked: a missing folder, a
     folder, an existing file without `force`."""
-    from memvault.errors import NotFound, Refused, UsageError
+    from memvault.errors import NotFound, UsageError
+    from memvault.storage import fsio
 
     if not output.parent.is_dir():
         raise NotFound(f"no directory {output.parent} for the backup")
     if output.is_dir():
         raise UsageError(f"{output} is a folder; name the backup file", field="output")
     if os.path.lexists(output) and not force:
-        raise Refused(f"{output} exists already; nothing was written", field="force")
+        raise fsio.exists_already(output)
 
 
 def backup_status(settings: Settings) -> KeyBackupStatus:

@@ -96,19 +96,28 @@ def export(vault: Vault, out: IO[str], fmt: str = "json",
 
 def export_to_file(vault: Vault, path: Path, fmt: str = "json",
                    categories: list[str] | None = None,
-                   progress: Progress = NO_PROGRESS) -> ExportResult:
+                   progress: Progress = NO_PROGRESS, force: bool = False) -> ExportResult:
     """Export to a file, created 0600 (an export is plaintext) and in place only once
-    complete (or to a pipe or device, such as /dev/stdout, as it is)."""
+    complete (or to a pipe or device, such as /dev/stdout, as it is). A file already
+    there (an earlier export, or anything else) is replaced only with `force`, as a key
+    backup is: Refused before anything is read."""
     import io
 
-    if not path.parent.is_dir():
-        raise NotFound(f"no directory {path.parent} for the export")
-    with fsio.output_writer(path) as fh:
+    check_output(path, force)
+    with fsio.output_writer(path, replace=force) as fh:
         text = io.TextIOWrapper(fh, encoding="utf-8", newline="\n", write_through=True)
         count = export(vault, text, fmt, categories, progress).record_count
         text.flush()
         text.detach()
     return ExportResult(count, str(path))
+
+
+def check_output(path: Path, force: bool = False) -> None:
+    """Refuse an export's file before anything is read (a passphrase asked, a vault
+    opened): a missing folder, a folder, a file already there without `force`."""
+    if not path.parent.is_dir():
+        raise NotFound(f"no directory {path.parent} for the export")
+    fsio.check_output(path, replace=force)
 
 
 class _Json:

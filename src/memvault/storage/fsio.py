@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from memvault.errors import Busy, DataError, StorageError
+from memvault.errors import Busy, DataError, Refused, StorageError
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -27,6 +27,12 @@ def _storage_error(path: Path, exc: OSError) -> StorageError:
     reason = os.strerror(exc.errno) if exc.errno else str(exc)
     return StorageError(f"cannot write {path}: {reason}; nothing was changed",
                         errno=exc.errno)
+
+
+def exists_already(path: Path) -> Refused:
+    """The refusal of an output that would replace a file already there (a key backup,
+    an export) when replacing it was not asked for: nothing was written."""
+    return Refused(f"{path} exists already; nothing was written", field="force")
 
 
 def open_regular(path: Path, what: str | None = None) -> BinaryIO:
@@ -134,7 +140,7 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 @contextlib.contextmanager
-def output_writer(path: Path) -> Iterator[BinaryIO]:
+def output_writer(path: Path, replace: bool = True) -> Iterator[BinaryIO]:
     """Stream a file the user asked for (an export, in plaintext) to what `path` names.
 
     What the path is decides, never its spelling (`/dev/stdout` is a link, and so is
@@ -148,8 +154,45 @@ def output_writer(path: Path) -> Iterator[BinaryIO]:
     - a new name, or a regular file, gets the output as a new 0600 file, written
       unnamed (O_TMPFILE) and linked into place only once complete and fsynced: a kill
       at any instant leaves no partial plaintext under any name. A symbolic link is
-      followed: the file it names is replaced, and the link stays a link.
+      followed: the file it names is replaced, and the link stays a link. Without
+      `replace`, a file there is refused (exists_already) before anything is written,
+      and so is one made meanwhile (the new file is linked, never renamed, into place).
+      A file the shell opened for the command (stdout, `/dev/fd/3 3>file`) is not
+      replaced but written through, as the shell's redirection says.
     """
+    st, own = _output_target(path, replace)
+    if own is not None:
+        with os.fdopen(os.dup(own), "wb") as fh:
+            yield fh
+        return
+    target = Path(os.path.realpath(path))
+    if st is not None and not (stat.S_ISREG(st.st_mode) and _same_file(target, st)
+                               and replace):
+        # Not a file, or a file that only a descriptor names (/proc/self/fd/N of a file
+        # since deleted), or one the shell opened for the command and not to be
+        # replaced: written into; there is no name to put a new file under.
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOCTTY
+                         | (os.O_TRUNC if stat.S_ISREG(st.st_mode) else 0))
+        except OSError as exc:
+            raise _storage_error(path, exc) from exc
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+        return
+    with _file_writer(target, replace) as fh:
+        yield fh
+
+
+def check_output(path: Path, replace: bool = True) -> None:
+    """Refuse at once what output_writer would refuse (a directory; a file there, unless
+    `replace`), before the caller does any work."""
+    _output_target(path, replace)
+
+
+def _output_target(path: Path, replace: bool) -> tuple[os.stat_result | None, int | None]:
+    """What `path` is (None: nothing yet), and the descriptor of ours (stdout, stderr)
+    that already writes to it, if any; StorageError for a directory, exists_already for
+    a file not to be replaced."""
     try:
         st: os.stat_result | None = os.stat(path)
     except FileNotFoundError:
@@ -159,24 +202,25 @@ def output_writer(path: Path) -> Iterator[BinaryIO]:
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise StorageError(f"cannot write {path}: it is a directory; nothing was changed")
     own = next((fd for fd in (1, 2) if st is not None and _same_file(fd, st)), None)
-    if own is not None:
-        with os.fdopen(os.dup(own), "wb") as fh:
-            yield fh
-        return
-    target = Path(os.path.realpath(path))
-    if st is not None and not (stat.S_ISREG(st.st_mode) and _same_file(target, st)):
-        # Not a file, or a file that only a descriptor names (/proc/self/fd/N of a file
-        # since deleted): written into; there is no name to put a new file under.
+    if own is None and st is not None and stat.S_ISREG(st.st_mode) and not replace and \
+            not _through_descriptor(path):
+        raise exists_already(path)
+    return st, own
+
+
+def _through_descriptor(path: Path) -> bool:
+    """Whether `path` names a file by one of this process's descriptors (`/dev/fd/3`,
+    `/proc/self/fd/3`, or a link to one): a file the shell opened for the command."""
+    fds = os.path.realpath(f"/proc/{os.getpid()}/fd")
+    name = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on links followed
+        if os.path.realpath(os.path.dirname(name)) == fds:
+            return True
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_NOCTTY
-                         | (os.O_TRUNC if stat.S_ISREG(st.st_mode) else 0))
-        except OSError as exc:
-            raise _storage_error(path, exc) from exc
-        with os.fdopen(fd, "wb") as fh:
-            yield fh
-        return
-    with _file_writer(target) as fh:
-        yield fh
+            name = os.path.join(os.path.dirname(name), os.readlink(name))
+        except OSError:  # not a link (or gone): the chain ends here
+            return False
+    return False
 
 
 def _same_file(where: int | Path, st: os.stat_result) -> bool:
@@ -188,13 +232,32 @@ def _same_file(where: int | Path, st: os.stat_result) -> bool:
         return False
 
 
+def _put(tmp: Path, path: Path, replace: bool) -> None:
+    """A complete temp file put in place: renamed over `path`, or (not `replace`) linked,
+    which never replaces a file (exists_already)."""
+    try:
+        if replace:
+            os.replace(tmp, path)
+            return
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise exists_already(path) from None
+        tmp.unlink()
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
 @contextlib.contextmanager
-def _file_writer(path: Path) -> Iterator[BinaryIO]:
-    """A new 0600 file at `path` (replacing a file there), in place once complete."""
+def _file_writer(path: Path, replace: bool = True) -> Iterator[BinaryIO]:
+    """A new 0600 file at `path` (replacing a file there if `replace`), in place once
+    complete."""
     try:
         fd = os.open(path.parent, os.O_TMPFILE | os.O_WRONLY, FILE_MODE)
     except (AttributeError, OSError):  # not Linux, or a filesystem without it
-        with _named_writer(path) as fh:
+        with _named_writer(path, replace) as fh:
             yield fh
         return
     try:
@@ -210,12 +273,7 @@ def _file_writer(path: Path) -> Iterator[BinaryIO]:
             os.link(f"proc/self/fd/{fd}", tmp, src_dir_fd=root, follow_symlinks=True)
         finally:
             os.close(root)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        _put(tmp, path, replace)
         fsync_dir(path.parent)
     except OSError as exc:
         raise _storage_error(path, exc) from exc
@@ -224,7 +282,7 @@ def _file_writer(path: Path) -> Iterator[BinaryIO]:
 
 
 @contextlib.contextmanager
-def _named_writer(path: Path) -> Iterator[BinaryIO]:
+def _named_writer(path: Path, replace: bool = True) -> Iterator[BinaryIO]:
     tmp = _temp_beside(path)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
@@ -235,7 +293,7 @@ def _named_writer(path: Path) -> Iterator[BinaryIO]:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        _put(tmp, path, replace)
         fsync_dir(path.parent)
     except BaseException as exc:
         with contextlib.suppress(OSError):

@@ -97,6 +97,8 @@ HINTS = {
                   "MEM_EMBEDDINGS_PROVIDER=none to search by words only",
     "embeddings-key": "check embeddings.key_command or embeddings.key_env in the config file",
     "reinstall": "reinstall mem",
+    "import-json": "`mem import` takes the JSON export (`mem export -o FILE`, whose "
+                   "default --format is json)",
 }
 
 

@@ -17,7 +17,7 @@ from memvault.cli.options import (
     complete_export_format,
 )
 from memvault.cli.output import Output
-from memvault.errors import DataError, NotFound, Refused
+from memvault.errors import NotFound, Refused
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -129,12 +129,7 @@ def import_(
     """Restore an export: records keep their ids; importing twice adds nothing."""
     from memvault.ops import portability as core
 
-    try:
-        raw = file.read_text()
-    except FileNotFoundError:
-        raise NotFound(f"no file at {file}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read {file}: {exc}") from None
+    raw = core.read_import(file)
     out = Output(json)
     with out.progress("importing", _import_interrupted) as bar:
         opened = context.open_vault(vault, org, user, key_file, needs=None)

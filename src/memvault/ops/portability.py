@@ -8,6 +8,7 @@ anything is written, then admits its text like every other way in.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import IO, Any
 
 from memvault.config import validate_name
 from memvault.crypto.envelope import content_hash
+from memvault.crypto.keys import PASSPHRASE_FORMAT
 from memvault.errors import DataError, NotFound, UsageError
 from memvault.model.location import session_file
 from memvault.model.progress import NO_PROGRESS, Progress
@@ -182,15 +184,103 @@ class _Markdown:
 
 # --- import -----------------------------------------------------------------------------
 
+# What a file that is no export is, by its first bytes: import names it, and says what
+# makes an export of it (the hint), rather than "not JSON".
+MAGIC = ((b"\x1f\x8b", "gzip-compressed", "decompress it first (gunzip)"),
+         (b"\x28\xb5\x2f\xfd", "zstd-compressed", "decompress it first (zstd -d)"),
+         (b"\xfd7zXZ\x00", "xz-compressed", "decompress it first (unxz)"),
+         (b"BZh", "bzip2-compressed", "decompress it first (bunzip2)"),
+         (b"PK\x03\x04", "a zip archive", "extract the export from it first (unzip)"),
+         (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "extract the export from it first"),
+         (b"\x89PNG", "an image (PNG)", ""), (b"%PDF", "a PDF document", ""),
+         (b"\x7fELF", "a program (ELF)", ""))
+
+
+def read_import(path: Path) -> str:
+    """The text of an import file (a regular file, or a pipe such as <(...)), refused
+    with what it looks like when it is clearly no JSON export: empty, compressed, an
+    archive, binary, not UTF-8 (DataError; NotFound when there is no file)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise UsageError(f"{path} is a folder; name the export file", field="file")
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # /dev/zero would never end
+            raise DataError(f"{path} is a device or a socket, not a mem export")
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise NotFound(f"no file at {path}") from None
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
+    for magic, what, fix in MAGIC:
+        if data.startswith(magic) and (magic != b"BZh" or data[3:4].isdigit()):
+            raise DataError(f"{path} is {what}, not a mem JSON export" +
+                            (f": {fix}" if fix else ""), hint=None if fix else "import-json")
+    if b"\0" in data:
+        raise DataError(f"{path} is binary data, not a mem JSON export", hint="import-json")
+    try:
+        text = data.decode("utf-8-sig")  # a BOM an editor added is no reason to refuse
+    except UnicodeDecodeError:
+        raise DataError(f"{path} is not UTF-8 text, so not a mem JSON export",
+                        hint="import-json") from None
+    problem = _not_json(text, str(path))  # said before a vault is opened for it
+    if problem is not None:
+        raise problem
+    return text
+
+
+def _not_json(raw: str, name: str = "the import file") -> DataError | None:
+    """The refusal of a text that is clearly no JSON export, naming what it looks like
+    (None: it may be one; parsing decides)."""
+    text = raw.lstrip("\ufeff \t\r\n")
+    if not text:
+        what = "is empty"
+    elif text.startswith("# Memory of "):
+        what = "is mem's Markdown export, which is for reading"
+    elif text[0] not in "{[":
+        first = text.split(None, 1)[0]
+        what = "looks like Markdown" if first.startswith(("#", "-", "*", ">", "|")) \
+            else "is text"
+        what += ", not JSON"
+    elif _json_lines(text):
+        what = ("holds JSON lines (a transcript, say: ingest takes those), not one JSON "
+                "document")
+    else:
+        return None
+    return DataError(f"{name} {what}", hint="import-json")
+
+
+def _json_lines(text: str) -> bool:
+    """Whether the text's first two lines are each a JSON document (JSONL)."""
+    lines = [line for line in text.splitlines()[:50] if line.strip()][:2]
+    try:
+        return len(lines) == 2 and all(json.loads(line) is not None for line in lines)
+    except ValueError:
+        return False
+
 
 def _parse_import(raw: str) -> tuple[list[tuple[Record, bool]], dict[str, str]]:
     """Validate a whole export before anything is written (DataError on any flaw)."""
     try:
-        doc = json.loads(raw)
+        doc = json.loads(raw.removeprefix("\ufeff"))
     except ValueError:
-        raise DataError("the import file is not JSON") from None
+        raise _not_json(raw) or DataError("the import file is not valid JSON",
+                                          hint="import-json") from None
+    except RecursionError:  # nested thousands deep
+        raise DataError("the import file is nested too deeply to be a mem export") from None
+    if isinstance(doc, dict) and doc.get("format") == PASSPHRASE_FORMAT:
+        raise DataError("the import file is a backup of a master key (key restore takes "
+                        "it), not an export of memory", hint="import-json")
+    if isinstance(doc, dict) and "export_version" in doc and \
+            doc["export_version"] != EXPORT_VERSION:
+        raise DataError(f"the import file is a mem export of version "
+                        f"{_shown(str(doc['export_version']))}; this mem reads version "
+                        f"{EXPORT_VERSION}")
     if not isinstance(doc, dict) or doc.get("export_version") != EXPORT_VERSION:
-        raise DataError(f"the import file is not a mem export (version {EXPORT_VERSION})")
+        raise DataError(f"the import file is JSON but not a mem export (no export_version "
+                        f"{EXPORT_VERSION})", hint="import-json")
     groups = doc.get("categories")
     prefs = doc.get("preferences", {})
     if not isinstance(groups, dict) or not isinstance(prefs, dict):

@@ -120,7 +120,8 @@ def add(
 
 
 def show(
-    memory_id: Annotated[str, typer.Argument(help="The record's id.")],
+    memory_id: Annotated[str, typer.Argument(
+        help="The record's id, or a unique prefix of it (8 characters or more).")],
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 def forget(
     ids: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045
-        help="Ids of the records to forget.", show_default=False)] = None,
+        help="Ids of the records to forget (or unique prefixes of them, 8 characters or "
+        "more).", show_default=False)] = None,
     session: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Everything from this session.", show_default=False)] = None,
     before: Annotated[Optional[str], typer.Option(  # noqa: UP045
@@ -56,7 +57,7 @@ def forget(
         query = context.stdin_text("the query")
     cutoff = context.date_flag(before, "before")
     v = context.open_vault(vault, org, user, key_file)
-    plan = core.select(v, ids or [], session, cutoff, tag, query)
+    plan = core.select(v, v.resolve_ids(ids or []), session, cutoff, tag, query)
     out = Output(json)
     if not plan.targets:
         raise NotFound("nothing matches: no record was forgotten")

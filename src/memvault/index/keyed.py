@@ -273,6 +273,18 @@ class SearchIndex:
                     out[memory_id] = location
         return out
 
+    def ids_starting(self, prefix: str, limit: int) -> tuple[list[str], int]:
+        """Up to `limit` ids that start with `prefix`, and how many there are (a pattern
+        over the id terms: `prefix` must be hex digits and '-' only, as ids are)."""
+        import tantivy
+
+        assert all(c in "0123456789abcdef-" for c in prefix), "not an id prefix"
+        searcher = self.searcher()
+        query = tantivy.Query.regex_query(self.open().schema, "id", prefix + ".*")
+        found = searcher.search(query, max(limit, 1), count=True)
+        return ([str(searcher.doc(address).get_first("id")) for _, address in found.hits],
+                int(found.count or 0))
+
     # --- schema and opening -----------------------------------------------------------
 
     @staticmethod

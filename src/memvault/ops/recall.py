@@ -246,6 +246,8 @@ def search_preferring(vault: Vault, text: str, filters: Filters, tag: str,
 
 
 def show(vault: Vault, memory_id: str) -> RecordResult:
+    """One record by its id, or a unique prefix of it (Vault.resolve_ids)."""
+    memory_id = vault.resolve_ids([memory_id])[0]
     record = vault.fetch([memory_id]).get(memory_id)
     if record is None:
         raise NotFound(f"no memory with id {memory_id}")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from memvault.config import Settings
 from memvault.crypto import envelope
 from memvault.crypto.keys import MasterKey, index_key, vector_key
-from memvault.errors import DataError, NotFound, Refused, StorageError
+from memvault.errors import DataError, NotFound, Refused, StorageError, UsageError
 from memvault.index.base import STAMP_FILE, DerivedIndex, Entry, IndexUnavailable, file_entries
 from memvault.model.location import Location
 from memvault.model.progress import NO_PROGRESS, Progress
@@ -77,6 +77,12 @@ def record_key_backup(root: Path, key_check: str, at: str, lock_timeout: float) 
 
 # A mistyped name is answered with the names there are, up to this many (else a count).
 SHOWN_NAMES = 10
+# A memory id: a UUID as mem writes it. A prefix of one is taken for the whole (show,
+# forget) from this many characters on: the first group, a minute of the id's time.
+ID_LENGTH = 36
+ID_CHARS = frozenset("0123456789abcdef-")
+MIN_ID_PREFIX = 8
+SHOWN_IDS = 3  # the ids an ambiguous prefix is answered with
 
 
 def missing_user(root: Path, org: str, user: str | None) -> NotFound:
@@ -348,6 +354,35 @@ class Vault:
         return index
 
     # --- reading records by id --------------------------------------------------------
+
+    def resolve_ids(self, given: Sequence[str], state: UserState | None = None
+                    ) -> list[str]:
+        """Ids as a user typed them, each whole or a unique prefix of one (as git takes a
+        commit's), made whole through the index. A prefix shorter than MIN_ID_PREFIX is
+        refused (a UUIDv7 starts with its time: a few characters name a day's records),
+        and so is one that several ids start with (UsageError, saying how many); one no
+        id starts with, like anything that is no id, is passed on as it is, for the
+        caller's "no memory with id"."""
+        out: list[str] = []
+        for text in given:
+            prefix = text.lower()
+            if len(text) >= ID_LENGTH or not prefix or set(prefix) - ID_CHARS \
+                    or not self.exists():
+                out.append(text)
+                continue
+            if len(prefix) < MIN_ID_PREFIX:
+                raise UsageError(f"id prefix {text} is too short: give at least "
+                                 f"{MIN_ID_PREFIX} characters of the id", field="id")
+            try:
+                ids, count = self.ready_index(state).ids_starting(prefix, SHOWN_IDS)
+            except IndexUnavailable:
+                ids, count = self.reindex_for_reading().ids_starting(prefix, SHOWN_IDS)
+            if count > 1:
+                shown = ", ".join(sorted(ids)) + (", ..." if count > len(ids) else "")
+                raise UsageError(f"id prefix {text} is ambiguous: {count} records start "
+                                 f"with it ({shown}); give more of the id", field="id")
+            out.append(ids[0] if ids else text)
+        return out
 
     def fetch(self, memory_ids: Sequence[str], state: UserState | None = None
               ) -> dict[str, Record]:

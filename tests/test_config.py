@@ -97,5 +97,6 @@ def test_config_show_gives_each_setting_of_a_mapping_a_line_and_nothing_as_none(
     assert rows["compaction.archive_after_days"][1] == "file"
     assert rows["compaction.summarizer_prompt"][0] == "-"
     assert rows["sync.auto"][0] == "true"
-    assert rows["key_file"][:2] == ["-", "default"]
+    # A default that resolves is shown resolved: the key file mem would read.
+    assert rows["key_file"][:2] == [str(config_dir / "master.key"), "default"]
     assert "compaction" not in rows and not any("None" in line for line in lines)

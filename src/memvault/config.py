@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -370,7 +371,8 @@ def _section(name: str, table: tuple[Setting, ...], raw: Any, origin: str) -> di
     known = {s.name for s in table}
     unknown = sorted(str(k) for k in raw if k not in known)
     if unknown:
-        raise ConfigError(f"unknown {name} setting {unknown[0]!r} ({origin})")
+        raise ConfigError(f"unknown {name} setting {unknown[0]!r} ({origin})"
+                          f"{did_you_mean(unknown[0], known)}")
     out: dict[str, Any] = {}
     for s in table:
         qualified = replace(s, name=f"{name}.{s.name}")
@@ -535,9 +537,10 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must be a mapping of setting: value")
-    unknown = sorted(set(data) - set(_BY_NAME))
+    unknown = sorted(str(k) for k in set(data) - set(_BY_NAME))
     if unknown:
-        raise ConfigError(f"unknown setting {unknown[0]!r} in {path}")
+        raise ConfigError(f"unknown setting {unknown[0]!r} in {path}"
+                          f"{did_you_mean(unknown[0], setting_names())}")
     return data
 
 
@@ -599,6 +602,32 @@ def file_with_sync(remote: str, endpoint_url: str | None) -> tuple[Path, bytes] 
         raise ConfigError(f"cannot add a sync: section to config file {path}; add it "
                           "yourself")
     return Path(os.path.realpath(path)), new.encode()
+
+
+# The mappings' settings, by the mapping's name (compaction.summarizer, sync.remote, ...).
+SECTIONS: dict[str, tuple[Setting, ...]] = {
+    "compaction": COMPACTION, "sync": SYNC, "mcp": MCP, "brief": BRIEF,
+    "embeddings": EMBEDDINGS}
+
+
+def setting_names() -> list[str]:
+    """Every name a setting answers to: the top-level ones, and each mapping's keys as
+    `mapping.key`."""
+    return [s.name for s in SETTINGS] + [f"{section}.{s.name}"
+                                         for section, table in SECTIONS.items()
+                                         for s in table]
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """"; did you mean X?" for a misspelled name close to a known one, else "". A
+    mapping's key is matched without its mapping too (`summariser` → compaction.summarizer)."""
+    import difflib
+
+    names = sorted(known)
+    short = {n.rpartition(".")[2]: n for n in names if "." in n}
+    close = difflib.get_close_matches(name, names, n=1) or \
+        [short[m] for m in difflib.get_close_matches(name.rpartition(".")[2], short, n=1)]
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _coerce(setting: Setting, raw: Any, origin: str) -> Any:

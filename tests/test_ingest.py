@@ -578,7 +578,7 @@ def test_scan_ingests_a_tree_once_then_only_what_grew(
                  + "\n")
     third = mem(script_runner, "ingest", "--scan", str(root))
     assert third.stderr.startswith("1 of 7 transcripts ingested (6 unchanged since the "
-                                   "last scan), 1 messages added")
+                                   "last scan), 1 message added")
     hits = search_hits(script_runner, "quokkazephyr")
     # Named after its path under the scanned folder ("mine/notes" made a valid name).
     assert [h["session_id"] for h in hits if "quokkazephyr" in h["content"]] == \

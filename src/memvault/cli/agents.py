@@ -19,6 +19,7 @@ from memvault.cli.options import (
 )
 from memvault.cli.output import Output
 from memvault.errors import ConfigError, NotFound, UsageError
+from memvault.text.words import counted
 
 if TYPE_CHECKING:
     from memvault.cli.progress import Tracker
@@ -132,15 +133,15 @@ def ingest(
             ("added", result.messages_added)
         updated = f", {result.messages_updated} grown" if result.messages_updated else ""
         n = result.summaries_added
-        summaries = f", {n} {'summary' if n == 1 else 'summaries'}" if n else ""
-        noun = "message" if count == 1 else "messages"
-        o.info(f"session {result.session_id}: {verb} {count} {noun}{updated}{summaries}, "
-               f"{result.messages_skipped} skipped, {result.withheld} withheld")
+        summaries = f", {counted(n, 'summary')}" if n else ""
+        o.info(f"session {result.session_id}: {verb} {counted(count, 'message')}"
+               f"{updated}{summaries}, {result.messages_skipped} skipped, "
+               f"{result.withheld} withheld")
         for r in result.redactions:
             o.info(f"  {r.action} {r.count} × {r.rule}")
         if result.ignored:
-            reasons = ", ".join(f"{n} {reason}" for reason, n in result.ignored)
-            o.info(f"  {result.lines_ignored} lines ignored: {reasons}")
+            reasons = ", ".join(f"{n} × {reason}" for reason, n in result.ignored)
+            o.info(f"  {counted(result.lines_ignored, 'line')} ignored: {reasons}")
 
     out.data(result, human)
 
@@ -177,14 +178,14 @@ def _scanned(summary: "ScanResult", folder: Path) -> str:
     if not summary.files_scanned:
         return f"no transcripts under {folder}"
     if not summary.files_ingested and unchanged == summary.files_scanned:
-        return (f"nothing new: {unchanged} file{'s' if unchanged != 1 else ''} "
-                "unchanged since the last scan")
+        return f"nothing new: {counted(unchanged, 'file')} unchanged since the last scan"
     seen = f" ({unchanged} unchanged since the last scan)" if unchanged else ""
-    return (f"{summary.files_ingested} of {summary.files_scanned} transcripts ingested"
-            f"{seen}, {summary.messages_added} messages added, {summary.withheld} withheld")
+    return (f"{summary.files_ingested} of {counted(summary.files_scanned, 'transcript')} "
+            f"ingested{seen}, {counted(summary.messages_added, 'message')} added, "
+            f"{summary.withheld} withheld")
 def _scan_interrupted(p: "Tracker") -> str:
-    return (f"{p.kept} of {p.total or 0} transcripts ingested and kept; run the same "
-            "command again to resume")
+    return (f"{p.kept} of {counted(p.total or 0, 'transcript')} ingested and kept; run the "
+            "same command again to resume")
 
 
 def _ingest_interrupted(dry_run: bool) -> "Callable[[Tracker], str]":
@@ -193,8 +194,8 @@ def _ingest_interrupted(dry_run: bool) -> "Callable[[Tracker], str]":
             return "nothing was stored (a dry run)"
         if not p.kept:
             return "nothing of the transcript was stored yet; run the same command again"
-        return (f"{p.kept} messages stored and kept; run the same command again to resume "
-                "(what is stored is skipped)")
+        return (f"{counted(p.kept, 'message')} stored and kept; run the same command again "
+                "to resume (what is stored is skipped)")
     return line
 
 

@@ -26,6 +26,7 @@ from memvault.cli.options import (
 )
 from memvault.cli.output import Output
 from memvault.errors import UsageError
+from memvault.text.words import counted
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -222,7 +223,8 @@ def reindex(
     from memvault.ops import admin
 
     result = admin.reindex(context.open_vault(vault, org, user, key_file))
-    Output(json).data(result, lambda o: o.info(f"index rebuilt: {result.documents} records"))
+    Output(json).data(result, lambda o: o.info(
+        f"index rebuilt: {counted(result.documents, 'record')}"))
 
 
 def stats(
@@ -260,8 +262,9 @@ def verify(
             where = p.file + (f":{p.line}" if p.line else "")
             fix = f"; {HINTS['repair']}" if p.repairable else ""
             o.line(f"{p.severity}: {where}: {p.problem}{fix}")
-        o.info(f"{'ok' if result.ok else 'PROBLEMS FOUND'}: {result.files_checked} files, "
-               f"{result.records_checked} records checked")
+        o.info(f"{'ok' if result.ok else 'PROBLEMS FOUND'}: "
+               f"{counted(result.files_checked, 'file')}, "
+               f"{counted(result.records_checked, 'record')} checked")
 
     out.data(result, human)
     if not result.ok:
@@ -273,7 +276,7 @@ def _verify_interrupted(repair: bool) -> "Callable[[Tracker], str]":
         if repair and not p.stages:  # still repairing: each step is a write of its own
             return ("the repair stopped between two of its steps; what it set right is "
                     "kept; run the same command again to finish it")
-        checked = f"{p.done} of {p.total} files checked" if p.total is not None else \
+        checked = f"{p.done} of {counted(p.total, 'file')} checked" if p.total is not None else \
             "nothing checked"
         return f"{checked}, nothing changed by the check; run the same command again"
     return line

@@ -12,6 +12,7 @@ from memvault.cli import context
 from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt
 from memvault.cli.output import Output
 from memvault.errors import UsageError
+from memvault.text.words import counted
 
 if TYPE_CHECKING:
     from memvault.cli.progress import Tracker
@@ -71,7 +72,7 @@ def compact(
     out = Output(json)
     if all_users:
         who = core.users(job, None if whole else v.org, parts)
-        with out.progress("compacting", _interrupted(dry_run, "users compacted")) as bar:
+        with out.progress("compacting", _interrupted(dry_run, "user", "compacted")) as bar:
             outcomes = list(core.run_many(job, who, jobs or os.cpu_count() or 1, bar))
     else:
         missing = core.unknown_sessions(v, session or [])
@@ -79,7 +80,7 @@ def compact(
             from memvault.errors import NotFound
 
             raise NotFound(f"no live session {missing[0]!r} for {v.who}")
-        with out.progress("compacting", _interrupted(dry_run, "summaries applied")) as bar:
+        with out.progress("compacting", _interrupted(dry_run, "summary", "applied")) as bar:
             outcomes = [core.run_one(job, v.org, v.user, progress=bar)]
     result = core.summarise_outcomes(outcomes, dry_run)
     out.data(result, lambda o: _human(o, result))
@@ -94,13 +95,13 @@ def _shard(text: str) -> tuple[int, int]:
     return int(k), int(n)
 
 
-def _interrupted(dry_run: bool, what: str) -> Callable[[Tracker], str]:
+def _interrupted(dry_run: bool, noun: str, verb: str) -> Callable[[Tracker], str]:
     def line(p: Tracker) -> str:
         if dry_run:
             return "nothing was changed (a dry run)"
-        return (f"{p.kept} of {p.total or 0} {what} and kept (a step cut short is "
-                "finished or undone by the next command); run the same command again to "
-                "resume")
+        return (f"{p.kept} of {counted(p.total or 0, noun)} {verb} and kept (a step cut "
+                "short is finished or undone by the next command); run the same command "
+                "again to resume")
     return line
 
 
@@ -108,7 +109,8 @@ def _human(o: Output, result: CompactResult) -> None:
     verb = "would compact" if result.dry_run else "compacted"
     for p in result.previews:
         o.info(f"{p.org}/{p.user}: {p.reason}: {', '.join(p.sessions)} "
-               f"({p.messages} messages, {p.span[0][:10]} to {p.span[1][:10]})")
+               f"({counted(p.messages, 'message')}, {p.span[0][:10]} to "
+               f"{p.span[1][:10]})")
         if p.summary:
             o.line("  " + " ".join(p.summary.split())[:300])
     rows = [["users", result.users], [f"sessions {verb}", result.sessions_compacted],

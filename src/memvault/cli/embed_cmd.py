@@ -12,6 +12,7 @@ from memvault.cli import context
 from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt
 from memvault.cli.output import Output
 from memvault.errors import UsageError
+from memvault.text.words import counted
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -61,12 +62,12 @@ def embed(
     out = Output(json)
     if all_users:
         who = core.users(job, None if whole else v.org, parts)
-        with out.progress("embedding", _interrupted("users embedded")) as bar:
+        with out.progress("embedding", _interrupted("user")) as bar:
             result = core.summarise(list(core.run_many(job, who, jobs or os.cpu_count() or 1,
                                                        bar)))
     else:
         embedder = core.open_embedder(v.settings)
-        with out.progress("embedding", _interrupted("records embedded")) as bar:
+        with out.progress("embedding", _interrupted("record")) as bar:
             result = core.embed_pending(v, embedder, rebuild=rebuild, progress=bar)
     out.data(result, lambda o: _human(o, result))
     if result.exit_code:
@@ -92,9 +93,10 @@ def _background(vault: Path | None, org: str | None, user: str | None,
         core.embed_new(v, embedder, ids)
 
 
-def _interrupted(what: str) -> Callable[[Tracker], str]:
+def _interrupted(noun: str) -> Callable[[Tracker], str]:
     def line(p: Tracker) -> str:
-        return f"{p.kept} {what} and kept; run the same command again to embed the rest"
+        return (f"{counted(p.kept, noun)} embedded and kept; run the same command again "
+                "to embed the rest")
     return line
 
 

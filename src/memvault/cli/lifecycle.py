@@ -18,6 +18,7 @@ from memvault.cli.options import (
 )
 from memvault.cli.output import Output
 from memvault.errors import NotFound, Refused
+from memvault.text.words import counted
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -75,12 +76,13 @@ def forget(
                 raise Refused("--query deletes only with --yes or an interactive confirmation")
             return
         show(out)
-        if not typer.confirm(f"Forget these {len(preview)} records for good?", err=True):
+        if not typer.confirm(f"Forget {'this' if len(preview) == 1 else 'these'} "
+                             f"{counted(len(preview), 'record')} for good?", err=True):
             raise Refused("nothing was forgotten")
     result = core.forget(v, plan, now=now)
     out.data(result, lambda o: o.info(
-        f"forgot {result.deleted_count} records; rewrote {len(result.files_rewritten)} "
-        f"files; audit {result.audit_id}"))
+        f"forgot {counted(result.deleted_count, 'record')}; rewrote "
+        f"{counted(len(result.files_rewritten), 'file')}; audit {result.audit_id}"))
 
 
 def export(
@@ -110,7 +112,7 @@ def export(
         return
     with out.progress("exporting", _export_interrupted(output)) as bar:
         result = core.export_to_file(v, Path(output), format_, category, bar, force)
-    out.info(f"exported {result.record_count} records to {output}")
+    out.info(f"exported {counted(result.record_count, 'record')} to {output}")
 
 
 def _export_interrupted(output: str | None) -> "Callable[[Tracker], str]":
@@ -136,7 +138,8 @@ def import_(
         opened = context.open_vault(vault, org, user, key_file, needs=None)
         result = core.import_text(opened, raw, bar)
     out.data(result, lambda o: o.info(
-        f"imported {result.imported} records, skipped {result.skipped} already present"))
+        f"imported {counted(result.imported, 'record')}, skipped {result.skipped} already "
+        "present"))
 
 
 def _import_interrupted(p: "Tracker") -> str:
@@ -157,8 +160,8 @@ def destroy(
 
     result = admin.destroy(context.open_vault(vault, org, user, key_file), confirm)
     Output(json).data(result, lambda o: o.info(
-        f"destroyed {result.destroyed}: {result.records_deleted} records, "
-        f"{result.files_deleted} files; audit {result.audit_id}"))
+        f"destroyed {result.destroyed}: {counted(result.records_deleted, 'record')}, "
+        f"{counted(result.files_deleted, 'file')}; audit {result.audit_id}"))
 
 
 def freeze(
@@ -221,7 +224,8 @@ def rotate_key(
     with out.progress("re-encrypting", _rotate_interrupted(now)) as bar:
         result = keys.rotate_key(context.open_vault(vault, org, user, key_file), now, bar)
     out.data(result, lambda o: o.info(
-        f"key version {result.key_version}; re-encrypted {result.files_reencrypted} files; "
+        f"key version {result.key_version}; re-encrypted "
+        f"{counted(result.files_reencrypted, 'file')}; "
         f"deleted keys {list(result.keys_deleted) or 'none'}"))
 
 
@@ -229,7 +233,8 @@ def _rotate_interrupted(now: bool) -> "Callable[[Tracker], str]":
     def line(p: "Tracker") -> str:
         if now and p.stages:
             return (f"re-encryption under the new key stopped after {p.done} of "
-                    f"{p.total} files; the next write to this memory finishes it, or run "
+                    f"{counted(p.total or 0, 'file')}; the next write to this memory "
+                    "finishes it, or run "
                     "the same command again")
         return "no file is half written; run the same command again"
     return line

@@ -60,6 +60,7 @@ from memvault.ops.summarize import (
     summarizer_argv,
 )
 from memvault.storage.userstore import LineHeader
+from memvault.text.words import counted
 from memvault.vault import archive
 from memvault.vault.vault import Transaction, Vault
 
@@ -691,13 +692,14 @@ class _Users:
         progress.start(total, "users")
 
     def begin(self, org: str, user: str) -> None:
-        self.progress.note(f"{org}/{user}, {self.archived:,} messages archived")
+        archived = counted(self.archived, "message", grouped=True)
+        self.progress.note(f"{org}/{user}, {archived} archived")
 
     def done(self, out: Outcome) -> None:
         self.archived += out.archived
         self.progress.advance()
         self.progress.keep()
-        self.progress.note(f"{self.archived:,} messages archived")
+        self.progress.note(f"{counted(self.archived, 'message', grouped=True)} archived")
 
 
 def run_many(job: Job, who: list[tuple[str, str]], jobs: int,

@@ -26,6 +26,7 @@ from memvault.errors import EX_FAILURE, EX_TEMPFAIL, Busy, ConfigError, MemError
 from memvault.model.location import Location
 from memvault.model.progress import NO_PROGRESS, Progress
 from memvault.model.records import ARCHIVE, DOC_FILES, Record
+from memvault.text.words import counted
 from memvault.vault.vault import Vault
 
 if TYPE_CHECKING:
@@ -246,7 +247,7 @@ def embed_user(vault: Vault, embedder: Embedder, *, rebuild: bool = False,
         added = _add(vault, model, group, _embed_batch(embedder, group))
         out.embedded += added
         progress.keep(added)
-        progress.note(f"{out.embedded:,} records embedded")
+        progress.note(f"{counted(out.embedded, 'record', grouped=True)} embedded")
     out.pending = pending_count(vault)
     return out
 
@@ -421,12 +422,12 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
         embedded += out.embedded
         progress.advance()
         progress.keep()
-        progress.note(f"{embedded:,} records embedded")
+        progress.note(f"{counted(embedded, 'record', grouped=True)} embedded")
 
     if jobs <= 1 or len(who) <= 1:
         embedder = open_embedder(job.settings)
         for org, user in who:
-            progress.note(f"{org}/{user}, {embedded:,} records embedded")
+            progress.note(f"{org}/{user}, {counted(embedded, 'record', grouped=True)} embedded")
             out = run_one(job, embedder, org, user)
             done(out)
             yield out

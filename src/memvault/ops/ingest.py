@@ -51,6 +51,7 @@ from memvault.storage.streams import (
     read_lines,
 )
 from memvault.storage.userstore import LineScan, UserStore
+from memvault.text.words import counted
 from memvault.vault.vault import Transaction, Vault
 
 if TYPE_CHECKING:
@@ -239,7 +240,7 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
         if done.added or done.updated:  # its write is over: kept
             kept += done.added + done.updated
             progress.keep(done.added + done.updated)
-            progress.note(f"{kept:,} messages stored")
+            progress.note(f"{counted(kept, 'message', grouped=True)} stored")
         return done
 
     store = store or put

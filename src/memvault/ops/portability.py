@@ -38,6 +38,7 @@ from memvault.ops.admission import AdmissionPolicy, admit_name
 from memvault.storage import fsio
 from memvault.storage.state import Superseded, UserState
 from memvault.text.sanitize import for_terminal, json_for_terminal
+from memvault.text.words import counted
 from memvault.vault.vault import Vault
 
 EXPORT_VERSION = "1.0"
@@ -172,14 +173,14 @@ class _Markdown:
         self.out.write(for_terminal(line) + "\n")
 
     def end(self, category: str, count: int) -> None:
-        self.out.write(f"\n{count} records.\n\n")
+        self.out.write(f"\n{counted(count, 'record')}.\n\n")
 
     def finish(self, prefs: dict[str, str], total: int) -> None:
         if prefs:
             self.out.write("## Preference settings\n\n" +
                            "".join(for_terminal(f"- `{k}`: {v}") + "\n"
                                    for k, v in prefs.items()) + "\n")
-        self.out.write(f"{total} records in all.\n")
+        self.out.write(f"{counted(total, 'record')} in all.\n")
 
 
 # --- import -----------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from memvault.storage import fsio
 from memvault.storage.layout import AUDIT, INDEX, KEYS, STATE
 from memvault.storage.state import UserState
 from memvault.storage.userstore import StateMissing
+from memvault.text.words import counted
 from memvault.vault import migrations
 from memvault.vault.vault import Transaction, Vault
 
@@ -344,7 +345,7 @@ def repair(vault: Vault) -> RepairResult:
             migrations.recount(store, tx.state)
             tx.touch()
             count = tx.rebuild_indexes()
-            actions.append(f"recounted and rebuilt the index ({count} records)")
+            actions.append(f"recounted and rebuilt the index ({counted(count, 'record')})")
         except DataError as exc:
             actions.append(f"could not rebuild the index or retire keys: {exc.message}")
     return RepairResult(tuple(actions))

@@ -231,10 +231,13 @@ def stats(
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
-    """Counts and sizes for the user's memory."""
+    """Counts and sizes for the user's memory (zeros before the vault's first write)."""
     from memvault.ops import admin
 
-    doc = admin.stats(context.open_vault(vault, org, user, key_file)).to_dict()
+    v = context.open_vault(vault, org, user, key_file, needs=None)
+    if not admin.before_first_write(v):
+        context.require(v, "user")  # a mistyped name is said to be one, with its source
+    doc = admin.stats(v).to_dict()
     Output(json).data(doc, lambda o: render.mapping(o, doc, f"{doc['org']}/{doc['user']}"))
 
 

@@ -21,7 +21,7 @@ from memvault.model.results import (
 )
 from memvault.ops import prefs
 from memvault.storage.audit import AuditLog
-from memvault.storage.layout import VAULT_FILE
+from memvault.storage.layout import VAULT_FILE, orgs
 from memvault.storage.state import UserState
 from memvault.vault.keysource import create_key_file, key_source, load_master_key
 from memvault.vault.vault import Vault, create_meta
@@ -70,8 +70,15 @@ def _create(settings: Settings, passphrase: str | None) -> MasterKey:
 
 def stats(vault: Vault) -> Stats:
     """Counts and sizes, from the counters kept in the user's state (nothing decrypted
-    but the preference settings)."""
+    but the preference settings).
+
+    Before the vault's first write (no user has memory yet) that is zeros: the user is
+    the one who will write, not a name mistyped. Once it has users, a user with no
+    memory is NotFound, with the names there are (Vault.require_user): a mistyped
+    --user or org must not read as an empty memory. Nothing is created either way."""
     exists = vault.exists()
+    if not exists and not before_first_write(vault):
+        vault.require_user()
     state = vault.state()
     by_type: dict[str, int] = {}
     for table in (state.live, state.archived):
@@ -97,6 +104,11 @@ def stats(vault: Vault) -> Stats:
         bytes_on_disk=size, audit_entries=vault.audit.last_seq() if exists else 0,
         **_vectors(vault),
     )
+
+
+def before_first_write(vault: Vault) -> bool:
+    """Whether no user of the vault has memory yet (`mem init` and nothing since)."""
+    return not orgs(vault.root)
 
 
 def _vectors(vault: Vault) -> dict[str, Any]:

@@ -56,7 +56,9 @@ def init(
             raise UsageError("--passphrase needs a terminal to ask for the passphrase")
         import getpass
 
-        secret = getpass.getpass("New passphrase: ")
+        from memvault.crypto.keys import check_passphrase
+
+        secret = check_passphrase(getpass.getpass("New passphrase: "))
         if secret != getpass.getpass("Repeat passphrase: "):
             raise UsageError("the passphrases differ; nothing was created")
     result = admin.init(context.settings(vault, org, user, key_file, keyring),

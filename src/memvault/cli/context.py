@@ -93,6 +93,8 @@ def passphrase(source: Path | None, prompt: str, twice: bool = False) -> str:
     """A passphrase from `source` (--passphrase-file: its first line; - is stdin), else
     asked on the terminal (`twice` for a new one). Never from argv: any local user sees a
     process's arguments."""
+    from memvault.crypto.keys import check_passphrase
+
     if source is not None:
         return _first_line(source)
     if not has_terminal():
@@ -101,34 +103,53 @@ def passphrase(source: Path | None, prompt: str, twice: bool = False) -> str:
     import getpass
 
     secret = getpass.getpass(prompt)
-    if twice and secret != getpass.getpass("Repeat it: "):
-        raise UsageError("the passphrases differ; nothing was written")
+    if twice:
+        check_passphrase(secret, "the passphrase typed")  # before it is typed again
+        if secret != getpass.getpass("Repeat it: "):
+            raise UsageError("the passphrases differ; nothing was written")
     return secret
 
 
 def _first_line(source: Path) -> str:
-    """The first line of a passphrase file (a pipe such as <(pass show mem) too)."""
-    limit = 4096
+    """The first line of a passphrase file: a regular file, a pipe (<(pass show mem)) or
+    stdin (-). Anything else is refused before it is read (a device such as /dev/zero
+    gives no line, only bytes; a folder, a socket), and so is a first line longer than
+    a passphrase may be (no more than that is read), not UTF-8, or holding a control
+    character (crypto.keys.check_passphrase): a passphrase is never what happens to be
+    in a file's first 4 KiB."""
+    import stat
+
+    from memvault.crypto.keys import MAX_PASSPHRASE, check_passphrase
+
+    what = f"passphrase file {source}"
     try:
         if str(source) == "-":
             stream = getattr(sys.stdin, "buffer", None)
-            raw = stream.read(limit) if stream is not None else b""
+            raw = stream.readline(MAX_PASSPHRASE + 2) if stream is not None else b""
         else:
+            kind = os.stat(source).st_mode
+            if not (stat.S_ISREG(kind) or stat.S_ISFIFO(kind)):
+                shown = "a folder" if stat.S_ISDIR(kind) else "a device or a socket"
+                raise UsageError(f"{what} is {shown}, not a file or a pipe",
+                                 field="passphrase_file")
             with open(source, "rb") as fh:
-                raw = fh.read(limit)
+                raw = fh.readline(MAX_PASSPHRASE + 2)
     except FileNotFoundError:
         raise UsageError(f"no passphrase file at {source}", field="passphrase_file") from None
     except OSError as exc:
-        raise UsageError(f"cannot read passphrase file {source}: {exc.strerror}",
+        raise UsageError(f"cannot read {what}: {exc.strerror}",
                          field="passphrase_file") from None
+    line = raw.removesuffix(b"\n").removesuffix(b"\r")
+    if len(line) > MAX_PASSPHRASE:
+        raise UsageError(f"{what} holds no passphrase: its first line is longer than "
+                         f"{MAX_PASSPHRASE} bytes", field="passphrase_file")
     try:
-        line = raw.decode().splitlines()[0] if raw.strip() else ""
+        text = line.decode()
     except UnicodeDecodeError:
-        raise UsageError(f"passphrase file {source} is not UTF-8 text",
-                         field="passphrase_file") from None
-    if not line:
-        raise UsageError(f"passphrase file {source} is empty", field="passphrase_file")
-    return line
+        raise UsageError(f"{what} is not UTF-8 text", field="passphrase_file") from None
+    if not text.strip():
+        raise UsageError(f"{what} is empty", field="passphrase_file")
+    return check_passphrase(text, what, field="passphrase_file")
 
 
 def filters(types: list[str] | None, categories: list[str] | None, tags: list[str] | None,

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 
 from memvault.crypto import envelope
-from memvault.errors import ConfigError, Refused
+from memvault.errors import ConfigError, Refused, UsageError
 
 PASSPHRASE_FORMAT = "mem-passphrase-key/1"  # noqa: S105 - a format tag, not a secret
 
@@ -105,8 +105,31 @@ def is_passphrase_file(text: str) -> bool:
     return text.lstrip().startswith("{")
 
 
+MAX_PASSPHRASE = 4096  # bytes: a passphrase is a line, never a file's worth
+
+
+def check_passphrase(passphrase: str, what: str = "the passphrase",
+                     field: str | None = None) -> str:
+    """A passphrase is one line of text: refuse one that is not UTF-8, holds a control
+    character (NUL, escape, a newline: what /dev/zero or a binary file gives; a tab is
+    text) or is longer than MAX_PASSPHRASE bytes (UsageError, naming no character)."""
+    import unicodedata
+
+    for c in passphrase:
+        kind = unicodedata.category(c)
+        if kind == "Cs":  # a byte that was not UTF-8, kept as a lone surrogate
+            raise UsageError(f"{what} is not UTF-8 text", field=field)
+        if kind == "Cc" and c != "\t":
+            raise UsageError(f"{what} holds a control character (U+{ord(c):04X}); a "
+                             "passphrase is one line of text", field=field)
+    if len(passphrase.encode()) > MAX_PASSPHRASE:
+        raise UsageError(f"{what} is longer than {MAX_PASSPHRASE} bytes", field=field)
+    return passphrase
+
+
 def seal_with_passphrase(key: bytes, passphrase: str,
                          params: dict[str, object] | None = None) -> str:
+    check_passphrase(passphrase)  # never a key wrapped under what no one can type again
     params = dict(params or default_kdf_params())
     salt = os.urandom(16)
     header = {"format": PASSPHRASE_FORMAT, "params": params,

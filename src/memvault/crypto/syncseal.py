@@ -130,16 +130,13 @@ def max_size(name: str) -> int:
 
 def admits(name: str, size: int, head: bytes) -> bool:
     """Whether an object of `size` bytes that begins with `head` (its first HEAD bytes)
-    can be what its name holds: within its kind's bound, and an operation of a padded
-    size that begins as one does (so that a large file that is not one is never read).
-    A key or an entry within its bound is left to its opener (one of another master
-    key is refused there, not skipped)."""
+    can be what its name holds: within its kind's bound, and an operation that begins
+    as one does (a large file that is not one is never read; one cut short still is,
+    and its opener says so). A key or an entry within its bound is left to its opener
+    (one of another master key is refused there, not skipped)."""
     if size > max_size(name):
         return False
-    if kind(name) != "op":
-        return True
-    return padded_size(size) == size and head[:4] == OBJECT_MAGIC and \
-        len(head) >= HEAD and head[4] in OBJECT_TAGS
+    return kind(name) != "op" or of_known_format(head)
 
 
 def seal_object(key: bytes, ns: str, kid: str, oid: str, body: dict[str, Any]) -> bytes:

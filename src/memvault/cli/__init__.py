@@ -170,8 +170,10 @@ def main() -> None:
             if not done.code:
                 context.announce_created()
             # The last of the output goes now, inside the boundary: a reader gone by then
-            # is the BrokenPipeError below, not "Exception ignored" at the exit.
-            sys.stdout.flush()
+            # is the BrokenPipeError below, not "Exception ignored" at the exit. (None:
+            # started with stdout closed.)
+            if sys.stdout is not None:
+                sys.stdout.flush()
             raise
     except MemError as exc:
         if debug:

@@ -236,14 +236,14 @@ def fault(world: World, what: str) -> Iterator[str]:
         outside.restore({})
         yield what
     else:
-        objects = [n for n in outside.snapshot() if "/o/" in n]
-        for name in objects:
+        start = outside.snapshot()
+        for name in sorted(n for n in start if "/o/" in n):
+            outside.restore(start)  # each variant from the remote as the fault found it
             if what == "object-deleted":
                 outside.delete(name)
             else:
-                outside.put(name, outside.snapshot()[name][:-20])
+                outside.put(name, start[name][:-20])
             yield f"{what} {name}"
-            outside.restore(world.snapshots[-1])
 
 
 def converge(world: World) -> None:

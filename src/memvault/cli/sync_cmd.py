@@ -11,6 +11,7 @@ from memvault.cli.options import JsonOpt, KeyFileOpt, OrgOpt, UserOpt, VaultOpt
 from memvault.cli.output import Output
 from memvault.errors import ConfigError, UsageError
 from memvault.model.results import SyncAllResult, SyncResult
+from memvault.text.words import counted
 
 
 def sync(
@@ -83,12 +84,14 @@ def sync(
             o.info("this machine's destroy of the user was sent: every machine erases "
                    "what it stored before it")
         if isinstance(result, SyncResult) and result.went_back:
-            o.warn(f"the remote lacked {result.went_back} record(s) or erasure(s) it held "
-                   "at the last sync (restored from an older copy, emptied, or an object "
-                   "deleted): sent again")
+            lacked = counted(result.went_back, 'record or erasure', 'records or erasures')
+            o.warn(f"the remote lacked {lacked} "
+                   "it held at the last sync (restored from an older copy, emptied, or an "
+                   "object deleted): sent again")
         if result.damaged:
-            o.info(f"{result.damaged} remote object(s) did not open: skipped, tried "
-                   "again by the next sync")
+            o.info(f"{counted(result.damaged, 'remote object')} did not open: skipped "
+                   "(one cut short is deleted, so that the machines that hold its records "
+                   "send them again)")
         o.info(f"synced with {result.remote}")
         if isinstance(result, SyncResult) and result.others:
             o.warn(f"{v.who} has no memory here or at the remote, which holds "

@@ -28,7 +28,7 @@ from memvault.model.location import session_file
 from memvault.model.records import DOC_FILES, Record, born, now_iso
 from memvault.model.results import SyncAllResult, SyncResult, UserProblem
 from memvault.storage import fsio
-from memvault.storage.remote import Remote
+from memvault.storage.remote import Remote, Unreadable
 from memvault.storage.state import Superseded
 from memvault.vault.vault import Transaction, Vault
 
@@ -326,6 +326,9 @@ class Session:
                 continue
             try:
                 blob = self.remote.get(f"{self.ns}/k/{kid}")
+            except Unreadable:  # not a key object (a pipe, a link, too large): counted
+                self.damaged += 1
+                continue
             except NotFound:
                 continue
             try:

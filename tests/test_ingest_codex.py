@@ -294,11 +294,17 @@ def _said_bytes(role: str, text: str) -> bytes:
     return (json.dumps(_said(role, text)) + "\n").encode()
 
 
-def test_a_stream_with_no_message_is_refused_like_a_whole_file() -> None:
-    with pytest.raises(DataError, match="the transcript is empty"):
-        stream(b"\n \n")
-    with pytest.raises(DataError, match=r"no codex messages .*1 thinking"):
-        stream(jsonl(META, _done({"type": "Reasoning", "id": "r"})).encode())
+def test_a_stream_with_nothing_to_keep_is_no_error_like_a_whole_file() -> None:
+    """A rollout opened and quit (its session line, the model's thinking): nothing to
+    keep. Lines of another format read as a rollout are refused, as a whole file is."""
+    (empty,) = stream(b"\n \n")
+    assert (empty.messages, empty.summaries, empty.ignored) == ([], [], {})
+    (quiet,) = stream(jsonl(META, _done({"type": "Reasoning", "id": "r"})).encode())
+    assert (quiet.session_id, quiet.messages, quiet.ignored) == ("p-1", [], {"thinking": 1})
+    claude = {"type": "user", "uuid": "u1", "parentUuid": None,
+              "message": {"role": "user", "content": "hello"}}
+    with pytest.raises(DataError, match=r"no codex messages .*1 unknown type"):
+        stream(jsonl(claude).encode())
 
 
 @pytest.mark.parametrize(("name", "fmt"), [

@@ -62,12 +62,12 @@ def test_detect_each_fixture(name: str, fmt: str) -> None:
 
 
 @pytest.mark.parametrize("text", ["", "   \n\n\t\n", "\ufeff"])
-def test_empty_input_is_a_data_error(text: str) -> None:
+def test_empty_input_has_no_format_and_nothing_to_keep(text: str) -> None:
     with pytest.raises(DataError, match="empty"):
         detect(text)
     for fmt in ("auto", *FORMATS):
-        with pytest.raises(DataError, match="empty"):
-            parse(text, fmt)
+        t = parse(text, fmt)
+        assert (t.format, t.messages, t.summaries, t.ignored) == (fmt, [], [], {})
 
 
 @pytest.mark.parametrize("text", [
@@ -276,13 +276,34 @@ def test_claude_synthetic_and_meta_entries_are_not_messages() -> None:
     assert t.ignored == {"meta": 1, "synthetic": 1}
 
 
-def test_claude_nothing_to_store_says_why() -> None:
+def test_a_claude_session_with_nothing_to_keep_is_no_error_and_says_why() -> None:
+    """Harness text and hook context only (a session opened and quit): nothing to keep,
+    each line counted by its reason."""
     lines = [claude_line("u1", None, "user", "<system-reminder>x</system-reminder>"),
              claude_line("u2", "u1", "user", "[Request interrupted by user]"),
              claude_line("u3", "u2", "user", "hi", isMeta=True)]
-    with pytest.raises(DataError, match=r"^no claude-code messages in the transcript \(3 "
-                       r"lines or entries skipped: 2 harness text, 1 meta\)$"):
-        parse(jsonl(*lines))
+    t = parse(jsonl(*lines))
+    assert (t.format, t.messages, t.summaries) == ("claude-code", [], [])
+    assert t.ignored == {"harness text": 2, "meta": 1}
+
+
+@pytest.mark.parametrize("fmt", ["auto", *FORMATS])
+def test_an_empty_file_is_nothing_to_keep_in_every_format(fmt: str) -> None:
+    for text in ("", "\n \n", "\ufeff"):
+        t = parse(text, fmt)
+        assert (t.messages, t.summaries, t.ignored) == ([], [], {})
+
+
+def test_a_file_of_another_format_is_still_refused_saying_what_was_read() -> None:
+    codex = jsonl({"timestamp": "2026-03-02T10:00:00Z", "type": "session_meta",
+                   "payload": {"id": "p-1"}})
+    with pytest.raises(DataError, match=r"^no claude-code messages in the transcript \(1 "
+                       r"lines or entries skipped: 1 unknown type\)$"):
+        parse(codex, "claude-code")
+    claude = jsonl(claude_line("u1", None, "user", "hello"))
+    for fmt in ("gemini", "codex"):
+        with pytest.raises(DataError, match=f"^no {fmt} messages in the transcript"):
+            parse(claude, fmt)
 
 
 def test_claude_lone_surrogates_are_replaced() -> None:
@@ -846,8 +867,14 @@ def check(text: str, fmt: str) -> None:
     except DataError as exc:
         assert exc.message and "\n" not in exc.message
         return
-    assert isinstance(t, Transcript) and t.format in FORMATS and t.skipped >= 0
-    assert t.messages or t.summaries
+    assert isinstance(t, Transcript) and t.skipped >= 0
+    if not t.messages and not t.summaries:
+        # Nothing to keep: an empty file, or one the format asked for recognises as its own.
+        blank = not text.removeprefix("\ufeff").strip()
+        assert blank or detect(text) == t.format, (text, fmt)
+        assert t.format == fmt or (fmt == "auto" and t.format in FORMATS)
+        return
+    assert t.format in FORMATS
     for m in (*t.messages, *t.summaries):
         assert isinstance(m.content, str) and m.content.strip()
         m.content.encode("utf-8")

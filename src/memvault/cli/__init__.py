@@ -162,6 +162,11 @@ def main() -> None:
     lean.install()  # before anything formats help or a usage error
     context.CREATED.clear()
     whole_writes()
+    stamp = os.environ.pop("MEM_HOOK_LOG_AS", None)  # hookbase.LOG_STAMP_ENV, unimported
+    if stamp:  # a hook's background ingest: its stderr is the hook log, stamped line by line
+        from memvault.integrations.hookbase import stamp_stderr
+
+        stamp_stderr(stamp)
     try:
         _check_argv(sys.argv[1:])
         try:

@@ -134,9 +134,12 @@ def ingest(
         updated = f", {result.messages_updated} grown" if result.messages_updated else ""
         n = result.summaries_added
         summaries = f", {counted(n, 'summary')}" if n else ""
-        o.info(f"session {result.session_id}: {verb} {counted(count, 'message')}"
-               f"{updated}{summaries}, {result.messages_skipped} skipped, "
-               f"{result.withheld} withheld")
+        if result.nothing_to_keep:  # a session opened and quit, say: no error
+            o.info(f"session {result.session_id}: nothing to keep")
+        else:
+            o.info(f"session {result.session_id}: {verb} {counted(count, 'message')}"
+                   f"{updated}{summaries}, {result.messages_skipped} skipped, "
+                   f"{result.withheld} withheld")
         for r in result.redactions:
             o.info(f"  {r.action} {r.count} × {r.rule}")
         if result.ignored:

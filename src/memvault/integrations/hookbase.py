@@ -10,6 +10,8 @@ and the shape of its answer in an `Agent`; the rest is here, once.
 
 from __future__ import annotations
 
+import atexit
+import io
 import json
 import os
 import re
@@ -32,6 +34,9 @@ from memvault.model.machine_results import HookInstallResult
 from memvault.storage import fsio
 
 LOG_FILE = "hooks.log"
+# The background ingest's stderr is the hook log: this variable hands it the stamp of the
+# run that started it, and every line it writes is stamped as log() stamps its own.
+LOG_STAMP_ENV = "MEM_HOOK_LOG_AS"
 MAX_STDIN = 1 << 20
 HOOK_TIMEOUT_S = 10
 # MEM_KEY_COMMAND in a hook: well inside the time an agent gives the hook, so that a
@@ -85,11 +90,66 @@ def log(settings: Settings | None, agent: str, event: str, outcome: str,
 
             directory = Path(os.environ.get("MEM_LOG_DIR") or platformdirs.user_log_dir("mem"))
         fsio.ensure_dir(directory)
-        where = f" [{shown(session, 80)}]" if session else ""
-        line = f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} {agent} {event}{where}: {outcome}\n"
+        line = f"{_now()} {_stamp(agent, event, session)}: {outcome}\n"
         fsio.append_line(directory / LOG_FILE, line.encode(), sync=False)
     except Exception:  # noqa: S110 - logging must never break the agent either
         pass
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _stamp(agent: str, event: str, session: str | None) -> str:
+    where = f" [{shown(session, 80)}]" if session else ""
+    return f"{agent} {event}{where}"
+
+
+class StampedLog(io.TextIOBase):
+    """The background ingest's stderr, which is the hook log: each line it writes (an
+    error, a warning) becomes a log line stamped with the time and the run that started
+    it, written whole in one append. A line the process leaves unfinished is written at
+    its exit."""
+
+    def __init__(self, stamp: str, fd: int) -> None:
+        self._stamp, self._fd, self._pending = stamp, fd, ""
+        atexit.register(self._rest)
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            self._emit(line)
+        return len(text)
+
+    def _rest(self) -> None:
+        pending, self._pending = self._pending, ""
+        self._emit(pending)
+
+    def _emit(self, line: str) -> None:
+        if line.strip():
+            try:
+                os.write(self._fd, f"{_now()} {self._stamp}: {shown(line, 1000)}\n".encode())
+            except OSError:  # the log cannot be written: the ingest goes on regardless
+                pass
+
+
+def stamp_stderr(stamp: str) -> None:
+    """Make stderr the hook log's stamped lines (the background ingest, see LOG_STAMP_ENV)."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # no stderr to stamp
+    sys.stderr = StampedLog(shown(stamp, 200), fd)
 
 
 @dataclass(frozen=True)
@@ -110,6 +170,10 @@ class LogLine:
 FAILED = ("failed", "server not started", "mem: error:")
 LOG_TAIL = 256 << 10  # the log's end read by `mem doctor`: thousands of runs
 _LOG_RE = re.compile(r"(\S+) (\S+) (\S+?)(?: \[.*?\])?: (.*)")
+# What an earlier mem logged, unstamped, for a session with nothing to keep.
+_NOTHING_BEFORE = re.compile(r"mem: error: (no \S+ messages in the transcript|the "
+                             r"transcript is empty)\b")
+NOTHING_TO_KEEP = "nothing to keep"
 
 
 def read_log(directory: Path, tail: int = LOG_TAIL) -> list[LogLine]:
@@ -125,9 +189,11 @@ def read_log(directory: Path, tail: int = LOG_TAIL) -> list[LogLine]:
     lines = data.decode(errors="replace").splitlines()[1 if size > tail else 0:]
     out: list[LogLine] = []
     for line in lines:
-        if line.startswith("mem: error:"):
+        if line.startswith("mem: error:"):  # an earlier background ingest's, unstamped
+            # A session with nothing to keep was an error then; it no longer fails.
+            outcome = NOTHING_TO_KEEP if _NOTHING_BEFORE.match(line) else shown(line, 300)
             out.append(LogLine(out[-1].at if out else None, "ingest", "background",
-                               shown(line, 300)))
+                               outcome))
             continue
         match = _LOG_RE.fullmatch(line)
         if match is None:
@@ -375,9 +441,10 @@ def _spawn_ingest(agent: Agent, settings: Settings, payload: dict[str, Any], eve
         argv.append("--then-sync")  # in this background child, never the hook's time
     argv += ["--", path]
     env = {**os.environ, "MEM_ACTOR": actor(agent.name, event),  # its audit entries
+           LOG_STAMP_ENV: _stamp(agent.name, event, session),  # its lines in the log
            "MEM_LOCK_TIMEOUT": str(max(settings.lock_timeout, BACKGROUND_LOCK_WAIT_S))}
     fsio.ensure_dir(settings.log_dir)
-    with open(settings.log_dir / LOG_FILE, "ab") as errors:  # its one-line errors land here
+    with open(settings.log_dir / LOG_FILE, "ab") as errors:  # its lines land here, stamped
         subprocess.Popen(  # noqa: S603 - mem itself, argv list, no shell
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
             env=env, start_new_session=True, close_fds=True,

@@ -100,6 +100,14 @@ class IngestResult(Result):
     messages_updated: int = 0  # stored messages that had grown since (replaced)
     ignored: tuple[tuple[str, int], ...] = ()  # lines_ignored by reason
 
+    @property
+    def nothing_to_keep(self) -> bool:
+        """The transcript held nothing to store, new or old (an agent's session opened and
+        quit, the harness's own text, a hook's context): no error, and nothing written."""
+        return not (self.messages_added or self.messages_updated or self.messages_skipped
+                    or self.withheld or self.summaries_added or self.messages
+                    or self.summaries)
+
     def to_dict(self) -> dict[str, Any]:
         doc = super().to_dict()
         doc["ignored"] = dict(self.ignored)

@@ -229,10 +229,14 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
 
     def put(session: str, messages: list[NewMessage], admit: Admit, probe: Admit) -> Added:
         nonlocal kept
-        if not dry_run:
-            admission.prepare(vault, session, messages)
-            progress.note("storing")
         try:
+            if not dry_run:
+                admission.prepare(vault, session, messages)
+                if admission.none_kept(messages):
+                    # Only what admission leaves out (mem's own brief, a hook's context;
+                    # private spans): nothing to keep, so no write, no user made.
+                    return Added(0, 0, 0, [])
+                progress.note("storing")
             done = add_messages(vault, session, messages, admit, dry_run, probe,
                                 admission.seen)
         finally:
@@ -249,7 +253,8 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
         groups: dict[str, list[NewMessage]] = {}
         for m in messages:
             groups.setdefault(session_of(m), []).append(m)
-        for name, group in (groups or {session_id: []}).items():
+        # A session with nothing to keep opens no write: no lock, no user made.
+        for name, group in groups.items():
             step = store(name, group, admit, probe)
             done = Added(done.added + step.added, done.updated + step.updated,
                          done.skipped + step.skipped, done.would_add + step.would_add)
@@ -398,6 +403,11 @@ class _Admission:
 
     def admit(self, batch: list[NewMessage]) -> list[NewMessage]:
         return self._kept(batch, count=True)
+
+    def none_kept(self, batch: list[NewMessage]) -> bool:
+        """Whether admission keeps none of `batch` and withholds none either (each left
+        out whole: mem's own brief, only private spans), so there is nothing to write."""
+        return all(not (r.kept or r.withheld) for r in map(self._result, batch))
 
     def probe(self, batch: list[NewMessage]) -> list[NewMessage]:
         return self._kept(batch, count=False)  # what admission would keep; uncounted

@@ -21,6 +21,11 @@ have grown, when later lines of one API message were merged in).
 The generic `jsonl` format is read strictly, since a person or a script wrote it: one
 bad line refuses the whole file, naming the line.
 
+A session with nothing to keep (an agent's session opened and quit: its metadata, the
+harness's own text, the context a hook added; or an empty file) is no error: it parses
+to a Transcript without messages. A file that yields no message and is not recognisably
+of the format asked for (a Codex rollout read as Claude Code's) is: DataError.
+
 Formats, as their sources define them:
 - Claude Code: ~/.claude/projects/<dir>/<session>.jsonl, one entry per line, linked
   by uuid/parentUuid (a rewind leaves the abandoned branch in the file; a compaction
@@ -209,16 +214,18 @@ def detect(text: str) -> str:
 
 
 def parse(text: str, fmt: str = "auto") -> Transcript:
-    """Parse one transcript; DataError (one line) when it is malformed or holds no message,
-    NotTranscript when it is a file of an agent's that is not a conversation to store."""
+    """Parse one transcript; DataError (one line) when it is malformed, or yields no
+    message and is not of the format `fmt`; NotTranscript when it is a file of an
+    agent's that is not a conversation to store. A session with nothing to keep (and an
+    empty file) is a Transcript without messages."""
     text = text.removeprefix("\ufeff")
     doc: dict[str, Any] | list[Any] | None = None
+    if fmt != "auto" and fmt not in FORMATS:
+        raise UsageError(f"unknown transcript format {fmt!r}: choose auto, {', '.join(FORMATS)}")
+    if not text.strip():
+        return Transcript(fmt, None)  # nothing written yet: nothing to keep
     if fmt == "auto":
         fmt, doc = _sniff(text)
-    elif fmt not in FORMATS:
-        raise UsageError(f"unknown transcript format {fmt!r}: choose auto, {', '.join(FORMATS)}")
-    elif not text.strip():
-        raise DataError("the transcript is empty")
     if fmt == "jsonl":
         return _jsonl(text)
     if fmt == "claude-code":
@@ -227,9 +234,18 @@ def parse(text: str, fmt: str = "auto") -> Transcript:
         transcript = _codex(text)
     else:
         transcript = _gemini(text, doc if doc is not None else _document(text))
-    if not transcript.messages and not transcript.summaries:
-        raise DataError(_nothing(fmt, transcript))
+    if not transcript.messages and not transcript.summaries and not _recognised(text, fmt):
+        raise DataError(_nothing(fmt, transcript))  # not this format: say what was read
     return _scrub(transcript)
+
+
+def _recognised(text: str, fmt: str) -> bool:
+    """Whether a text that yielded no message is of the format `fmt` all the same (a
+    session with nothing to keep), as the format's detection tells."""
+    try:
+        return _sniff(text)[0] == fmt
+    except NotTranscript:
+        return False
 
 
 # --- streaming (Codex rollouts reach gigabytes) ----------------------------------------------
@@ -277,7 +293,9 @@ def parse_stream(lines: Iterable[bytes | LongLine],
     perhaps the last), a LongLine for one the reader skipped. Memory holds one line and one
     batch, whatever the size of the file. A line that is not UTF-8 is ignored as "not
     utf-8" (the stream has been read and stored from already: the file is not refused).
-    DataError at the end when the file held no message, like parse()."""
+    DataError at the end when the file held no message and no line of a rollout, like
+    parse(); a rollout with nothing to keep (or no line) ends in a Transcript without
+    messages."""
     batch = batch or STREAM_BATCH
     reader = CodexReader()
     ready: list[NewMessage] = []
@@ -300,9 +318,7 @@ def parse_stream(lines: Iterable[bytes | LongLine],
             yield Transcript("codex", session, ready[:batch])
             ready = ready[batch:]
     last = reader.finish()
-    if not reader.lines:
-        raise DataError("the transcript is empty")
-    if not reader.messages and not last.summaries:
+    if reader.lines and not reader.messages and not last.summaries and not reader.recognised:
         raise DataError(_nothing("codex", last))
     yield Transcript("codex", last.session_id, [*ready, *last.messages], last.summaries,
                      last.ignored)
@@ -702,6 +718,7 @@ class CodexReader:
         self.started: str | None = None
         self.ignored: Counter[str] = Counter()
         self.lines = 0  # non-blank lines fed, and lines skipped
+        self.recognised = False  # whether a line was a rollout's (not another format's)
         self.messages = 0  # messages given (by take and finish)
         self._number = 0
         self._drafts: list[_Draft] = []
@@ -733,6 +750,8 @@ class CodexReader:
             torn = not line.endswith("\n") and _json(line.strip()) is None
             self.ignored["torn last line" if torn else "not json"] += 1
             return
+        if not self.recognised:
+            self.recognised = _sniff_line(obj) == "codex"
         reason = self._line(obj, number)
         if reason:
             self.ignored[reason] += 1
@@ -1243,9 +1262,7 @@ def _jsonl(text: str) -> Transcript:
         messages.append(NewMessage(content=content, role=role, message_id=mid,
                                    created_at=created, tags=[t.strip() for t in tags],
                                    name=name))
-    if not messages:
-        raise DataError("the transcript is empty")
-    return Transcript("jsonl", None, messages)
+    return Transcript("jsonl", None, messages)  # none: an empty file, nothing to keep
 
 
 def _jsonl_name(obj: dict[str, Any], where: str) -> str | None:

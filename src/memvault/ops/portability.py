@@ -241,7 +241,7 @@ def _not_json(raw: str, name: str = "the import file") -> DataError | None:
     elif text.startswith("# Memory of "):
         what = "is mem's Markdown export, which is for reading"
     elif text[0] not in "{[":
-        first = text.split(None, 1)[0]
+        first = (text.split(None, 1) or [""])[0]  # only whitespace str.strip keeps: ""
         what = "looks like Markdown" if first.startswith(("#", "-", "*", ">", "|")) \
             else "is text"
         what += ", not JSON"

@@ -35,6 +35,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "pref": ("pref",),
     "config_cmd": ("config",),
     "key_cmd": ("key",),
+    "browse": ("browse", "review"),
 }
 
 

@@ -130,7 +130,7 @@ def _section(record: Record) -> str | None:
 
 def build(vault: Vault, max_entries: int, max_chars: int,
           on_skip: Callable[[str], None] | None = None, prefer_tag: str | None = None,
-          *, max_tokens: int | None = None) -> Brief:
+          *, max_tokens: int | None = None, preview: bool = False) -> Brief:
     """The brief. One malformed entry is left out and named to `on_skip` (file, id and
     the kind of problem, never content). A document that cannot be read at all (fails
     authentication, is not a file) is an error, as for every other reader, unless there
@@ -139,7 +139,9 @@ def build(vault: Vault, max_entries: int, max_chars: int,
     supersede links decide what is current). `prefer_tag` (the current project's keyed
     id, ops/projects.py) puts the entries that carry it first in each section.
     `max_tokens` bounds the brief's estimated tokens besides its entries and characters
-    (None: no token bound; the surfaces pass the `brief.max_tokens` setting)."""
+    (None: no token bound; the surfaces pass the `brief.max_tokens` setting).
+    `preview`: the user looking at what an agent would see (`mem browse`), audited as
+    such; it retrieves nothing for the agent, so `mem review` does not count it."""
     now = datetime.now(UTC)
     candidates: dict[str, list[BriefEntry]] = {name: [] for name, _ in SECTIONS}
 
@@ -254,6 +256,10 @@ def build(vault: Vault, max_entries: int, max_chars: int,
             lines += headers[name] + [line for _, line in taken[name]] + [""]
             chosen += [entry for entry, _ in taken[name]]
     text = "\n".join(lines).rstrip() + "\n" if chosen else ""
-    vault.audit_read("brief", [e.memory_id for e in chosen if e.memory_id])
+    shown = [e.memory_id for e in chosen if e.memory_id]
+    if preview:
+        vault.audit_read("brief.preview", shown)
+    else:
+        vault.audit_read("brief", shown, retrieved=shown)
     return Brief(tuple(chosen), eligible, len(chosen), now_iso(), text, estimate(text),
                  limited_by)

@@ -102,7 +102,8 @@ def search(vault: Vault, text: str, filters: Filters,
     ) for f, r in found)
     if audit:
         vault.audit_read("search", [r.memory_id for r in results], _sessions(
-            r for _, r in found), results=len(results))
+            r for _, r in found), retrieved=_memories(r for _, r in found),
+            results=len(results))
     elapsed = (time.perf_counter() - started) * 1000
     return SearchResult(results, total, round(elapsed, 2),
                         no_words=bool(text.strip()) and not stems, mode=used, notice=notice)
@@ -251,7 +252,7 @@ def show(vault: Vault, memory_id: str) -> RecordResult:
     record = vault.fetch([memory_id]).get(memory_id)
     if record is None:
         raise NotFound(f"no memory with id {memory_id}")
-    vault.audit_read("show", [memory_id], _sessions([record]))
+    vault.audit_read("show", [memory_id], _sessions([record]), retrieved=_memories([record]))
     return RecordResult(record)
 
 
@@ -259,6 +260,12 @@ def _sessions(records: Iterable[Record]) -> set[str]:
     """The live sessions whose messages a read returned: compaction spares them."""
     return {r.session_id for r in records
             if r.type == "message" and r.session_id and not r.archived}
+
+
+def _memories(records: Iterable[Record]) -> list[str]:
+    """The memories (records other than messages) a read retrieved: `mem review` names
+    those nothing retrieves."""
+    return [r.memory_id for r in records if r.type != "message"]
 
 
 def list_records(vault: Vault, filters: Filters) -> RecordList:

@@ -435,11 +435,13 @@ class Vault:
     # --- audit and marks --------------------------------------------------------------
 
     def audit_read(self, op: str, ids: list[str] | None = None,
-                   sessions: Iterable[str] = (), every: bool = False, **detail: Any) -> None:
+                   sessions: Iterable[str] = (), every: bool = False,
+                   retrieved: Iterable[str] = (), **detail: Any) -> None:
         """Audit a read: the first of its kind each day for each actor gets an entry, and
         the day each session in `sessions` was read is noted (reads.json), so reading
-        does not grow the vault. `every`: a rare read audited each time (export, verify).
-        Best effort: a read-only or full disk must not stop reading."""
+        does not grow the vault; so is the day each memory in `retrieved` (ids) was
+        retrieved (`mem review`). `every`: a rare read audited each time (export,
+        verify). Best effort: a read-only or full disk must not stop reading."""
         if self.exists():
             from memvault.errors import Busy
 
@@ -451,11 +453,15 @@ class Vault:
                     append()
                 else:
                     self.reads.note(op, self.actor, map(self.session_mark, set(sessions)),
-                                    append)
+                                    append, map(self.memory_mark, set(retrieved)))
 
     def session_mark(self, session: str) -> str:
         """A keyed hash naming a session (reads.json)."""
         return envelope.keyed_hash(self.audit.key, f"session\0{session}".encode())
+
+    def memory_mark(self, memory_id: str) -> str:
+        """A keyed hash naming one memory (reads.json: the day it was last retrieved)."""
+        return envelope.keyed_hash(self.audit.key, f"memory\0{memory_id}".encode())
 
     def sessions_read_since(self, day: str) -> set[str]:
         """The marks of the sessions read on `day` (YYYY-MM-DD) or later."""

@@ -105,7 +105,7 @@ def test_a_failing_embedder_falls_back_to_words(vault: Vault,
 def test_an_unknown_mode_is_a_usage_error(vault: Vault, script_runner: ScriptRunner) -> None:
     result = mem(script_runner, "search", "basil", "--mode", "fuzzy")
     assert result.returncode == 2  # a usage error, as a mistyped flag is
-    assert one_error_line(result.stderr).endswith("lexical, semantic or hybrid (--mode)")
+    assert one_error_line(result.stderr).endswith("lexical, semantic, hybrid or words (--mode)")
 
 
 def test_a_damaged_vector_store_falls_back_to_words(vault: Vault) -> None:

@@ -164,10 +164,13 @@ def search(
     limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many.")] = 10,
     project: ProjectOpt = None,
     mode: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--mode", help="Rank by words (lexical), by meaning (semantic) or both (hybrid). "
+        "--mode", help="Rank by words (lexical), by meaning (semantic) or both (hybrid); "
+        "words: only the records holding a word of the query in their own text (not by "
+        "speaker, day or neighbouring turns), what forget --query takes. "
         "Default: hybrid when the memory has vectors of the configured embeddings model, "
         "else lexical.", show_default=False,
-        autocompletion=lambda incomplete: [m for m in ("lexical", "semantic", "hybrid")
+        autocompletion=lambda incomplete: [m for m in ("lexical", "semantic", "hybrid",
+                                                       "words")
                                            if m.startswith(incomplete)])] = None,
     as_of: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--as-of", help="Search as of this date or time (ISO-8601 or a phrase such as "

@@ -31,9 +31,10 @@ from memvault.model.location import Location, session_of
 from memvault.model.records import ARCHIVE, CONTEXT_NEIGHBOURS, TYPE_HOME, Filters, parse_time
 from memvault.storage import fsio
 
-INDEX_FORMAT = 5  # 2: `loc` sealed (it names the session); 3: token digests stored;
+INDEX_FORMAT = 6  # 2: `loc` sealed (it names the session); 3: token digests stored;
 # 4: a line's offset and the archived flag stored, so a rewrite opens no location;
-# 5: the assistant's turns without context, `who` spoke indexed on its own
+# 5: the assistant's turns without context, `who` spoke indexed on its own;
+# 6: a record's own words in a field of their own (`own`, with the positions phrases use)
 META_FILE = "mem-index.json"
 WRITER_HEAP = 32_000_000
 # A write indexes on one thread: each indexing thread makes its own segment at a commit,
@@ -293,7 +294,10 @@ class SearchIndex:
 
         sb = tantivy.SchemaBuilder()
         sb.add_text_field("id", stored=True, tokenizer_name="raw", index_option="basic")
-        sb.add_text_field("body", tokenizer_name="whitespace", index_option="position")
+        sb.add_text_field("body", tokenizer_name="whitespace", index_option="freq")
+        # The record's own words and nothing else (no speaker, no day, no neighbour): what
+        # a quoted phrase must appear in, and all that `forget --query` selects by.
+        sb.add_text_field("own", tokenizer_name="whitespace", index_option="position")
         sb.add_text_field("ctx", tokenizer_name="whitespace", index_option="freq")
         sb.add_text_field("type", stored=True, tokenizer_name="raw", index_option="basic")
         sb.add_text_field("category", stored=True, tokenizer_name="raw", index_option="basic")
@@ -413,6 +417,7 @@ class SearchIndex:
             if role:
                 doc.add_text("who", spaced(role))
         doc.add_text("body", body)
+        doc.add_text("own", words)
         # Context lends a turn its neighbours' words (an answer's words are often in the
         # question before it). Not to the assistant's replies: they restate the user's
         # words at length already, and with the user's turns as context too they outrank
@@ -619,7 +624,8 @@ class SearchIndex:
         return hits, int(searcher.num_docs)
 
     def build_query(self, text: str, filters: Filters, now: datetime | None = None,
-                    ids: Collection[str] | None = None) -> tuple[Any, list[str]]:
+                    ids: Collection[str] | None = None, words_only: bool = False
+                    ) -> tuple[Any, list[str]]:
         """A Tantivy query for a natural-language `text` and the filters.
 
         Returns the query and the stems searched (empty: list the most recent items).
@@ -628,6 +634,8 @@ class SearchIndex:
         With `ids`, only those records, each scored as the query would score it, whether
         or not it holds a word of it (the records another ranking found: the filters
         and the time phrases reach them too, and the index says where they live).
+        With `words_only`, a record matches by its own words alone: not by who spoke,
+        its day, its neighbours' words or a time phrase (what `forget --query` takes).
         Never parses query syntax, so no input can make it fail.
         """
         import tantivy
@@ -644,27 +652,33 @@ class SearchIndex:
 
         clauses: list[tuple[Any, Any]] = []
         phrases, rest = split_query(text)
+        # A phrase with no word (punctuation, a token too long) asks for nothing: it must
+        # not turn the other words into mere ranking (then the filters alone would match).
+        phrases = [p for p in phrases if a.tokens(p)]
         stems = a.query_terms(rest)
         if stems:
             should = []
             for stem in stems:
                 h = a.hash(stem)
+                if words_only:
+                    should.append((Occur.Should, term("own", h)))
+                    continue
                 should.append((Occur.Should, term("body", h)))
                 should.append((Occur.Should, Query.boost_query(term("ctx", h), CTX_BOOST)))
             clauses.append((Occur.Must if not phrases and ids is None else Occur.Should,
                             Query.boolean_query(should)))
             clauses += [(Occur.Should, Query.boost_query(term("who", a.hash(stem)), WHO_BOOST))
-                        for stem in stems]
+                        for stem in stems if not words_only]
         for phrase in phrases:
             hashed: list[str | tuple[int, str]] = [a.hash(t) for t in a.tokens(phrase)]
-            if not hashed:
-                continue
             stems += [t for t in a.tokens(phrase) if t not in stems]
-            q = term("body", str(hashed[0])) if len(hashed) == 1 else \
-                Query.phrase_query(schema, "body", hashed)
+            # In the record's own words, as written: never across its speaker or its day.
+            q = term("own", str(hashed[0])) if len(hashed) == 1 else \
+                Query.phrase_query(schema, "own", hashed)
             clauses.append((Occur.Must if ids is None else Occur.Should,
                             Query.boost_query(q, PHRASE_BOOST)))
-        for window in when.resolve(text, now) if clauses and now is not None else ():
+        for window in when.resolve(text, now) if clauses and now is not None \
+                and not words_only else ():
             span = Query.range_query(schema, "created", tantivy.FieldType.Integer,
                                      int(window.start.timestamp() * 1e6),
                                      int(window.end.timestamp() * 1e6), include_upper=False)
@@ -704,6 +718,16 @@ class SearchIndex:
             found = int(searcher.search(query, 1).count)
             return {searcher.doc(address).get_first("id")
                     for _, address in searcher.search(query, max(1, found)).hits}
+        except BaseException as exc:
+            if not _damaged(exc):
+                raise
+            self._index = None
+            raise IndexUnavailable(f"index unreadable: {exc}") from exc
+
+    def count(self, query: Any) -> int:
+        """How many records the query matches (nothing is read but the count)."""
+        try:
+            return int(self.searcher().search(query, 1).count)
         except BaseException as exc:
             if not _damaged(exc):
                 raise

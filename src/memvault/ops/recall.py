@@ -26,16 +26,17 @@ if TYPE_CHECKING:
     from memvault.index.vectors import VectorHit, VectorStore
 
 SNIPPET_CHARS = 160
-MODES = ("lexical", "semantic", "hybrid")
+MODES = ("lexical", "semantic", "hybrid", "words")
 
 
 def _run(vault: Vault, text: str, filters: Filters, state: UserState,
-         now: datetime | None = None) -> tuple[list[tuple[Hit, Record]], list[str], int]:
+         now: datetime | None = None, words_only: bool = False
+         ) -> tuple[list[tuple[Hit, Record]], list[str], int]:
     """The hits of a query with their decrypted records; a hit whose location no longer
     holds its record means a stale index, which is rebuilt once."""
     for attempt in (1, 2):
         index = vault.ready_index(state)
-        query, stems = index.build_query(text, filters, now)
+        query, stems = index.build_query(text, filters, now, words_only=words_only)
         if text.strip() and not stems:
             # Listing the most recent items would answer a question nobody asked.
             return [], [], index.live_count()
@@ -61,10 +62,12 @@ def search(vault: Vault, text: str, filters: Filters,
     Without `audit`, the search is a step of another operation (forget), not a read.
 
     `mode`: "lexical" (words only), "semantic" (meaning only), "hybrid" (both fused,
-    index/fusion.py), or None: hybrid when the user has vectors of the configured model,
-    else lexical. When the meaning cannot be had (no vectors, the embedder fails), the
-    words alone rank and the result's `notice` says why. `meaning`: the query's, asked
-    already (by search_preferring, which searches twice)."""
+    index/fusion.py), "words" (the records holding a word of the query in their own
+    text: no speaker, day, neighbouring turn or meaning; what `forget --query` takes),
+    or None: hybrid when the user has vectors of the configured model, else lexical.
+    When the meaning cannot be had (no vectors, the embedder fails), the words alone
+    rank and the result's `notice` says why. `meaning`: the query's, asked already (by
+    search_preferring, which searches twice)."""
     from memvault.index.fusion import Fused
 
     check_mode(mode)
@@ -73,7 +76,7 @@ def search(vault: Vault, text: str, filters: Filters,
         return SearchResult((), 0, 0.0)
     state = vault.state()
     used, notice, ranked = "lexical", None, None
-    if mode != "lexical" and text.strip():
+    if mode not in ("lexical", "words") and text.strip():
         vector, store, notice = meaning or _meaning(vault, state, text,
                                                     explicit=mode is not None)
         if vector is not None and store is not None:
@@ -86,8 +89,11 @@ def search(vault: Vault, text: str, filters: Filters,
                     "words only"
             if ranked is None:  # no word to search for: the most recent, as by words
                 used = "lexical"
+    if mode == "words":
+        used = "words"
     if ranked is None:
-        pairs, stems, total = _run(vault, text, filters, state, now)
+        pairs, stems, total = _run(vault, text, filters, state, now,
+                                   words_only=mode == "words")
         ranked = ([(Fused(h.memory_id, h.score, i + 1, None, h.score, None), r)
                    for i, (h, r) in enumerate(pairs)], stems, total)
     found, stems, total = ranked
@@ -113,8 +119,8 @@ def check_mode(mode: str | None) -> None:
     from memvault.errors import UsageError
 
     if mode is not None and mode not in MODES:
-        raise UsageError(f"unknown search mode {mode!r}: lexical, semantic or hybrid",
-                         field="mode")
+        raise UsageError(f"unknown search mode {mode!r}: lexical, semantic, hybrid or "
+                         "words", field="mode")
 
 
 def _rounded(value: float | None) -> float | None:

@@ -39,11 +39,16 @@ def forget(
     tag: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Everything with this tag.", show_default=False)] = None,
     query: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="Everything a search for these words finds, archived and superseded "
-        "records included, however many (shown first; asks before deleting); - reads the "
-        "words from stdin.",
+        help="Every record holding any of these words (stemmed; a \"quoted phrase\" as "
+        "written) in its own text, archived and superseded records included, however "
+        "many: never by meaning, speaker or date (the set `mem search Q --mode words "
+        "--include-archive --include-superseded` lists). Shown first; asks before "
+        "deleting; - reads the words from stdin.",
         show_default=False)] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+    all_matches: Annotated[bool, typer.Option(
+        "--all-matches", help="Let --query take more than a tenth of the records (and "
+        "more than 20) without typing their count; without it --yes does not.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would go.")] = False,
     now: Annotated[bool, typer.Option(
         "--now", help="Also re-encrypt under a new key epoch at once, so that no old copy "
@@ -62,22 +67,38 @@ def forget(
     out = Output(json)
     if not plan.targets:
         raise NotFound("nothing matches: no record was forgotten")
-    if dry_run or (query is not None and not yes):
+    # A query taking a large share of the memory is asked again by count, --yes or not.
+    broad = plan.broad and not all_matches
+    if dry_run or (query is not None and (not yes or broad)):
         preview = [r.to_dict() for r in plan.targets]
+        count = len(preview)
 
         def show(o: Output) -> None:
             render.records_table(o, preview)
             if plan.remade:
                 o.info(f"summaries made again without them: {', '.join(plan.remade)}")
+            if broad and dry_run:
+                o.info(f"this takes {count} of the {counted(plan.held, 'record')}: "
+                       "forgetting them asks for their count, or --all-matches")
 
         if dry_run or not sys.stdin.isatty():
             out.data(plan, show)
-            if not dry_run:
-                raise Refused("--query deletes only with --yes or an interactive confirmation")
-            return
+            if dry_run:
+                return
+            if broad:
+                raise Refused(f"--query takes {count} of the {counted(plan.held, 'record')}, "
+                              "more than a tenth: nothing was forgotten; pass "
+                              "--all-matches to take them all")
+            raise Refused("--query deletes only with --yes or an interactive confirmation")
         show(out)
-        if not typer.confirm(f"Forget {'this' if len(preview) == 1 else 'these'} "
-                             f"{counted(len(preview), 'record')} for good?", err=True):
+        if broad:
+            typed = typer.prompt(f"Type {count} to forget these "
+                                 f"{counted(count, 'record')} for good",
+                                 default="", show_default=False, err=True)
+            if typed.strip() != str(count):
+                raise Refused("nothing was forgotten")
+        elif not typer.confirm(f"Forget {'this' if count == 1 else 'these'} "
+                               f"{counted(count, 'record')} for good?", err=True):
             raise Refused("nothing was forgotten")
     result = core.forget(v, plan, now=now)
     out.data(result, lambda o: o.info(

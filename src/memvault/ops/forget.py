@@ -18,6 +18,12 @@ from memvault.ops import keys
 from memvault.storage.state import UserState
 from memvault.vault.vault import Transaction, Vault
 
+# A forget by query that takes more than this many records and more than this share of
+# the user's records is confirmed by typing the count (or `--all-matches`): `--yes`
+# alone is not enough (docs/guide.md).
+BROAD_COUNT = 20
+BROAD_SHARE = 0.10
+
 
 def select(vault: Vault, ids: list[str], session: str | None = None,
            before: datetime | None = None, tag: str | None = None,
@@ -47,8 +53,9 @@ def select(vault: Vault, ids: list[str], session: str | None = None,
             raise NotFound(f"no memory with id {missing[0]}" +
                            (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
         chosen = [r for r in (found[i] for i in dict.fromkeys(ids)) if filters.matches(r)]
+    held = 0
     if query is not None:
-        chosen = _found(vault, state, query, chosen if ids else None, filters)
+        chosen, held = _found(vault, state, query, chosen if ids else None, filters)
         # A summary found because a record it was made from is found too is made again
         # without that record (forget()), not forgotten with everything else it says.
         # Named by id, it goes.
@@ -59,7 +66,14 @@ def select(vault: Vault, ids: list[str], session: str | None = None,
         chosen = _matching(vault, state, filters)
     gone = {r.memory_id for r in chosen}
     derived, remade = _derived(vault, gone)
-    return ForgetPlan(tuple(chosen + derived), remade)
+    targets = tuple(chosen + derived)
+    return ForgetPlan(targets, remade, held, query is not None and _broad(len(targets), held))
+
+
+def _broad(taken: int, held: int) -> bool:
+    """Whether words would take so much of the memory that the user is asked again, by
+    count: a query meant for a few records that turns out to hold common words."""
+    return taken > BROAD_COUNT and taken > held * BROAD_SHARE
 
 
 def _matching(vault: Vault, state: UserState, filters: Filters) -> list[Record]:
@@ -79,26 +93,35 @@ def _matching(vault: Vault, state: UserState, filters: Filters) -> list[Record]:
 
 
 def _found(vault: Vault, state: UserState, query: str, chosen: list[Record] | None,
-           filters: Filters) -> list[Record]:
-    """Every record `mem search QUERY --include-archive --include-superseded` finds with
-    the other criteria as its filters, however many (search's limit is lifted): what the
-    user sees found is what goes, so that a search for the query afterwards finds
-    nothing. With ids, only those of them it finds."""
-    from memvault.ops.recall import search
-
-    index = vault.ready_index(state)
-    if not index.build_query(query, Filters())[1]:
-        # A search for no words lists the most recent items: never "forget everything".
-        raise UsageError(f"the query {query!r} has no words to search for; nothing was "
-                         "forgotten", field="query")
-    total = max(1, int(index.searcher().num_docs))
-    found = search(vault, query, Filters(session=filters.session, before=filters.before,
-                                         tags=filters.tags, limit=total, include_archive=True,
-                                         include_superseded=True), audit=False)
-    hit_ids = [h.memory_id for h in found.results]
-    records = vault.fetch(hit_ids, state)
-    keep = {r.memory_id for r in chosen} if chosen is not None else None
-    return [records[i] for i in hit_ids if i in records and (keep is None or i in keep)]
+           filters: Filters) -> tuple[list[Record], int]:
+    """Every record holding a word of the query in its own text (every quoted phrase, as
+    written), with the other criteria as filters, however many: by words only, never by
+    meaning (whose nearest neighbours are near at any distance), a speaker, a day or a
+    neighbouring turn. The same set, in the same order, as `mem search QUERY --mode words
+    --include-archive --include-superseded` with no limit. With ids, only those of them.
+    Also how many records the user has (the share a broad query would take)."""
+    words = Filters(session=filters.session, before=filters.before, tags=filters.tags,
+                    include_archive=True, include_superseded=True)
+    for attempt in (1, 2):
+        index = vault.ready_index(state)
+        if not index.build_query(query, Filters(), words_only=True)[1]:
+            # A search for no words lists the most recent items: never "forget everything".
+            raise UsageError(f"the query {query!r} has no words to search for; nothing "
+                             "was forgotten", field="query")
+        held = index.live_count()
+        q, _ = index.build_query(query, words, words_only=True)
+        count = index.count(q)
+        hits = index.search(q, count)[0] if count else []
+        if chosen is not None:  # already read: the index only says which of them match
+            keep = {r.memory_id: r for r in chosen}
+            return [keep[h.memory_id] for h in hits if h.memory_id in keep], held
+        located = {h.memory_id: h.location for h in hits if h.location is not None}
+        records, stale = vault.read_located(located, state)
+        if not (stale or len(located) < len(hits)) or attempt == 2:
+            break
+        with vault.lock():
+            vault.rebuild_indexes(vault.locked_state())
+    return [records[h.memory_id] for h in hits if h.memory_id in records], held
 
 
 def _derived(vault: Vault, gone: set[str]) -> tuple[list[Record], tuple[str, ...]]:

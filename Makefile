@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-long test-fast test-scale test-faults test-sync-faults lint bench completions docs clean agents
+.PHONY: help demo test test-long test-fast test-scale test-faults test-sync-faults lint bench completions screenshots docs clean agents
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -69,6 +69,9 @@ bench: $(STAMP) ## Performance benchmarks (medians and ratios against a same-run
 
 completions: $(STAMP) ## Regenerate completions/ and docs/cli.md from the CLI
 	$(BIN)/python scripts/generate.py
+
+screenshots: $(STAMP) ## Redraw the viewer's pictures (tests/fixtures/browse/*.svg) with the test harness
+	BROWSE_SCREENSHOTS=1 $(BIN)/python -m pytest -q -p no:xdist tests/test_browse.py -k screenshots
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -26,7 +26,10 @@ if TYPE_CHECKING:
     from memvault.model.results import ScanResult
     from memvault.vault.vault import Vault
 
-FORMATS = ("auto", "claude-code", "codex", "gemini", "jsonl")
+# The transcript formats (memvault.text.transcripts.FORMATS, which tests hold this to),
+# named here so that the command's help does not import the readers.
+FORMATS = ("auto", "claude-code", "codex", "gemini", "opencode", "cursor", "copilot", "qwen",
+           "aider", "cline", "pi", "droid", "jsonl")
 AGENTS = ("claude-code", "codex", "gemini")
 SCOPES = ("user", "project")
 
@@ -45,16 +48,19 @@ def complete_scope(incomplete: str) -> list[str]:
 
 def ingest(
     source: Annotated[Optional[str], typer.Argument(  # noqa: UP045
-        help="Transcript file, or - for stdin.", show_default=False)] = None,
+        help="Transcript file (an agent's database or task folder too), or - for stdin; "
+        "with --scan, the folder to scan.", show_default=False)] = None,
     format_: Annotated[str, typer.Option(
-        "--format", "-f", help="auto, claude-code, codex, gemini or jsonl.",
+        "--format", "-f", help="auto, claude-code, codex, gemini, opencode, cursor, copilot, "
+        "qwen, aider, cline, pi, droid or jsonl.",
         autocompletion=complete_format)] = "auto",
     session: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Session id (default: from the transcript, else its file name).",
         show_default=False)] = None,
-    scan: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--scan", help="Ingest every transcript under this folder that is new or has grown.",
-        show_default=False)] = None,
+    scan: Annotated[bool, typer.Option(
+        "--scan", help="Ingest every transcript under the folder given that is new or has "
+        "grown; without a folder, under every place an agent on this machine keeps its "
+        "sessions.")] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Show what would be stored and the redaction report; write "
         "nothing.")] = False,
@@ -80,8 +86,10 @@ def ingest(
 
     if format_ not in FORMATS:
         raise UsageError(f"unknown format {format_!r}: choose one of {', '.join(FORMATS)}")
-    if (source is None) == (scan is None):
-        raise UsageError("give a transcript (or -) or --scan DIR, not both")
+    if source is None and not scan:
+        raise UsageError("give a transcript (or -), or --scan [DIR]")
+    if scan and source == "-":
+        raise UsageError("--scan takes a folder, not -")
     # A hook's ingest stores the session whatever the embeddings settings say.
     v = context.open_vault(vault, org, user, key_file, needs=None,
                            embeddings_optional=embed_now)
@@ -90,14 +98,24 @@ def ingest(
     tag = context.project(v, project)
     tags = (tag,) if tag else ()
     out = Output(json)
-    if scan is not None:
+    if scan:
         if dry_run or session or project:
             raise UsageError("--scan takes neither --dry-run, --session nor --project")
+        folder = Path(source) if source is not None else None
         with out.progress("ingesting", _scan_interrupted, show=not quiet) as progress:
-            summary = core.scan_dir(v, scan, format_, strict, progress)
+            if folder is not None:
+                summary = core.scan_dir(v, folder, format_, strict, progress)
+            else:  # every agent's own places on this machine
+                summary, places = core.scan_places(v, format_, strict, progress)
         _embed_stored(v, out, embed_now)
         if not quiet or json:
-            out.data(summary, lambda o: o.info(_scanned(summary, scan)))
+            def said(o: Output) -> None:
+                if folder is None:
+                    o.info("scanned: " + (", ".join(map(str, places)) if places else
+                                          "no agent's sessions found on this machine"))
+                o.info(_scanned(summary, folder or Path("the agents' folders")))
+
+            out.data(summary, said)
         for skipped in summary.passed:
             out.warn(f"{skipped.file}: skipped: {skipped.error}")
         for error in summary.errors:

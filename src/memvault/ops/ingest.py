@@ -1,6 +1,6 @@
 """Ingest: transcripts in, admitted and encrypted messages out (SPEC §6, §7).
 
-Parsing is text/transcripts.py's job and admission is admission.py's; this module
+Parsing is text/transcripts/'s job and admission is admission.py's; this module
 decides what is stored. Only messages not stored yet are admitted (the costly scan),
 and a session is appended to in one write, one fsync and one index commit.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -59,6 +59,9 @@ if TYPE_CHECKING:
     from memvault.text.transcripts import Transcript
 
 SCAN_SUFFIXES = (".jsonl", ".json")
+# Aider's history in each repository, and the agents' databases a scan reads whole.
+AIDER_HISTORY = ".aider.chat.history.md"
+STORE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 
 
 def ingest_file(vault: Vault, path: Path, fmt: str = "auto", session: str | None = None,
@@ -69,7 +72,18 @@ def ingest_file(vault: Vault, path: Path, fmt: str = "auto", session: str | None
     rollout is read as a stream, of any size; any other transcript whole (at most
     MAX_TRANSCRIPT bytes). `progress`: the bytes of a stream read, or the messages of a
     whole transcript screened; the messages kept as each write ends."""
+    from memvault.text.transcripts import read_path
+
     name = Path(path.name.removesuffix(ZSTD_SUFFIX)).stem
+    # An agent's store that is no single transcript file: a database, a folder.
+    store = read_path(path, fmt)
+    if store is not None:
+        progress.start(len(store.messages), "messages")
+        return ingest_batches(vault, iter([store]), path.name, session, dry_run, strict,
+                              fallback_name, tags=tags, progress=progress)
+    parent = _cursor_parent(path)
+    if parent is not None and session is None:
+        fallback_name = fallback_name or parent.stem  # a subagent's: its parent's session
     try:
         size: int | None = path.stat().st_size
     except OSError:
@@ -80,10 +94,58 @@ def ingest_file(vault: Vault, path: Path, fmt: str = "auto", session: str | None
         return open_transcript(path, watch=progress.advance)
 
     result = _ingest_source(vault, opened, str(path), name, fmt, session, dry_run, strict,
-                            fallback_name, again=True, tags=tags, progress=progress)
+                            fallback_name, again=True, tags=tags, progress=progress,
+                            channel=_channel(path) if parent is not None else None)
     if result.format == "claude-code" and not dry_run:
         result = _with_subagents(vault, path, result, strict, tags, session)
+    if result.format == "cursor" and not dry_run and parent is None:
+        result = _with_cursor_subagents(vault, path, result, strict, tags)
     return result
+
+
+def _cursor_parent(path: Path) -> Path | None:
+    """The transcript a Cursor subagent's file belongs to: <id>/subagents/<sub>.jsonl
+    beside <id>/<id>.jsonl (or the one transcript in that folder)."""
+    if path.parent.name != "subagents":
+        return None
+    folder = path.parent.parent
+    named = folder / f"{folder.name}.jsonl"
+    if named.is_file():
+        return named
+    found = [p for p in folder.glob("*.jsonl") if p.is_file()]
+    return found[0] if len(found) == 1 else None
+
+
+def _channel(path: Path) -> str:
+    from memvault.config import NAME_RE
+
+    stem = Path(path.name.removesuffix(ZSTD_SUFFIX)).stem
+    return f"subagent:{stem}" if NAME_RE.match(stem) else "subagent"
+
+
+def _as_subagent(messages: list[NewMessage], channel: str) -> list[NewMessage]:
+    """A subagent's messages, stored in its parent's session: under its channel, and
+    with ids of their own there (a Cursor transcript's ids are its line numbers)."""
+    return [m.evolve(channel=channel, message_id=f"{channel}:{m.message_id}"
+                     if m.message_id else None) for m in messages]
+
+
+def _with_cursor_subagents(vault: Vault, path: Path, result: IngestResult, strict: bool,
+                           tags: tuple[str, ...] = ()) -> IngestResult:
+    """Cursor keeps a transcript's subagents in subagents/ beside it: stored in its
+    session, each message under channel "subagent:<its file>"."""
+    added, withheld = result.messages_added, result.withheld
+    for sub in sorted((path.parent / "subagents").glob("*.jsonl")):
+        if _cursor_parent(sub) != path:
+            continue
+        try:
+            done = ingest_file(vault, sub, "cursor", result.session_id, strict=strict,
+                               tags=tags)
+        except (NotTranscript, DataError):
+            continue  # the parent is stored; a damaged subagent's file is not the session
+        added += done.messages_added
+        withheld += done.withheld
+    return replace(result, messages_added=added, withheld=withheld)
 
 
 def _with_subagents(vault: Vault, path: Path, result: IngestResult, strict: bool,
@@ -137,9 +199,11 @@ def _ingest_source(vault: Vault, open_source: Callable[[], AbstractContextManage
                    where: str, name: str | None, fmt: str, session: str | None,
                    dry_run: bool, strict: bool, fallback_name: str | None,
                    again: bool, tags: tuple[str, ...] = (),
-                   progress: Progress = NO_PROGRESS) -> IngestResult:
+                   progress: Progress = NO_PROGRESS,
+                   channel: str | None = None) -> IngestResult:
     """Read a Codex rollout as a stream, batch by batch; any other transcript whole.
-    `open_source` opens the transcript again if `again` (a --strict first pass)."""
+    `open_source` opens the transcript again if `again` (a --strict first pass).
+    `channel` goes on every message of a transcript read whole (a subagent's)."""
     from memvault.text.transcripts import detect_stream, parse_stream
 
     with open_source() as read:
@@ -151,7 +215,7 @@ def _ingest_source(vault: Vault, open_source: Callable[[], AbstractContextManage
                    "only a Codex rollout is read as a stream")
             text = decode(read_all(source.read, where, why), where)
             return ingest_text(vault, text, name, fmt, session, dry_run, strict,
-                               fallback_name, tags, progress)
+                               fallback_name, tags, progress, channel)
 
         def prescreen(policy: AdmissionPolicy) -> None:
             # --strict refuses the transcript before anything is stored: a first reading.
@@ -167,13 +231,17 @@ def _ingest_source(vault: Vault, open_source: Callable[[], AbstractContextManage
 def ingest_text(vault: Vault, text: str, name: str | None, fmt: str = "auto",
                 session: str | None = None, dry_run: bool = False, strict: bool = False,
                 fallback_name: str | None = None, tags: tuple[str, ...] = (),
-                progress: Progress = NO_PROGRESS) -> IngestResult:
+                progress: Progress = NO_PROGRESS, channel: str | None = None
+                ) -> IngestResult:
     """Ingest one transcript. Its session is `session`, else the transcript's own id,
     else `fallback_name` (a scan passes the path under the scanned folder), else `name`
-    (the file's name)."""
+    (the file's name). `channel`: set on every message (a subagent's file)."""
     from memvault.text.transcripts import parse
 
-    return ingest_batches(vault, iter([parse(text, fmt)]), name, session, dry_run, strict,
+    transcript = parse(text, fmt)
+    if channel:
+        transcript.messages = _as_subagent(transcript.messages, channel)
+    return ingest_batches(vault, iter([transcript]), name, session, dry_run, strict,
                           fallback_name, tags=tags, progress=progress)
 
 
@@ -651,33 +719,34 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto", strict: bool = Fa
     what it had not kept, and stores nothing twice).
     """
     from memvault.ops.readahead import Wanted, reads
+    from memvault.text.transcripts import detect_path
 
-    if not directory.is_dir():
+    if not directory.is_dir() and not (directory.is_file() and detect_path(directory)):
         raise NotFound(f"no directory at {directory}")
-    files = sorted(p for p in directory.rglob("*") if _scanned(p) and p.is_file())
+    files, stores = _listing(directory)
     seen = vault.state().scan_marks
     scan = _Scan(AdmissionPolicy(vault.settings), progress)
     large: list[_Parsed] = []
     small: list[_Parsed] = []
     unchanged = 0
-    for path in files:
+    for path in [*stores, *files]:
+        store = path in stores
         try:
-            st = path.stat()
+            mark = _store_mark(path) if store else _file_mark(path)
         except OSError as exc:  # gone since the listing, or unreadable
             scan.passed.append(ScanError(str(path), exc.strerror or "cannot read",
                                          NotFound.exit_code))
             continue
-        mark = [st.st_size, st.st_mtime_ns]
         key = vault.path_mark(os.fsencode(path.resolve()))
         if seen.get(key) == mark:
             unchanged += 1
             continue
-        # Two notes.jsonl in different folders are different sessions.
-        relative = path.relative_to(directory)
-        if path.suffix == ZSTD_SUFFIX:
-            relative = relative.with_suffix("")
-        item = _Parsed(path, key, mark, str(relative.with_suffix("")), new=key not in seen)
-        big = st.st_size > SCAN_BATCH_FILE or path.suffix == ZSTD_SUFFIX
+        # Two notes.jsonl in different folders are different sessions; a Cursor
+        # subagent's file is its parent's session.
+        parent = None if store else _cursor_parent(path)
+        item = _Parsed(path, key, mark, _fallback(parent or path, directory),
+                       new=key not in seen, channel=_channel(path) if parent else None)
+        big = store or mark[0] > SCAN_BATCH_FILE or path.suffix == ZSTD_SUFFIX
         (large if big else small).append(item)
     progress.start(len(large) + len(small), "transcripts")
     for item in large:
@@ -696,8 +765,78 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto", strict: bool = Fa
             scan.store(vault, batch, strict)
             batch, messages, size = [], 0, 0
     scan.store(vault, batch, strict)
-    return ScanResult(len(files), scan.ingested, scan.added, scan.withheld,
+    return ScanResult(len(files) + len(stores), scan.ingested, scan.added, scan.withheld,
                       tuple(scan.errors), tuple(scan.passed), unchanged)
+
+
+def scan_places(vault: Vault, fmt: str = "auto", strict: bool = False,
+                progress: Progress = NO_PROGRESS, home: Path | None = None,
+                env: Mapping[str, str] | None = None) -> tuple[ScanResult, list[Path]]:
+    """`mem ingest --scan` without a folder: scan_dir over each place an agent keeps its
+    sessions in on this machine (the formats' `places`; only `fmt`'s unless auto), as
+    one result, and the places scanned."""
+    from memvault.text.transcripts import places
+
+    found = [place for known, place in places(home or Path.home(), env or os.environ)
+             if fmt in ("auto", known.name)]
+    results = [scan_dir(vault, place, fmt, strict, progress) for place in found]
+    total = ScanResult(
+        sum(r.files_scanned for r in results), sum(r.files_ingested for r in results),
+        sum(r.messages_added for r in results), sum(r.withheld for r in results),
+        tuple(e for r in results for e in r.errors), tuple(e for r in results for e in r.passed),
+        sum(r.files_unchanged for r in results))
+    return total, found
+
+
+def _listing(root: Path) -> tuple[list[Path], list[Path]]:
+    """The transcript files under `root`, and the agents' stores there that are read
+    whole (a database, a folder of an agent's records: nothing in it is a file of its
+    own)."""
+    from memvault.text.transcripts import detect_path
+
+    if root.is_file():
+        return [], [root]
+    files: list[Path] = []
+    stores: list[Path] = []
+    for folder, dirs, names in os.walk(root):
+        here = Path(folder)
+        if detect_path(here):
+            stores.append(here)
+            dirs[:] = []
+            continue
+        dirs.sort()
+        for name in sorted(names):
+            path = here / name
+            if _scanned(path) and path.is_file():
+                files.append(path)
+            elif name.endswith(STORE_SUFFIXES) and path.is_file() and detect_path(path):
+                stores.append(path)
+    return files, stores
+
+
+def _file_mark(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _store_mark(path: Path) -> list[int]:
+    """A store's size and last change: a database with its write-ahead log, a folder
+    with every file in it."""
+    if path.is_file():
+        files = [path, *(p for p in (path.with_name(path.name + "-wal"),) if p.exists())]
+    else:
+        files = [p for p in path.rglob("*") if p.is_file()]
+    stats = [p.stat() for p in files]
+    return [sum(s.st_size for s in stats) + len(stats),
+            max((s.st_mtime_ns for s in stats), default=0)]
+
+
+def _fallback(path: Path, root: Path) -> str:
+    """A file's session name when it names none: its path under the scanned folder."""
+    relative = path.relative_to(root) if path != root else Path(root.name)
+    if path.suffix == ZSTD_SUFFIX:
+        relative = relative.with_suffix("")
+    return str(relative.with_suffix("")) if relative.suffix else str(relative)
 
 
 # A scan stores small transcripts together, up to this many messages or bytes of
@@ -718,6 +857,7 @@ class _Parsed:
     mark: list[int]
     fallback: str  # its session name when it names none: its path under the folder
     new: bool = True  # not seen by a scan before
+    channel: str | None = None  # a subagent's file: set on its messages
     transcript: Transcript | None = None
     error: MemError | None = None
     read: Fetched | None = None  # as read ahead: its messages screened perhaps
@@ -780,6 +920,10 @@ class _Scan:
         except MemError:
             forgotten = None  # each prepare finds out; the write reports it
         for n, item in enumerate(batch):
+            if item.transcript is not None and item.channel and \
+                    item.transcript.format == "cursor":
+                item.transcript.messages = _as_subagent(item.transcript.messages,
+                                                        item.channel)
             if item.transcript is not None:
                 admission = admissions[n] = _Admission(self.policy, strict, item.read)
                 chosen = item.transcript.session_id or item.fallback or item.path.stem
@@ -828,6 +972,8 @@ def _scanned(path: Path) -> bool:
     """A transcript's name: *.jsonl or *.json, or either compressed (*.jsonl.zst: Codex
     recompresses idle rollouts, in sessions/ and archived_sessions/). A compressed file
     beside its plain one (Codex writes the one, then removes the other) is left out."""
+    if path.name.endswith(AIDER_HISTORY):
+        return True
     if path.suffix != ZSTD_SUFFIX:
         return path.suffix in SCAN_SUFFIXES
     plain = path.with_suffix("")

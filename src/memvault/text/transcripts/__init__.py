@@ -27,21 +27,39 @@ to a Transcript without messages. A file that yields no message and is not recog
 of the format asked for (a Codex rollout read as Claude Code's) is: DataError.
 
 
-Each format is read by its own module: claude_code, codex, gemini, generic (jsonl).
+Each agent is read by its own module (claude_code, codex, gemini, opencode, cursor, copilot,
+qwen, aider, cline, pi, droid; generic for jsonl), each with its FORMAT: a name, a cheap
+sniff, a reader and the places its sessions live. REGISTRY lists them in probe order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import islice
+from pathlib import Path
 from typing import Any
 
 from memvault.errors import DataError, NotTranscript, UsageError
 from memvault.model.records import NewMessage
+from memvault.text.transcripts import (
+    aider,
+    claude_code,
+    cline,
+    codex,
+    copilot,
+    cursor,
+    droid,
+    gemini,
+    generic,
+    opencode,
+    pi,
+    qwen,
+)
 from memvault.text.transcripts.base import (
     SNIFF_LINES,
     TOOL_CALL,
+    Format,
     Transcript,
     _document,
     _json,
@@ -51,20 +69,27 @@ from memvault.text.transcripts.base import (
     _scrub,
     _unicode,
 )
-from memvault.text.transcripts.claude_code import _claude
-from memvault.text.transcripts.codex import CODEX_ITEMS, CODEX_LINES, CodexReader, _codex
+from memvault.text.transcripts.codex import CodexReader
 from memvault.text.transcripts.gemini import (
-    GEMINI_TYPES,
     _gemini,
     _gemini_document,
     _refuse_gemini_log,
 )
 from memvault.text.transcripts.generic import JSONL_SHAPE, _jsonl
 
-__all__ = ["FORMATS", "MAX_LINE", "STREAM_BATCH", "TOOL_CALL", "CodexReader", "LongLine",
-           "Transcript", "detect", "detect_stream", "parse", "parse_stream"]
+__all__ = ["BY_NAME", "FORMATS", "MAX_LINE", "REGISTRY", "STREAM_BATCH", "TOOL_CALL",
+           "CodexReader", "Format", "LongLine", "Transcript", "detect", "detect_path",
+           "detect_stream", "parse", "parse_stream", "places", "read_path"]
 
-FORMATS = ("claude-code", "codex", "gemini", "jsonl")
+# Every format, in the order detection probes them: a format whose lines another's probe
+# would also take goes before it (Qwen Code's lines have Claude Code's uuid links, a Pi
+# session line has the fields of an older Codex rollout's first line).
+REGISTRY: tuple[Format, ...] = (
+    codex.FORMAT, qwen.FORMAT, claude_code.FORMAT, gemini.FORMAT, copilot.FORMAT,
+    pi.FORMAT, droid.FORMAT, cursor.FORMAT, opencode.FORMAT, cline.FORMAT, aider.FORMAT,
+    generic.FORMAT)
+BY_NAME = {fmt.name: fmt for fmt in REGISTRY}
+FORMATS = tuple(BY_NAME)
 # Reading a stream: the longest line read whole (a longer one, a tool's output of tens of
 # MB, is skipped and counted), and how many messages a batch holds.
 MAX_LINE = 16 << 20
@@ -91,12 +116,14 @@ def parse(text: str, fmt: str = "auto") -> Transcript:
         fmt, doc = _sniff(text)
     if fmt == "jsonl":
         return _jsonl(text)
-    if fmt == "claude-code":
-        transcript = _claude(text)
-    elif fmt == "codex":
-        transcript = _codex(text)
-    else:
+    if fmt == "gemini":
         transcript = _gemini(text, doc if doc is not None else _document(text))
+    else:
+        reader = BY_NAME[fmt].parse
+        if reader is None:
+            raise DataError(f"{BY_NAME[fmt].label} keeps its sessions in a database or a "
+                            "folder, not in one file's text: give mem ingest its path")
+        transcript = reader(text)
     if not transcript.messages and not transcript.summaries and not _recognised(text, fmt):
         raise DataError(_nothing(fmt, transcript))  # not this format: say what was read
     return _scrub(transcript)
@@ -109,6 +136,33 @@ def _recognised(text: str, fmt: str) -> bool:
         return _sniff(text)[0] == fmt
     except NotTranscript:
         return False
+
+
+def detect_path(path: Path) -> Format | None:
+    """The format whose store `path` is (a database, a folder of its sessions), if any:
+    such a store is read by its format's `read`, not as one file's text."""
+    for fmt in REGISTRY:
+        if fmt.read is not None and fmt.sniff_path is not None and fmt.sniff_path(path):
+            return fmt
+    return None
+
+
+def read_path(path: Path, fmt: str = "auto") -> Transcript | None:
+    """Read a store that is no single text file (a database, a folder): its Transcript,
+    or None when `path` is none (read it as a file's text: parse). The store is read,
+    never written or locked."""
+    found = detect_path(path) if fmt == "auto" else BY_NAME.get(fmt)
+    if found is None or found.read is None:
+        return None
+    if fmt != "auto" and not (found.sniff_path and found.sniff_path(path)):
+        return None  # a file of the format's, read as text
+    return _scrub(found.read(path))
+
+
+def places(home: Path, env: Mapping[str, str]) -> list[tuple[Format, Path]]:
+    """Where each agent keeps its sessions on this machine, those that are there."""
+    return [(fmt, place) for fmt in REGISTRY for place in fmt.places(home, env)
+            if place.exists()]
 
 
 # --- streaming (Codex rollouts reach gigabytes) ----------------------------------------------
@@ -197,6 +251,9 @@ def _sniff(text: str) -> tuple[str, dict[str, Any] | list[Any] | None]:
         _refuse_gemini_log(doc)
         if _gemini_document(doc):
             return "gemini", doc
+    for known in REGISTRY:  # the formats that are not JSON lines, by their start or shape
+        if known.sniff_text is not None and known.sniff_text(text):
+            return known.name, None
     first: dict[str, Any] | None = None
     for _, line in islice(_lines(text), SNIFF_LINES):
         obj = _object(line)
@@ -209,29 +266,14 @@ def _sniff(text: str) -> tuple[str, dict[str, Any] | list[Any] | None]:
     if first is not None and first.keys() & JSONL_SHAPE:
         return "jsonl", None  # meant as generic JSON lines: the format says what is wrong
     # Another program's JSON (settings, a prompt history): a scan passes over it.
-    raise NotTranscript("not a transcript mem can read: expected JSON lines (Claude Code, "
-                        "Codex, generic jsonl) or a Gemini CLI session file")
+    raise NotTranscript("not a transcript mem can read: expected an agent's session file "
+                        "(mem ingest --help lists them) or generic JSON lines")
 
 
 def _sniff_line(obj: dict[str, Any]) -> str | None:
-    kind = obj.get("type")
-    if kind in CODEX_LINES and "payload" in obj:
-        return "codex"
-    if obj.get("record_type") == "state" or (
-            kind in CODEX_ITEMS and ("call_id" in obj or isinstance(obj.get("content"), list)
-                                     or kind == "reasoning")):
-        return "codex"
-    if any(key in obj for key in ("parentUuid", "leafUuid", "isSidechain")) or kind in (
-            "file-history-snapshot", "queue-operation"):
-        return "claude-code"
-    if kind in ("user", "assistant", "system", "summary") and ("uuid" in obj
-                                                                or "message" in obj):
-        return "claude-code"
-    if ("sessionId" in obj and "projectHash" in obj) or "$rewindTo" in obj or "$set" in obj:
-        return "gemini"
-    if kind in GEMINI_TYPES and "id" in obj and "content" in obj:
-        return "gemini"
-    if ("id" in obj and "timestamp" in obj and "role" not in obj
-            and any(key in obj for key in ("instructions", "git", "cwd"))):
-        return "codex"  # the bare session line of older rollouts
-    return None
+    """The format one JSON line is of, probing the registry in order (the least
+    particular probe, the bare first line of an older Codex rollout, last)."""
+    for fmt in REGISTRY:
+        if fmt.sniff_line is not None and fmt.sniff_line(obj):
+            return fmt.name
+    return "codex" if codex.sniff_bare(obj) else None

@@ -7,9 +7,10 @@ import json
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from memvault.model.records import NewMessage
@@ -28,6 +29,42 @@ _UTC_SUFFIX = re.compile(r"(?:[Zz]|[+-]00:?00)$")
 _WORD = re.compile(r"\S+")
 _NONBLANK = re.compile(r"\S")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@dataclass(frozen=True)
+class Format:
+    """One agent's transcripts, as the registry knows them (its module defines FORMAT).
+
+    `sniff_line` recognises one JSON line of its files (probed in registry order, up to
+    SNIFF_LINES lines), `sniff_text` the start of a file that is not JSON lines (and a
+    JSON document's shape), `sniff_path` a database or a folder that is the agent's store.
+    `parse` reads the text of one file; `read` a path (a database, a folder) that holds
+    one or more sessions. `places` are where its sessions live on this machine (the home
+    folder and the environment given), scanned by `mem ingest --scan` without a folder.
+    """
+
+    name: str
+    label: str
+    places: Callable[[Path, Mapping[str, str]], list[Path]]
+    parse: Callable[[str], Transcript] | None = None
+    read: Callable[[Path], Transcript] | None = None
+    sniff_line: Callable[[dict[str, Any]], bool] | None = None
+    sniff_text: Callable[[str], bool] | None = None
+    sniff_path: Callable[[Path], bool] | None = None
+
+
+def home_place(home: Path, env: Mapping[str, str], variable: str | None,
+               *parts: str) -> Path:
+    """`$variable` when set (an agent's own setting for its folder), else home/parts[0];
+    then the rest of `parts` under it."""
+    root = Path(env[variable]) if variable and env.get(variable) else home / parts[0]
+    return root.joinpath(*parts[1:])
+
+
+def data_home(home: Path, env: Mapping[str, str]) -> Path:
+    """$XDG_DATA_HOME, else ~/.local/share (where XDG tools keep their data)."""
+    value = env.get("XDG_DATA_HOME", "")
+    return Path(value) if value.startswith("/") else home / ".local" / "share"
 
 
 @dataclass
@@ -301,5 +338,115 @@ def _dumps(value: Any) -> str:
         return ""
 
 
+def _epoch(value: Any) -> str | None:
+    """A time given as a number since the epoch (milliseconds, or seconds when it is too
+    small to be milliseconds), as ISO-8601 UTC; None when it is no such number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    seconds = value / 1000 if abs(value) >= 1e11 else float(value)
+    try:
+        dt = datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _when(value: Any) -> str | None:
+    """A time as agents write it: ISO-8601, or a number since the epoch."""
+    return _time(value) if isinstance(value, str) else _epoch(value)
+
+
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+# --- what the newer agents share -----------------------------------------------------------
+
+# Blocks the harness puts into a user's message (reminders, the environment, a hook's
+# context): not the user's words. Removed with what they hold; the rest of the text stays.
+HARNESS_TAGS = ("system-reminder", "system_reminder", "environment_details",
+                "environment_context", "hook_context", "user_info", "additional_data",
+                "user-prompt-submit-hook")
+_HARNESS_TAGGED = re.compile(r"<(" + "|".join(map(re.escape, HARNESS_TAGS))
+                             + r")(?:\s[^>]*)?>.*?</\1>", re.S)
+# The user's own words, where the harness wraps them among its context (Cursor).
+_USER_QUERY = re.compile(r"<user_query>(.*?)</user_query>", re.S)
+
+
+def _without_harness(text: str) -> str:
+    """A user's text without the harness's blocks; only the query where one is marked."""
+    queries = _USER_QUERY.findall(text)
+    if queries:
+        text = "\n".join(queries)
+    return _HARNESS_TAGGED.sub("", text).strip()
+
+
+@dataclass
+class Said:
+    """What a message's content blocks hold: text, tool calls (as tool lines), tool
+    results (shortened, "[error] " for a failure), and whether there was reasoning."""
+
+    texts: list[str] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+    results: list[str] = field(default_factory=list)
+    thinking: bool = False
+
+
+TEXT_BLOCKS = ("text", "input_text", "output_text")
+CALL_BLOCKS = ("tool_use", "toolCall", "tool-call", "tool_call", "function_call",
+               "server_tool_use")
+RESULT_BLOCKS = ("tool_result", "toolResult", "tool-result", "function_call_output")
+THINKING_BLOCKS = ("thinking", "redacted_thinking", "reasoning")
+
+
+def _blocks(content: Any) -> Said:
+    """The content of a message in the shapes the model APIs give it: a string, or a
+    list of blocks (Anthropic's, OpenAI's, and the agents' own names for them)."""
+    said = Said()
+    if isinstance(content, str):
+        said.texts.append(content)
+        return said
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, str):
+            said.texts.append(block)
+            continue
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind in TEXT_BLOCKS and isinstance(block.get("text"), str):
+            said.texts.append(block["text"])
+        elif kind in CALL_BLOCKS:
+            args = next((block[k] for k in ("input", "arguments", "args") if k in block), None)
+            said.calls.append(_tool_line(block.get("name") or block.get("toolName"), args))
+        elif kind in RESULT_BLOCKS:
+            body = block.get("content", block.get("output"))
+            out = _squash(_text_of(body) if not isinstance(body, dict) else _dumps(body),
+                          TOOL_OUTPUT_CHARS)
+            failed = block.get("is_error") is True or block.get("isError") is True
+            if out:
+                said.results.append("[error] " + out if failed else out)
+        elif kind in THINKING_BLOCKS:
+            said.thinking = True
+    return said
+
+
+def _branch(entries: list[dict[str, Any]], id_key: str, parent_key: str,
+            turn: Callable[[dict[str, Any]], bool]) -> set[int] | None:
+    """The entries on the path from the last turn back to the root, where entries are
+    linked to their parent (a rewind or an edit leaves the abandoned branch in the file);
+    None when they are not linked (file order is the order)."""
+    where = {e[id_key]: i for i, e in enumerate(entries) if isinstance(e.get(id_key), str)}
+    if not any(isinstance(e.get(parent_key), str) for e in entries):
+        return None
+    leaf = next((i for i in range(len(entries) - 1, -1, -1) if turn(entries[i])), None)
+    branch: set[int] = set()
+    i = leaf
+    while i is not None and i not in branch:
+        branch.add(i)
+        parent = entries[i].get(parent_key)
+        if not isinstance(parent, str):
+            break
+        # A parent whose line is torn or missing: bridged to the entry before.
+        i = where[parent] if parent in where else next(
+            (j for j in range(i - 1, -1, -1) if isinstance(entries[j].get(id_key), str)), None)
+    return branch

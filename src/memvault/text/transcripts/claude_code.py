@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from memvault.errors import NotTranscript
@@ -37,6 +39,7 @@ from memvault.model.records import NewMessage
 from memvault.text.transcripts.base import (
     TOOL_OUTPUT_CHARS,
     TURN_ROLES,
+    Format,
     Transcript,
     _clean_name,
     _Draft,
@@ -48,6 +51,7 @@ from memvault.text.transcripts.base import (
     _time,
     _tool_line,
     _unit,
+    home_place,
 )
 
 # Older Claude Code wrote the compaction summary without the isCompactSummary flag.
@@ -78,6 +82,19 @@ _COMMAND_TAG = re.compile(
 _CONTINUED = re.compile(
     re.escape(CLAUDE_CONTINUED) + r" that ran out of context\.[ \t]*(?:The conversation is "
     r"summarized below:|The summary below covers the earlier portion of the conversation\.)?")
+
+
+def sniff_line(obj: dict[str, Any]) -> bool:
+    kind = obj.get("type")
+    if any(key in obj for key in ("parentUuid", "leafUuid", "isSidechain")) or kind in (
+            "file-history-snapshot", "queue-operation"):
+        return True
+    return kind in ("user", "assistant", "system", "summary") and ("uuid" in obj
+                                                                    or "message" in obj)
+
+
+def places(home: Path, env: Mapping[str, str]) -> list[Path]:
+    return [home_place(home, env, "CLAUDE_CONFIG_DIR", ".claude", "projects")]
 
 
 def _claude(text: str) -> Transcript:
@@ -366,3 +383,6 @@ def _claude_summary(text: str) -> str:
         while lines and not lines[-1].strip():
             lines.pop()
     return "\n".join(lines).strip()
+
+
+FORMAT = Format("claude-code", "Claude Code", places, parse=_claude, sniff_line=sniff_line)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from memvault.model.records import NewMessage
@@ -27,6 +29,7 @@ from memvault.text.transcripts.base import (
     _NONBLANK,
     TOOL_OUTPUT_CHARS,
     TURN_ROLES,
+    Format,
     Transcript,
     _Draft,
     _json,
@@ -35,6 +38,7 @@ from memvault.text.transcripts.base import (
     _time,
     _tool_line,
     _unicode,
+    home_place,
 )
 
 CODEX_LINES = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
@@ -51,6 +55,28 @@ CODEX_REQUEST = "## My request for Codex:"
 # How many records still waiting for their twin (item_completed ↔ response_item) are
 # remembered: twins are close in the file, and memory must not grow with it.
 CODEX_PAIRING = 10_000
+
+
+def sniff_line(obj: dict[str, Any]) -> bool:
+    kind = obj.get("type")
+    if kind in CODEX_LINES and "payload" in obj:
+        return True
+    return obj.get("record_type") == "state" or (
+        kind in CODEX_ITEMS and ("call_id" in obj or isinstance(obj.get("content"), list)
+                                 or kind == "reasoning"))
+
+
+def sniff_bare(obj: dict[str, Any]) -> bool:
+    """The bare session line of older rollouts (probed after every other format's lines:
+    it is the least particular)."""
+    return ("id" in obj and "timestamp" in obj and "role" not in obj
+            and any(key in obj for key in ("instructions", "git", "cwd")))
+
+
+def places(home: Path, env: Mapping[str, str]) -> list[Path]:
+    # Codex moves old rollouts to archived_sessions/ (and recompresses idle ones).
+    return [home_place(home, env, "CODEX_HOME", ".codex", folder)
+            for folder in ("sessions", "archived_sessions")]
 
 
 def _codex(text: str) -> Transcript:
@@ -388,3 +414,6 @@ def _codex_output(output: Any) -> str:
         failed = output.get("success") is False
     out = _squash(text, TOOL_OUTPUT_CHARS)
     return "[error] " + out if out and failed else out
+
+
+FORMAT = Format("codex", "Codex CLI", places, parse=_codex, sniff_line=sniff_line)

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from memvault.errors import NotTranscript
 from memvault.model.records import NewMessage
 from memvault.text.transcripts.base import (
     TOOL_OUTPUT_CHARS,
+    Format,
     Transcript,
+    _document,
     _Draft,
     _dumps,
     _finish,
@@ -39,6 +43,20 @@ GEMINI_SNAPSHOT = "<state_snapshot>"
 # The keys of a logs.json entry (Gemini CLI's list of prompts typed).
 GEMINI_LOG_KEYS = frozenset({"sessionId", "messageId", "message"})
 _SESSION_CONTEXT = re.compile(r"<session_context>.*?</session_context>", re.S)
+
+
+def sniff_line(obj: dict[str, Any]) -> bool:
+    if ("sessionId" in obj and "projectHash" in obj) or "$rewindTo" in obj or "$set" in obj:
+        return True
+    return obj.get("type") in GEMINI_TYPES and "id" in obj and "content" in obj
+
+
+def places(home: Path, env: Mapping[str, str]) -> list[Path]:
+    return [home / ".gemini" / "tmp"]
+
+
+def parse(text: str) -> Transcript:
+    return _gemini(text, _document(text))
 
 
 def _gemini_document(doc: dict[str, Any] | list[Any]) -> bool:
@@ -236,3 +254,6 @@ def _function_response(response: dict[str, Any]) -> str:
         text = body if isinstance(body, str) else ""
     out = _squash(text, TOOL_OUTPUT_CHARS)
     return "[error] " + out if out and failed else out
+
+
+FORMAT = Format("gemini", "Gemini CLI", places, parse=parse, sniff_line=sniff_line)

@@ -8,12 +8,15 @@ file, naming the line (SPEC §6).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from memvault.errors import DataError
 from memvault.model.records import MAX_CONTENT, MAX_TAG, ROLES, NewMessage
 from memvault.text.transcripts.base import (
     MAX_NAME,
+    Format,
     Transcript,
     _clean_name,
     _encodable,
@@ -100,3 +103,10 @@ def _jsonl_name(obj: dict[str, Any], where: str) -> str | None:
 def _good_tag(tag: Any) -> bool:
     return (isinstance(tag, str) and 0 < len(tag.strip()) <= MAX_TAG and _encodable(tag)
             and not any(c.isspace() for c in tag.strip()))
+
+
+def places(home: Path, env: Mapping[str, str]) -> list[Path]:
+    return []  # a person's or a script's files: wherever they are put
+
+
+FORMAT = Format("jsonl", "generic JSON lines", places, parse=_jsonl)

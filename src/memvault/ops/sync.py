@@ -360,31 +360,44 @@ class Session:
             self.damaged += 1
         return body
 
-    def read_many(self, names: list[str]) -> dict[str, dict[str, Any] | None]:
-        """Several objects' bodies, fetched and opened on the workers (None: damaged)."""
-        if self.pool is None or len(names) < 2:
-            found = {name: self._open(name) for name in names}
-        else:
-            found = dict(zip(names, self.pool.map(self._open, names), strict=True))
-        self.damaged += sum(body is None for body in found.values())
-        return found
-
     def _open(self, name: str) -> dict[str, Any] | None:
+        return self._fetch(name)[0]
+
+    def _fetch(self, name: str) -> tuple[dict[str, Any] | None, bytes]:
+        """An object's body (None: it does not open) and the sealed bytes fetched."""
         kid, _, oid = name.rsplit("/", 1)[1].partition("-")
         if kid not in self.keys:
-            return None
+            return None, b""
         blob = b""
         try:
             blob = self.remote.get(name)
-            body = syncseal.open_object(self.keys[kid][0], self.ns, kid, oid, blob)
-            _summary(body)
-            return body
+            return self.open_blob(name, blob), blob
         except syncseal.SyncAuthError:
             if syncseal.of_known_format(blob):
                 self.broken.append(name)
-            return None
+            return None, blob
         except (NotFound, DataError, KeyError, TypeError):
-            return None
+            return None, blob
+
+    def open_blob(self, name: str, blob: bytes) -> dict[str, Any]:
+        kid, _, oid = name.rsplit("/", 1)[1].partition("-")
+        body = syncseal.open_object(self.keys[kid][0], self.ns, kid, oid, blob)
+        _summary(body)
+        return body
+
+    def fetch_new(self, names: list[str]) -> Iterator[tuple[str, dict[str, Any] | None,
+                                                            bytes]]:
+        """(name, body or None, sealed bytes) of each object, a few at a time (on the
+        workers): a first pull never holds every object opened at once."""
+        step = 2 * self.remote.workers
+        for at in range(0, len(names), step):
+            chunk = names[at:at + step]
+            got = list(self.pool.map(self._fetch, chunk) if self.pool is not None and
+                       len(chunk) > 1 else map(self._fetch, chunk))
+            for name, (body, blob) in zip(chunk, got, strict=True):
+                if body is None:
+                    self.damaged += 1
+                yield name, body, blob
 
     def write(self, kid: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         import orjson
@@ -428,6 +441,52 @@ class Session:
         """Wait for every upload: before anything is deleted or the cache says it is so."""
         while self.pending:
             self.pending.pop(0).result()
+
+
+class Fetched:
+    """The objects this sync read for the first time. Small ones (forgets, archives,
+    preferences, freezes, destroys) are kept opened; an add is kept as it was fetched,
+    sealed and compressed (a tenth of its records' JSON), within a budget, and opened
+    again when its records are wanted; past the budget it is fetched again. A first
+    pull's memory stays flat however many records the remote holds."""
+
+    BUDGET = 64 << 20  # bytes of sealed adds kept
+
+    def __init__(self, s: Session) -> None:
+        self.s = s
+        self.opened: dict[str, dict[str, Any]] = {}
+        self.sealed: dict[str, bytes] = {}
+        self.sealed_bytes = 0
+        self.adds: set[str] = set()
+
+    def keep(self, name: str, body: dict[str, Any], blob: bytes) -> None:
+        if body["kind"] != "add":
+            self.opened[name] = body
+            return
+        self.adds.add(name)
+        if self.sealed_bytes + len(blob) <= self.BUDGET:
+            self.sealed[name] = blob
+            self.sealed_bytes += len(blob)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.opened or name in self.adds
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        """The body of an object (None: it no longer opens), from what was kept or
+        fetched again; any object, read now or not."""
+        if name in self.opened:
+            return self.opened[name]
+        blob = self.sealed.get(name)
+        if blob is not None:
+            try:
+                return self.s.open_blob(name, blob)
+            except (syncseal.SyncAuthError, DataError, KeyError, TypeError):
+                return None
+        return self.s.read(name)
+
+    def of_kind(self, kind: str) -> Iterator[dict[str, Any]]:
+        """The small objects of a kind read now (not adds)."""
+        return (b for b in self.opened.values() if b["kind"] == kind)
 
 
 def _pages(items: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
@@ -478,17 +537,18 @@ def _sync(s: Session, path: Path) -> SyncResult:
         s.directory = directory
     s.damaged += directory.damaged
 
-    current: dict[str, dict[str, Any]] = {}
-    bodies: dict[str, dict[str, Any]] = {}
-    fresh = s.read_many([name for name in names if name not in cache.objects])
-    for name in names:
-        if name in cache.objects:
-            current[name] = cache.objects[name]
-            continue
-        body = fresh[name]
+    current = {name: cache.objects[name] for name in names if name in cache.objects}
+    bodies = Fetched(s)
+    for name, body, blob in s.fetch_new([n for n in names if n not in cache.objects]):
         if body is not None:
-            bodies[name] = body
             current[name] = _summary(body)
+            bodies.keep(name, body, blob)
+    if sum(len(current[n]["ids"]) for n in bodies.adds) >= BATCH:
+        # A large pull: what each object holds is true whatever this sync does next, so
+        # one killed from here on fetches no object again to learn it (the rest of the
+        # cache is left as the last sync saw it).
+        save_cache(path, s.kek, dataclasses.replace(cache, objects=current,
+                                                    remote=remote.url))
 
     # Destroys are judged by their time against each record's (records.born), never by
     # whether this machine saw them before: one made elsewhere after the last destroy
@@ -543,8 +603,8 @@ def _sync(s: Session, path: Path) -> SyncResult:
     tombs = remote_tombs | dead | deleted_here | (state.erased if state else set())
 
     # --- pull ---------------------------------------------------------------------------
-    pulled = _pull_adds(s, bodies, remote_ids, local0.keys(), tombs)
-    updated = _pull_updates(s, bodies, remote_ids, local0, tombs, memo)
+    pulled = _pull_adds(s, bodies, current, remote_ids, local0.keys(), tombs)
+    updated = _pull_updates(s, bodies, current, remote_ids, local0, tombs, memo)
     local = scan_local(vault, memo) if pulled else local0
     archive_here = {i for i, a in local.items() if not a} & remote_archived - tombs
     if archive_here:
@@ -673,21 +733,20 @@ def _pref_entries(s: Session) -> list[dict[str, Any]]:
     return out
 
 
-def _pull_prefs(s: Session, bodies: dict[str, dict[str, Any]], cut: str) -> int:
+def _pull_prefs(s: Session, bodies: Fetched, cut: str) -> int:
     """Apply the preference changes of the objects read now that win over this
     machine's: per key, the latest time, then the greater value tag (docs/sync.md).
     A change made at or before the last destroy went with it."""
     from memvault.ops import prefs
 
     best: dict[str, dict[str, Any]] = {}
-    for body in bodies.values():
-        if body["kind"] == "prefs":
-            for e in body["entries"]:
-                if str(e["at"]) <= cut:
-                    continue
-                held = best.get(e["k"])
-                if held is None or [e["at"], e["o"]] > [held["at"], held["o"]]:
-                    best[e["k"]] = e
+    for body in bodies.of_kind("prefs"):
+        for e in body["entries"]:
+            if str(e["at"]) <= cut:
+                continue
+            held = best.get(e["k"])
+            if held is None or [e["at"], e["o"]] > [held["at"], held["o"]]:
+                best[e["k"]] = e
     if not best:
         return 0
     here = {e["k"]: [e["at"], e["o"]] for e in _pref_entries(s)}
@@ -753,13 +812,18 @@ def _grown_here(vault: Vault, changed: set[str], remote: set[str],
     return out
 
 
-def _pull_updates(s: Session, bodies: dict[str, dict[str, Any]], remote_ids: dict[str, str],
-                  local: dict[str, bool], tombs: set[str], memo: dict[str, Any]) -> int:
+def _pull_updates(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
+                  remote_ids: dict[str, str], local: dict[str, bool], tombs: set[str],
+                  memo: dict[str, Any]) -> int:
     """Replace records held here by a later version another machine pushed (only objects
-    read now can hold one this machine has not seen)."""
+    read now can hold one this machine has not seen; only those whose summary names a
+    version of a record held here are opened)."""
     newer: dict[str, dict[str, Any]] = {}
-    for name, body in bodies.items():
-        if body["kind"] != "add":
+    for name in sorted(n for n in bodies.adds if any(
+            i in local and i not in tombs and remote_ids.get(i) == n
+            for i in current[n].get("v", {}))):
+        body = bodies.get(name)
+        if body is None:
             continue
         for item in body["records"]:
             i = str(item["r"]["memory_id"])
@@ -809,21 +873,35 @@ def _pull_updates(s: Session, bodies: dict[str, dict[str, Any]], remote_ids: dic
     return done
 
 
-def _pull_adds(s: Session, bodies: dict[str, dict[str, Any]], remote_ids: dict[str, str],
-               local: AbstractSet[str], tombs: set[str]) -> int:
-    """Add the records the remote holds and this machine lacks (never a forgotten one)."""
+BATCH = 20_000  # records stored per transaction by a pull
+
+
+def _pull_adds(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
+               remote_ids: dict[str, str], local: AbstractSet[str], tombs: set[str]) -> int:
+    """Add the records the remote holds and this machine lacks (never a forgotten one):
+    object by object in the order they were written (a machine's pages in its files'
+    order), stored a batch at a time, each batch one transaction. Memory stays flat
+    however many records come, and a pull killed part way keeps the batches stored:
+    the next sync takes only what is still missing."""
     wanted = remote_ids.keys() - local - tombs
     if not wanted:
         return 0
-    found: dict[str, tuple[Record, bool]] = {}
-    for name in sorted({remote_ids[i] for i in wanted}):
-        body = bodies.get(name) or s.read(name)
+    added = 0
+    batch: dict[str, tuple[Record, bool]] = {}
+    for name in sorted({remote_ids[i] for i in wanted},
+                       key=lambda n: (str(current[n].get("at", "")), n)):
+        body = bodies.get(name)
         if body is None:
             continue
         for item in body["records"]:
-            if item["r"]["memory_id"] in wanted and remote_ids[item["r"]["memory_id"]] == name:
-                found[item["r"]["memory_id"]] = (Record.from_stored(item["r"]), bool(item["a"]))
-    return _add_records(s.vault, list(found.values()))
+            i = item["r"]["memory_id"]
+            if i in wanted and remote_ids[i] == name:
+                batch[i] = (Record.from_stored(item["r"]), bool(item["a"]))
+        del body
+        if len(batch) >= BATCH:
+            added += _add_records(s.vault, list(batch.values()))
+            batch = {}
+    return added + _add_records(s.vault, list(batch.values()))
 
 
 def _add_records(vault: Vault, items: list[tuple[Record, bool]]) -> int:
@@ -1000,7 +1078,7 @@ def _list_user(s: Session, directory: Directory, entries: dict[str, str],
 
 
 def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
-            bodies: dict[str, dict[str, Any]], tombs: set[str],
+            bodies: Fetched, tombs: set[str],
             cut: str) -> dict[str, dict[str, Any]]:
     """Write again, under the newest key, every object sealed under an older one or
     holding an erased record (forgotten, or stored before the last destroy), without
@@ -1020,7 +1098,7 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
     settings: dict[str, dict[str, Any]] = {}
     readable: list[str] = []
     for name in stale:
-        body = bodies.get(name) or s.read(name)
+        body = bodies.get(name)
         if body is None:
             continue  # not ours to drop: a later sync retries it
         readable.append(name)

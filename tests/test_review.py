@@ -217,3 +217,45 @@ def test_review_shows_stored_text_harmlessly(vault: Vault, script_runner: Any) -
     done = mem(script_runner, "review")
     assert done.returncode == 0, done.stderr
     assert "\u202e" not in done.stdout and "\\u202e" in done.stdout
+
+
+def test_near_duplicates_by_meaning_where_there_are_vectors(vault: Vault) -> None:
+    """Too few words to compare as words; the same by meaning once there are vectors."""
+    from memvault.embed.builtin import load
+    from memvault.ops import embed
+
+    ids = [remember.add(vault, t, "fact").record.memory_id
+           for t in ("My wife is called Anna", "Anna is my wife", "Has a cat named Miso")]
+    without = review.queue(vault, kinds=["near_duplicate"])
+    assert without.items == () and not without.meaning
+    embed.embed_pending(vault, load())
+    result = review.queue(vault, kinds=["near_duplicate"])
+    assert result.meaning
+    (item,) = result.items
+    assert set(item.memory_ids) == set(ids[:2]) and item.reason == "alike by meaning"
+    assert item.score is not None and item.score >= review.NEAR_MEANING
+
+
+def test_an_agents_brief_retrieves_and_the_viewers_preview_does_not(vault: Vault) -> None:
+    from memvault.ops import brief
+
+    seen = remember.add(vault, "Speaks Portuguese", "fact", created_at=OLD).record.memory_id
+
+    def unused() -> set[str]:
+        return {i for item in review.queue(vault, kinds=["unused"]).items
+                for i in item.memory_ids}
+
+    assert seen in unused()
+    brief.build(vault, 50, 8000, preview=True)  # the person looking, in the viewer
+    assert seen in unused()
+    brief.build(vault, 50, 8000)  # what an agent is given at session start
+    assert seen not in unused()
+    assert seen in {i for item in review.queue(vault, kinds=["unused"], unused_days=1,
+                                               now=_days_later(2)).items
+                    for i in item.memory_ids}
+
+
+def _days_later(days: int) -> Any:
+    from datetime import UTC, datetime, timedelta
+
+    return datetime.now(UTC) + timedelta(days=days)

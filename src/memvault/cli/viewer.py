@@ -32,6 +32,7 @@ from memvault.cli.browse import shown
 from memvault.errors import MemError, UsageError
 
 if TYPE_CHECKING:
+    from memvault.model.record_results import SearchHit
     from memvault.model.records import Filters, Record
     from memvault.model.review_results import ReviewItem
     from memvault.vault.vault import Vault
@@ -156,7 +157,8 @@ class Viewer(App[None]):
         self.vault = vault
         self.read_only = read_only
         self.initial_query = query
-        self.records: dict[str, Record] = {}  # what the list shows, by id
+        self.hits: dict[str, SearchHit] = {}  # what the list shows, by id
+        self.record: Record | None = None  # the one the detail pane shows, read whole
         self.marked: set[str] = set()
         self.findings: dict[str, ReviewItem] = {}
         self.session_days: dict[str, Any] = {}
@@ -287,37 +289,31 @@ class Viewer(App[None]):
         def search() -> None:
             filters, mode, now = self._search_filters()
             recall.check_mode(mode)
-            result = recall.search(self.vault, query, filters, now=now, audit=False,
-                                   mode=mode)
-            found = self.vault.fetch([h.memory_id for h in result.results])
-            outcome.append((result, found))
+            outcome.append(recall.search(self.vault, query, filters, now=now, audit=False,
+                                         mode=mode))
 
         self.searches += 1
         if not self.attempt(search):
             return
-        result, found = outcome[0]
+        result = outcome[0]
         self.vault.audit_read("browse.search", [h.memory_id for h in result.results],
                               results=len(result.results))
         table = self.query_one("#results", DataTable)
         table.clear()
-        self.records = {}
+        self.hits = {h.memory_id: h for h in result.results}
         for hit in result.results:
-            record = found.get(hit.memory_id)
-            if record is None:
-                continue
-            self.records[hit.memory_id] = record
             table.add_row(Text("*" if hit.memory_id in self.marked else " "),
-                          Text(record.type), Text(record.created_at[:10]),
-                          Text(one_line(record.content)), key=hit.memory_id)
+                          Text(hit.type), Text(hit.created_at[:10]),
+                          Text(one_line(hit.content)), key=hit.memory_id)
         note = f"  ({result.notice})" if result.notice else ""
         nothing = "no words to search for" if result.no_words else "no matches"
-        self.say((f"{len(self.records)} shown, ranked {result.mode}" if self.records
+        self.say((f"{len(self.hits)} shown, ranked {result.mode}" if self.hits
                   else nothing) + note)
-        if self.records:
-            self.show_detail(next(iter(self.records)))
+        if self.hits:
+            self.show_detail(next(iter(self.hits)))
         else:
             self.query_one("#detail", Static).update("")
-            self.current = None
+            self.current, self.record = None, None
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         key = event.row_key.value if event.row_key is not None else None
@@ -340,7 +336,7 @@ class Viewer(App[None]):
             return
         seen = outcome[0]
         r = seen.record
-        self.current = memory_id
+        self.current, self.record = memory_id, r
         body = Text()
         body.append(r.memory_id + "\n", style="bold")
         body.append(f"{r.type} · {r.category} · importance {r.importance}"
@@ -608,8 +604,8 @@ class Viewer(App[None]):
             if table.row_count:
                 session = str(table.coordinate_to_cell_key(table.cursor_coordinate)
                               .row_key.value)
-        elif self.current is not None:
-            session = self.records[self.current].session_id
+        elif self.record is not None:
+            session = self.record.session_id
         if not session:
             self.say("no session here", error=True)
             return
@@ -620,7 +616,9 @@ class Viewer(App[None]):
         """A correction is a new record of the same type that supersedes this one."""
         if not self._on_search() or not self._writable():
             return
-        record = self.records[self.current or ""]
+        record = self.record
+        if record is None:
+            return
         if record.type == "message":
             self.say("a message is a transcript's: add a memory instead (a)", error=True)
             return
@@ -654,7 +652,9 @@ class Viewer(App[None]):
     def action_retag(self) -> None:
         if not self._on_search() or not self._writable():
             return
-        record = self.records[self.current or ""]
+        record = self.record
+        if record is None:
+            return
         from memvault.ops import review
 
         def typed(text: str | None) -> None:

@@ -137,7 +137,12 @@ def test_completion_offers_the_fixed_choices(script_runner: ScriptRunner) -> Non
     assert offered("mem hooks install codex --scope ") == ["user", "project"]
     assert offered("mem add note --type p") == ["preference", "pattern"]
     assert offered("mem search --category ") == list(CATEGORIES)
-    assert offered("mem ingest --format ") == ["auto", "claude-code", "codex", "gemini",
-                                               "jsonl"]
+    # Every format of the registry, "auto" first (the CLI's copy is held to it).
+    from memvault.text.transcripts import FORMATS
+
+    formats = offered("mem ingest --format ")
+    assert formats[0] == "auto" and sorted(formats[1:]) == sorted(FORMATS)
+    assert sorted(offered("mem ingest --format c")) == sorted(
+        f for f in FORMATS if f.startswith("c"))
     assert offered("mem export --format ") == ["json", "markdown"]
     assert "hooks" in offered("mem ho")

@@ -78,6 +78,7 @@ HINTS = {
                           "MEM_KEY_SOURCE) and `mem key restore FILE` puts it in a key file",
     "unfreeze": "`mem unfreeze` allows them again",
     "ingest": "store long transcripts with `mem ingest`",
+    "ingest-formats": "`mem ingest --help` lists the formats it reads",
     "verify": "run `mem verify`",
     "destroy-again": "run `mem destroy` again",
     "scan": "use --scan to ingest a folder",

@@ -13,7 +13,6 @@ import fcntl
 import json
 import os
 import re
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO, cast
@@ -263,7 +262,7 @@ def claimed_stdin() -> Iterator[BinaryIO]:
     try:
         private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
     except OSError:  # no descriptor to move: read it where it is
-        yield sys.stdin.buffer
+        yield os.fdopen(0, "rb", closefd=False)
         return
     null = os.open(os.devnull, os.O_RDONLY)
     try:

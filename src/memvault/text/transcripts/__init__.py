@@ -151,6 +151,8 @@ def read_path(path: Path, fmt: str = "auto") -> Transcript | None:
     """Read a store that is no single text file (a database, a folder): its Transcript,
     or None when `path` is none (read it as a file's text: parse). The store is read,
     never written or locked."""
+    if not (path.is_dir() or path.is_file()):
+        return None  # a pipe or a device is never opened here (it may block): refused later
     found = detect_path(path) if fmt == "auto" else BY_NAME.get(fmt)
     if found is None or found.read is None:
         return None
@@ -267,7 +269,7 @@ def _sniff(text: str) -> tuple[str, dict[str, Any] | list[Any] | None]:
         return "jsonl", None  # meant as generic JSON lines: the format says what is wrong
     # Another program's JSON (settings, a prompt history): a scan passes over it.
     raise NotTranscript("not a transcript mem can read: expected an agent's session file "
-                        "(mem ingest --help lists them) or generic JSON lines")
+                        "or generic JSON lines", hint="ingest-formats")
 
 
 def _sniff_line(obj: dict[str, Any]) -> str | None:

@@ -8,7 +8,9 @@ move to a new key epoch at once and the old data key is deleted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from memvault.errors import NotFound, UsageError
 from memvault.model.location import session_file
@@ -17,6 +19,9 @@ from memvault.model.results import ForgetPlan, ForgetResult
 from memvault.ops import keys
 from memvault.storage.state import UserState
 from memvault.vault.vault import Transaction, Vault
+
+if TYPE_CHECKING:
+    from memvault.index.keyed import Hit, SearchIndex
 
 # A forget by query that takes more than this many records and more than this share of
 # the user's records is confirmed by typing the count (or `--all-matches`): `--yes`
@@ -77,12 +82,21 @@ def _broad(taken: int, held: int) -> bool:
 
 
 def _matching(vault: Vault, state: UserState, filters: Filters) -> list[Record]:
-    """Every record the filters select, through the index (all of them, newest first).
-    A location that no longer holds its record means a stale index: rebuilt once."""
-    for attempt in (1, 2):
-        index = vault.ready_index(state)
+    """Every record the filters select, through the index (all of them, newest first)."""
+    def hits(index: SearchIndex) -> list[Hit]:
         query, _ = index.build_query("", filters)
-        hits, _ = index.search(query, max(int(index.searcher().num_docs), 1), recent=True)
+        return index.search(query, max(int(index.searcher().num_docs), 1), recent=True)[0]
+
+    return _read(vault, state, hits)
+
+
+def _read(vault: Vault, state: UserState,
+          hits_of: Callable[[SearchIndex], list[Hit]]) -> list[Record]:
+    """The records the index names, read from their files, in the index's order. A
+    location that no longer holds its record means a stale index: rebuilt once, and
+    asked again."""
+    for attempt in (1, 2):
+        hits = hits_of(vault.ready_index(state))
         located = {h.memory_id: h.location for h in hits if h.location is not None}
         records, stale = vault.read_located(located, state)
         if not (stale or len(located) < len(hits)) or attempt == 2:
@@ -102,26 +116,22 @@ def _found(vault: Vault, state: UserState, query: str, chosen: list[Record] | No
     Also how many records the user has (the share a broad query would take)."""
     words = Filters(session=filters.session, before=filters.before, tags=filters.tags,
                     include_archive=True, include_superseded=True)
-    for attempt in (1, 2):
-        index = vault.ready_index(state)
-        if not index.build_query(query, Filters(), words_only=True)[1]:
-            # A search for no words lists the most recent items: never "forget everything".
-            raise UsageError(f"the query {query!r} has no words to search for; nothing "
-                             "was forgotten", field="query")
-        held = index.live_count()
+    index = vault.ready_index(state)
+    if not index.build_query(query, Filters(), words_only=True)[1]:
+        # A search for no words lists the most recent items: never "forget everything".
+        raise UsageError(f"the query {query!r} has no words to search for; nothing "
+                         "was forgotten", field="query")
+    held = index.live_count()
+
+    def hits(index: SearchIndex) -> list[Hit]:
         q, _ = index.build_query(query, words, words_only=True)
         count = index.count(q)
-        hits = index.search(q, count)[0] if count else []
-        if chosen is not None:  # already read: the index only says which of them match
-            keep = {r.memory_id: r for r in chosen}
-            return [keep[h.memory_id] for h in hits if h.memory_id in keep], held
-        located = {h.memory_id: h.location for h in hits if h.location is not None}
-        records, stale = vault.read_located(located, state)
-        if not (stale or len(located) < len(hits)) or attempt == 2:
-            break
-        with vault.lock():
-            vault.rebuild_indexes(vault.locked_state())
-    return [records[h.memory_id] for h in hits if h.memory_id in records], held
+        return index.search(q, count)[0] if count else []
+
+    if chosen is not None:  # already read: the index only says which of them match
+        keep = {r.memory_id: r for r in chosen}
+        return [keep[h.memory_id] for h in hits(index) if h.memory_id in keep], held
+    return _read(vault, state, hits), held
 
 
 def _derived(vault: Vault, gone: set[str]) -> tuple[list[Record], tuple[str, ...]]:

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -358,13 +359,81 @@ def test_browse_without_textual_says_how_to_install(vault: Vault, script_runner:
     assert len(done.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed "
-                    "(Debian/Ubuntu: sudo apt-get install tmux)")
+def test_an_unexpected_failure_shows_no_memory(vault: Vault,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Textual reports a crash with a traceback and its local variables (decrypted
+    records among them): the viewer hands the failure to mem's boundary instead."""
+    planted(vault)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("boom")
+
+    async def script(app: Viewer, pilot: Any) -> None:
+        monkeypatch.setattr(recall, "search", broken)
+        await pilot.press(*"tea")
+        await pilot.pause()
+
+    app = Viewer(vault)
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await script(app, pilot)
+
+    with pytest.raises(RuntimeError, match="boom"):
+        asyncio.run(main())
+    assert isinstance(app.failure, RuntimeError) and app._exit_renderables == []
+
+
+TMUX = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed "
+                          "(Debian/Ubuntu: sudo apt-get install tmux)")
+
+
+@TMUX
+def test_a_failure_in_a_real_terminal_is_one_line(vault: Vault, tmp_path: Path) -> None:
+    planted(vault)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import memvault.ops.recall as r\n"
+        "def broken(*a, **k):\n"
+        "    secret = 'Prefers green tea in the afternoon'\n"
+        "    raise RuntimeError(secret[:0] + 'boom')\n"
+        "r.search = broken\n")
+    socket = str(tmp_path / "tmux.sock")
+    tmux = ["tmux", "-S", socket]
+    env = {**os.environ, "TERM": "xterm-256color", "PYTHONPATH": str(hook)}
+    mem_bin = str(Path(sys.executable).parent / "mem")
+    subprocess.run([*tmux, "new-session", "-d", "-x", "80", "-y", "24"], env=env, check=True)
+    try:
+        subprocess.run([*tmux, "set-option", "-g", "remain-on-exit", "on"], env=env,
+                       check=True)
+        subprocess.run([*tmux, "respawn-pane", "-k", mem_bin, "browse"], env=env, check=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            dead = subprocess.run([*tmux, "display", "-p", "#{pane_dead}"], env=env,
+                                  capture_output=True, text=True).stdout.strip()
+            if dead == "1":
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("mem browse did not end")
+        seen = subprocess.run([*tmux, "capture-pane", "-p", "-S", "-100"], env=env,
+                              check=True, capture_output=True, text=True).stdout
+    finally:
+        subprocess.run([*tmux, "kill-server"], env=env, capture_output=True)
+    lines = [line for line in seen.splitlines() if line.strip()]
+    assert "mem: error: unexpected RuntimeError; run again with MEM_DEBUG=1 for the " \
+        "traceback" in "".join(lines), seen
+    assert "Traceback" not in seen and "green tea" not in seen and "secret" not in seen
+
+
+@TMUX
 def test_in_a_real_terminal(vault: Vault, tmp_path: Path) -> None:
     """tmux runs `mem browse` at 80x24; keys are sent; the captured pane shows results."""
     planted(vault)
     socket = str(tmp_path / "tmux.sock")
-    mem_bin = str(Path(os.sys.executable).parent / "mem")  # type: ignore[attr-defined]
+    mem_bin = str(Path(sys.executable).parent / "mem")
     env = {**os.environ, "TERM": "xterm-256color"}
     tmux = ["tmux", "-S", socket]
     subprocess.run([*tmux, "new-session", "-d", "-x", "80", "-y", "24", mem_bin, "browse"],
@@ -400,3 +469,25 @@ def test_in_a_real_terminal(vault: Vault, tmp_path: Path) -> None:
     finally:
         subprocess.run([*tmux, "kill-server"], env=env, capture_output=True)
     assert json.loads(json.dumps({"ok": True}))
+
+
+def test_the_list_pages_in_more_at_its_end(vault: Vault) -> None:
+    """A page at a time (a keystroke costs one page), the next when the cursor reaches
+    the end of the list, until every result is there."""
+    from memvault.cli.viewer import PAGE
+    from memvault.ops.ingest import ingest_text
+
+    count = PAGE + PAGE // 2
+    ingest_text(vault, "\n".join(json.dumps({"role": "user", "content": f"note number {i}"})
+                                 for i in range(count)), "many", "jsonl")
+
+    async def script(app: Viewer, pilot: Any) -> None:
+        table = app.query_one("#results", DataTable)
+        assert table.row_count == PAGE
+        await pilot.press("enter")
+        table.move_cursor(row=PAGE - 1)
+        await pilot.pause()
+        assert table.row_count == count and len(set(listed(app))) == count
+        assert f"{count} shown" in text_of(app, "#status-line")
+
+    drive(vault, script)

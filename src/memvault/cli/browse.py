@@ -121,7 +121,10 @@ def browse(
     v = context.open_vault(vault, org, user, key_file)
     from memvault.cli.viewer import Viewer
 
-    Viewer(v, read_only=read_only, query=query or "").run()
+    app = Viewer(v, read_only=read_only, query=query or "")
+    app.run()
+    if app.failure is not None:  # to the error boundary, the terminal given back
+        raise app.failure
 
 
 def register(app: typer.Typer) -> None:

@@ -37,8 +37,12 @@ if TYPE_CHECKING:
     from memvault.model.review_results import ReviewItem
     from memvault.vault.vault import Vault
 
-LIMIT = 500  # results listed (the list draws only the rows on screen)
-TEXT_CELL = 200  # characters of a record's text in its row
+# Results are listed a page at a time: the next page is searched for when the cursor
+# reaches the end of the list (the list draws only the rows on screen), so a keystroke
+# costs one page whatever the memory holds.
+PAGE = 100
+MAX_RESULTS = 10_000
+TEXT_CELL = 100  # characters of a record's text in its row (the pane shows it whole)
 
 KEYS = {
     "search": "/ search  f filters  Enter list  d forget  space mark  S forget session  "
@@ -164,6 +168,21 @@ class Viewer(App[None]):
         self.session_days: dict[str, Any] = {}
         self.current: str | None = None  # the record the detail pane shows
         self.searches = 0  # searches run (a test or a bench waits on this)
+        self.failure: Exception | None = None  # what ended it unexpectedly
+        self.complete = True  # the list holds every result there is
+        self.limit = PAGE  # results asked for: a page more each time the list's end is reached
+
+    def _handle_exception(self, error: Exception) -> None:
+        """A failure the viewer did not expect ends it, reported by mem's error boundary
+        (one line; MEM_DEBUG=1 for the traceback) once the terminal is given back, never
+        by Textual's own report, a traceback with local variables that would put
+        decrypted memory on the screen."""
+        self.failure = error
+        self._return_code = 1
+        if self._exception is None:  # the harness raises it again for a test
+            self._exception = error
+            self._exception_event.set()
+        self.exit(return_code=1)
 
     # --- layout -------------------------------------------------------------------------
 
@@ -226,6 +245,7 @@ class Viewer(App[None]):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id in ("query", "filters"):
+            self.limit = PAGE
             self.run_search()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -265,7 +285,7 @@ class Viewer(App[None]):
         filters = context.filters(
             given["type"] or None, given["category"] or None, given["tag"] or None,
             last("session"), last("after"), last("before"), "archived" in flags,
-            "superseded" in flags, LIMIT, now)
+            "superseded" in flags, self.limit, now)
         for kind in filters.types:
             from memvault.model.records import check_type
 
@@ -279,8 +299,9 @@ class Viewer(App[None]):
             filters.tags.append(tag)
         return filters, last("mode"), now
 
-    def run_search(self) -> None:
-        """The query and filters as `mem search` runs them; the list shows the results."""
+    def run_search(self, more: bool = False) -> None:
+        """The query and filters as `mem search` runs them; the list shows the results
+        (`more`: a longer list of the same search, whose new rows are added below)."""
         from memvault.ops import recall
 
         query = self.query_one("#query", Input).value
@@ -299,12 +320,20 @@ class Viewer(App[None]):
         self.vault.audit_read("browse.search", [h.memory_id for h in result.results],
                               results=len(result.results))
         table = self.query_one("#results", DataTable)
-        table.clear()
-        self.hits = {h.memory_id: h for h in result.results}
+        if not more:
+            table.clear()
+            self.hits = {}
         for hit in result.results:
+            if hit.memory_id in self.hits:
+                continue
+            self.hits[hit.memory_id] = hit
             table.add_row(Text("*" if hit.memory_id in self.marked else " "),
                           Text(hit.type), Text(hit.created_at[:10]),
                           Text(one_line(hit.content)), key=hit.memory_id)
+        self.complete = len(result.results) < self.limit  # nothing more to page in
+        if more:
+            self.say(f"{len(self.hits)} shown, ranked {result.mode}")
+            return
         note = f"  ({result.notice})" if result.notice else ""
         nothing = "no words to search for" if result.no_words else "no matches"
         self.say((f"{len(self.hits)} shown, ranked {result.mode}" if self.hits
@@ -321,6 +350,10 @@ class Viewer(App[None]):
             return
         if event.data_table.id == "results":
             self.show_detail(key)
+            if event.cursor_row >= event.data_table.row_count - 1 and not self.complete \
+                    and self.limit < MAX_RESULTS:
+                self.limit += PAGE
+                self.run_search(more=True)
         elif event.data_table.id == "findings":
             self.show_finding(key)
 

@@ -44,7 +44,7 @@ from memvault.crypto import envelope
 from memvault.errors import NotFound, Refused, UsageError
 from memvault.index.base import Entry
 from memvault.model.location import Location
-from memvault.model.records import DOC_FILES, Record, clean_tags, now_iso
+from memvault.model.records import CLAUDE_MD, DOC_FILES, Record, clean_tags, now_iso
 from memvault.model.review_results import (
     DUPLICATE,
     KINDS,
@@ -523,8 +523,11 @@ def inspect(vault: Vault, memory_id: str) -> Inspection:
         replaced_by.append(by)
         seen.add(by)
         at = by
-    summaries = tuple(r.memory_id for home in DOC_FILES for r in vault.store.doc_records(home)
-                      if r.type == "summary" and memory_id in r.compacted_from)
+    # Only an archived record was compacted into a summary (compaction archives what it
+    # summarises): a live one costs no read of the documents.
+    summaries = tuple(r.memory_id for r in vault.store.doc_records(CLAUDE_MD)
+                      if r.type == "summary" and memory_id in r.compacted_from) \
+        if record.archived else ()
     vault.audit_read("browse.show", [memory_id])
     return Inspection(record, tuple(replaced), tuple(replaced_by),
                       tuple(record.compacted_from), summaries)

@@ -491,3 +491,34 @@ def test_the_list_pages_in_more_at_its_end(vault: Vault) -> None:
         assert f"{count} shown" in text_of(app, "#status-line")
 
     drive(vault, script)
+
+
+def test_change_type_and_retag(vault: Vault) -> None:
+    ids = planted(vault)
+
+    async def script(app: Viewer, pilot: Any) -> None:
+        await pilot.press(*"canal", "enter", "T")
+        await pilot.pause()
+        app.screen.query_one("#ask").value = "context"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        await pilot.press("t")
+        await pilot.pause()
+        app.screen.query_one("#ask").value = "home city"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+
+    drive(vault, script)
+    from memvault.model.records import Filters
+
+    current = [r for r in recall.list_records(vault, Filters(limit=50)).records
+               if "Paris" in r.content]
+    assert len(current) == 1
+    (now,) = current
+    assert now.type == "context" and now.supersedes == ids["paris"]
+    assert sorted(now.tags) == ["city", "home"]
+    assert vault.state().superseded_by(ids["paris"]) == now.memory_id

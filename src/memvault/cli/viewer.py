@@ -45,15 +45,15 @@ MAX_RESULTS = 10_000
 TEXT_CELL = 100  # characters of a record's text in its row (the pane shows it whole)
 
 KEYS = {
-    "search": "/ search  f filters  Enter list  d forget  space mark  S forget session  "
-              "c correct  t tags  a add  z freeze  1-5 screens  q quit",
+    "search": "Enter/Esc list  / search  f filters  d forget  space mark  S forget "
+              "session  c correct  t tags  T type  a add  z freeze  1-5 screens  q quit",
     "timeline": "Enter open session  D forget session  1-5 screens  q quit",
     "review": "k keep  m merge  x forget  1-5 screens  q quit",
     "brief": "1-5 screens  q quit",
     "status": "1-5 screens  q quit",
 }
 READ_ONLY_KEYS = {
-    "search": "/ search  f filters  Enter list  1-5 screens  q quit   (read-only)",
+    "search": "Enter/Esc list  / search  f filters  1-5 screens  q quit   (read-only)",
     "timeline": "Enter open session  1-5 screens  q quit   (read-only)",
     "review": "1-5 screens  q quit   (read-only)",
 }
@@ -149,6 +149,7 @@ class Viewer(App[None]):
         Binding("D", "forget_session", "forget session", show=False),
         Binding("c", "correct", "correct", show=False),
         Binding("t", "retag", "tags", show=False),
+        Binding("T", "change_type", "type", show=False),
         Binding("a", "add", "add", show=False),
         Binding("z", "freeze", "freeze", show=False),
         Binding("k", "keep", "keep", show=False),
@@ -218,7 +219,8 @@ class Viewer(App[None]):
     def on_mount(self) -> None:
         results = self.query_one("#results", DataTable)
         results.add_columns(" ", "type", "created", "text")
-        self.query_one("#sessions", DataTable).add_columns("day", "agent", "msgs", "session")
+        self.query_one("#sessions", DataTable).add_columns("day", "project", "agent", "msgs",
+                                                           "session")
         self.query_one("#findings", DataTable).add_columns("key", "kind", "what")
         self.run_search()
         self.query_one("#query", Input).focus()
@@ -426,12 +428,18 @@ class Viewer(App[None]):
         outcome: list[Any] = []
         if not self.attempt(lambda: outcome.append(review.sessions(self.vault))):
             return
+        from memvault.ops.projects import PREFIX, working_project
+
+        here = working_project(self.vault)
         table = self.query_one("#sessions", DataTable)
         table.clear()
         self.session_days = {}
         for day in outcome[0]:
             self.session_days[day.session_id] = day
-            table.add_row(Text(day.first[:10]), Text(shown(day.agent or "-")),
+            # A project is a keyed tag (no path is stored): this folder's is named so.
+            project = "this folder" if day.project and day.project == here else \
+                (day.project or "-").removeprefix(PREFIX)[:8]
+            table.add_row(Text(day.first[:10]), Text(project), Text(shown(day.agent or "-")),
                           Text(str(day.messages)), Text(shown(day.session_id)),
                           key=day.session_id)
         table.focus()
@@ -681,6 +689,46 @@ class Viewer(App[None]):
 
         self.push_screen(Ask(f"Correct this {record.type}:", " ".join(record.content.split())),
                          typed)
+
+    def action_change_type(self) -> None:
+        """A memory's type decides where it lives and how the brief ranks it: a new type
+        is a new record (same text, tags and importance) that supersedes this one."""
+        if not self._on_search() or not self._writable():
+            return
+        record = self.record
+        if record is None:
+            return
+        if record.type == "message":
+            self.say("a message is a transcript's: add a memory instead (a)", error=True)
+            return
+        from memvault.model.records import TYPES, check_type
+        from memvault.ops import remember
+
+        def typed(text: str | None) -> None:
+            kind = (text or "").strip()
+            if not kind or kind == record.type:
+                self.say("nothing was changed")
+                return
+            if not self.attempt(lambda: check_type(kind)) or kind == "message":
+                if kind == "message":
+                    self.say("a memory cannot become a message", error=True)
+                return
+
+            def confirmed(yes: bool | None) -> None:
+                added: list[Any] = []
+                if yes and self.attempt(lambda: added.append(remember.add(
+                        self.vault, record.content, kind, tags=list(record.tags),
+                        importance=record.importance, supersedes=record.memory_id))):
+                    self._refresh()
+                    self.say(f"stored {added[0].record.memory_id} as a {kind}, which "
+                             f"supersedes {record.memory_id}")
+
+            self.push_screen(Confirm(f"Store this as a {kind}?", [
+                f"new {kind}: {one_line(record.content, 300)}",
+                f"it supersedes the {record.type} {record.memory_id}"]), confirmed)
+
+        choices = ", ".join(t for t in TYPES if t != "message")
+        self.push_screen(Ask(f"New type ({choices}):", record.type), typed)
 
     def action_retag(self) -> None:
         if not self._on_search() or not self._writable():

@@ -116,7 +116,8 @@ class Inspection(Result):
 @dataclass(frozen=True)
 class SessionDay(Result):
     """One session in the timeline: when it began and ended, how many messages it holds
-    (live and archived) and the agent that recorded it (its messages' channel)."""
+    (live and archived), the channel it came by where there is one (a subagent, an MCP
+    client) and its project (the keyed project tag of its first message)."""
 
     session_id: str
     first: str
@@ -124,3 +125,4 @@ class SessionDay(Result):
     messages: int
     archived: bool
     agent: str | None
+    project: str | None = None

@@ -537,6 +537,7 @@ def sessions(vault: Vault) -> list[SessionDay]:
     """Every session (live and archived), newest first, from the line files' clear
     headers (id and time; nothing decrypted) and each file's first line (its agent)."""
     from memvault.model.location import session_of
+    from memvault.ops.projects import PREFIX
 
     if not vault.exists():
         return []
@@ -549,11 +550,15 @@ def sessions(vault: Vault) -> list[SessionDay]:
                 continue
             opening = vault.store.read_at(Location.line(relpath, 0), heads[0].memory_id)
             agent = opening.channel if opening is not None else None
+            project = next((t for t in (opening.tags if opening else [])
+                            if t.startswith(PREFIX)), None)
             times = [h.created_at for h in heads]
-            day = SessionDay(name, min(times), max(times), len(heads), archived, agent)
+            day = SessionDay(name, min(times), max(times), len(heads), archived, agent,
+                             project)
             prior = merged.get(name)  # a session partly compacted lives in both folders
             merged[name] = day if prior is None else SessionDay(
                 name, min(prior.first, day.first), max(prior.last, day.last),
-                prior.messages + day.messages, False, prior.agent or day.agent)
+                prior.messages + day.messages, False, prior.agent or day.agent,
+                prior.project or day.project)
     vault.audit_read("browse.timeline", count=len(merged))
     return sorted(merged.values(), key=lambda s: s.first, reverse=True)

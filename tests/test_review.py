@@ -259,3 +259,30 @@ def _days_later(days: int) -> Any:
     from datetime import UTC, datetime, timedelta
 
     return datetime.now(UTC) + timedelta(days=days)
+
+
+def test_a_merge_reaches_the_other_machine(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A merge supersedes by changing the kept record in place (a newer version, which
+    sync carries): the other machine then leaves the merged copies out as well."""
+    from memvault.ops import sync as sync_ops
+    from memvault.storage.remote import FolderRemote
+    from tests.test_sync import machine
+
+    monkeypatch.delenv("MEM_VAULT")
+    (tmp_path / "remote").mkdir()
+    remote = FolderRemote(str(tmp_path / "remote"), tmp_path / "remote")
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    ids = [remember.add(a, t, k).record.memory_id for t, k in (
+        ("Works from Lisbon", "fact"), ("works from lisbon.", "context"))]
+    sync_ops.sync(a, remote)
+    sync_ops.sync(b, remote)
+    (item,) = review.queue(a).items
+    review.merge(a, item)
+    sync_ops.sync(a, remote)
+    sync_ops.sync(b, remote)
+    for v in (a, b):
+        current = {r.memory_id for r in recall.list_records(v, Filters(limit=50)).records}
+        assert current == {item.keep}, v.settings.vault
+        assert {i for i in ids if v.state().superseded_by(i)} == set(ids) - {item.keep}
+        assert review.queue(v).items == ()

@@ -846,6 +846,12 @@ def _pull_updates(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]
             for at in hits:
                 doc["records"][at] = {**newer[doc["records"][at]["memory_id"]],
                                       "org_id": vault.org, "user_id": vault.user}
+                # A newer version may name a record it replaces (mem review's merge):
+                # the link is derived from the records, as when a record is pulled.
+                replaced = doc["records"][at].get("supersedes")
+                if replaced and not tx.state.superseded_by(str(replaced)):
+                    tx.state.superseded[str(replaced)] = Superseded(
+                        str(doc["records"][at]["memory_id"]), False)
             for r in doc["records"]:
                 r["key_version"] = tx.epoch
             tx.write_doc(home, doc)

@@ -393,7 +393,8 @@ def noise_rule(text: str) -> str | None:
 
 
 def _unused(vault: Vault, found: list[Record], days: int, now: datetime) -> list[Record]:
-    cut = (now - timedelta(days=days)).astimezone(UTC).isoformat().replace("+00:00", "Z")
+    cut = (now - timedelta(days=days)).astimezone(UTC).isoformat(
+        timespec="microseconds").replace("+00:00", "Z")  # as records' times are written
     retrieved = vault.reads.load().records
     day = cut[:10]
     return [r for r in found if r.created_at and r.created_at < cut

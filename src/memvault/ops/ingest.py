@@ -11,6 +11,7 @@ batch in its own write; any other transcript is read whole, at most MAX_TRANSCRI
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -18,7 +19,7 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from memvault.config import validate_name
 from memvault.crypto.envelope import content_hash
@@ -40,6 +41,7 @@ from memvault.model.results import IngestResult, Preview, Redactions, ScanError,
 from memvault.ops import remember
 from memvault.ops.admission import AdmissionPolicy, Screened, ScreenKey, screen_key
 from memvault.storage.streams import (
+    MAX_TRANSCRIPT,
     ZSTD_SUFFIX,
     Read,
     Replay,
@@ -55,6 +57,8 @@ from memvault.text.words import counted
 from memvault.vault.vault import Transaction, Vault
 
 if TYPE_CHECKING:
+    import io
+
     from memvault.ops.readahead import Fetched
     from memvault.text.transcripts import Transcript
 
@@ -81,6 +85,10 @@ def ingest_file(vault: Vault, path: Path, fmt: str = "auto", session: str | None
         progress.start(len(store.messages), "messages")
         return ingest_batches(vault, iter([store]), path.name, session, dry_run, strict,
                               fallback_name, tags=tags, progress=progress)
+    live = None if dry_run else _read_on(vault, path, fmt, session, strict, fallback_name,
+                                         tags, progress)
+    if live is not None:
+        return _with_subagents(vault, path, live, strict, tags, session)
     parent = _cursor_parent(path)
     if parent is not None and session is None:
         fallback_name = fallback_name or parent.stem  # a subagent's: its parent's session
@@ -101,6 +109,200 @@ def ingest_file(vault: Vault, path: Path, fmt: str = "auto", session: str | None
     if result.format == "cursor" and not dry_run and parent is None:
         result = _with_cursor_subagents(vault, path, result, strict, tags)
     return result
+
+
+# A Claude Code transcript this large is read on from where the last ingest stopped
+# (hooks ingest a live session at every compaction and at its end); a smaller one is read
+# whole each time. A read on starts at most LIVE_WINDOW bytes before that point (the last
+# API message, a tool call waiting for its result); at most LIVE_KEEP positions are kept.
+LIVE_MIN = 256 << 10
+LIVE_WINDOW = 8 << 20
+LIVE_KEEP = 256
+HEAD = 64 << 10  # the start of the file a position checks again
+
+
+def _read_on(vault: Vault, path: Path, fmt: str, session: str | None, strict: bool,
+             fallback_name: str | None, tags: tuple[str, ...], progress: Progress
+             ) -> IngestResult | None:
+    """A Claude Code transcript read from where the last ingest of it stopped: only the
+    lines appended since (and the few before that a message may still span), when the
+    file is the one read then (same file, longer, the same bytes where read); read whole
+    (and its position kept) otherwise. None: not such a transcript (the caller reads it).
+
+    The position is sealed in the user's state under a keyed mark of the path and what
+    was asked (the session, the tags): the end of the last whole line read, digests of
+    the file's start and of the lines read again, and what the reader needs of the lines
+    before (claude_code.Resume)."""
+    import stat
+
+    from memvault.storage.fsio import open_regular
+    from memvault.text.transcripts import detect
+
+    if fmt not in ("auto", "claude-code") or path.name.endswith(ZSTD_SUFFIX):
+        return None
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size < LIVE_MIN:
+            return None
+        key = vault.path_mark(b"\0".join([b"read-to", os.fsencode(path.resolve()),
+                                           (session or "").encode(),
+                                           (fallback_name or "").encode(),
+                                           *(t.encode() for t in tags)]))
+        with open_regular(path) as fh:
+            head = fh.read(HEAD)
+            if fmt == "auto":
+                cut = head[:head.rfind(b"\n") + 1] or head
+                try:
+                    if detect(cut.decode("utf-8", "replace")) != "claude-code":
+                        return None
+                except MemError:
+                    return None
+            before = _position(vault, key)
+            if before is not None and not _still(before, os.fstat(fh.fileno()), head, fh):
+                before = None
+            start = int(before["pin"]) if before is not None else 0
+            fh.seek(start)
+            end = int(before["end"]) if before is not None else 0
+            progress.start(max(0, st.st_size - start), "bytes")
+            identity = os.fstat(fh.fileno())
+            if identity.st_size - start > MAX_TRANSCRIPT:
+                return None  # read whole, it is refused as too large: the caller says so
+            # Read into one buffer, cut in place: the file's bytes are held once.
+            whole = bytearray(max(0, identity.st_size - start))
+            whole[cast("io.BufferedReader", fh).readinto(whole):] = b""
+    except OSError:
+        return None  # the caller opens it and says why
+    progress.advance(len(whole))
+    whole[whole.rfind(b"\n") + 1:] = b""  # a torn last line is read once it is whole
+    if before is not None and start + len(whole) <= end:
+        # Nothing appended: nothing to read.
+        return IngestResult(session_id=str(before["session"]), format="claude-code",
+                            messages_added=0, messages_skipped=int(before.get("held", 0)),
+                            lines_ignored=0, withheld=0, redactions=())
+    result = _read_lines(vault, path, whole, start, before, session, strict,
+                         fallback_name, tags, progress)
+    if result is None and before is not None:
+        return _read_on(vault, path, fmt, session, strict, fallback_name, tags, progress) \
+            if _drop(vault, key) else None
+    if result is None:
+        return None
+    ingested, position = result
+    # The messages the file holds, as far as read: what an ingest that reads none skips.
+    position["held"] = (int(before.get("held", 0)) if before is not None else
+                        ingested.messages_skipped) + ingested.messages_added
+    position.update(dev=identity.st_dev, ino=identity.st_ino,
+                    head=hashlib.sha256(head[:start + len(whole)]).hexdigest())
+    if vault.exists():  # a session with nothing to keep made no user: none is made here
+        _keep_position(vault, key, position)
+    return ingested
+
+
+def _read_lines(vault: Vault, path: Path, whole: bytearray, start: int,
+                before: dict[str, Any] | None, session: str | None, strict: bool,
+                fallback_name: str | None, tags: tuple[str, ...], progress: Progress
+                ) -> tuple[IngestResult, dict[str, Any]] | None:
+    """Parse and store the whole lines read from `start`; the result and the position to
+    keep, or None when these lines cannot be read on from before (read the file whole)."""
+    from memvault.text.transcripts import claude_code
+    from memvault.text.transcripts.base import _scrub
+
+    resume = claude_code.Resume(**before["resume"]) if before is not None else None
+    text = decode(whole, str(path)).removeprefix("\ufeff")
+    read = claude_code.read_on(text, resume)
+    del text
+    if read is None:
+        return None
+    transcript = _scrub(read.transcript)
+    if not transcript.messages and not transcript.summaries and before is None \
+            and not read.resume.sub and read.resume.leaf is None and not read.branch:
+        return None  # nothing of Claude Code's read: the caller says what it is
+    ingested = ingest_batches(vault, iter([transcript]), path.stem, session, False, strict,
+                              fallback_name, tags=tags, progress=progress)
+    # The next read starts at the earliest line a later line may still change: the last
+    # API message, a tool call waiting for its result (within LIVE_WINDOW), else the end.
+    offsets = _line_starts(whole)
+    end = start + len(whole)
+    pin = min((start + offsets[n - 1] for n in read.pins
+               if n - 1 < len(offsets) and end - (start + offsets[n - 1]) <= LIVE_WINDOW),
+              default=end)
+    branch = [u for n, u in read.branch if start + offsets[n - 1] >= pin]
+    resume_doc = {**read.resume.__dict__, "branch": branch}
+    return ingested, {"end": end, "pin": pin, "session": ingested.session_id,
+                      "tail": hashlib.sha256(whole[pin - start:]).hexdigest(),
+                      "resume": resume_doc}
+
+
+def _line_starts(data: bytes | bytearray) -> list[int]:
+    """The offset of each line's start (line n starts at [n - 1])."""
+    starts = [0]
+    at = data.find(b"\n")
+    while at >= 0:
+        starts.append(at + 1)
+        at = data.find(b"\n", at + 1)
+    return starts
+
+
+def _still(position: dict[str, Any], st: os.stat_result, head: bytes, fh: IO[bytes]) -> bool:
+    """Whether the file is the one a position was taken of: the same file (device and
+    inode), no shorter, and the same bytes at its start and in the lines read again."""
+    end, pin = int(position["end"]), int(position["pin"])
+    if (st.st_dev, st.st_ino) != (position["dev"], position["ino"]) or st.st_size < end:
+        return False
+    if hashlib.sha256(head[:end]).hexdigest() != position["head"]:
+        return False
+    fh.seek(pin)
+    again = fh.read(end - pin)
+    return hashlib.sha256(again).hexdigest() == str(position["tail"])
+
+
+def _position_key(vault: Vault, epoch: int) -> bytes:
+    from memvault.crypto.envelope import hkdf
+
+    return hkdf(vault.store.record_key(epoch), "transcript position")
+
+
+def _position(vault: Vault, key: str) -> dict[str, Any] | None:
+    """The position kept for a transcript, None when there is none that opens (an epoch
+    retired since: read it whole)."""
+    import json
+
+    from memvault.crypto.envelope import AuthError, open_token
+
+    sealed = vault.state().read_to.get(key)
+    if not sealed:
+        return None
+    epoch, _, token = sealed.partition(".")
+    try:
+        doc = json.loads(open_token(_position_key(vault, int(epoch)), token,
+                                    f"read-to\0{key}".encode()))
+    except (AuthError, ValueError, MemError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _keep_position(vault: Vault, key: str, position: dict[str, Any]) -> None:
+    import json
+
+    from memvault.crypto.envelope import seal_token
+
+    with vault.transaction() as tx:
+        marks = tx.state.read_to
+        marks.pop(key, None)  # last written last: the oldest go first
+        while len(marks) >= LIVE_KEEP:
+            del marks[next(iter(marks))]
+        marks[key] = f"{tx.epoch}." + seal_token(
+            _position_key(vault, tx.epoch), json.dumps(position).encode(),
+            f"read-to\0{key}".encode())
+        tx.touch()
+
+
+def _drop(vault: Vault, key: str) -> bool:
+    """Forget a position that no longer holds; whether there was one."""
+    with vault.transaction() as tx:
+        if tx.state.read_to.pop(key, None) is None:
+            return False
+        tx.touch()
+    return True
 
 
 def _cursor_parent(path: Path) -> Path | None:

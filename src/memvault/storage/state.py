@@ -32,6 +32,9 @@ class UserState:
     # this authenticated file rather than the sync cache, which may be removed.
     erased: set[str] = field(default_factory=set)
     scan_marks: dict[str, list[int]] = field(default_factory=dict)  # ingest --scan
+    # Where each large live transcript was read to (ops/ingest.py), sealed under the
+    # user's data key, by a keyed mark of its path: an ingest again reads what was added.
+    read_to: dict[str, str] = field(default_factory=dict)
     superseded: dict[str, Superseded] = field(default_factory=dict)
     live: dict[str, int] = field(default_factory=dict)  # records per type
     archived: dict[str, int] = field(default_factory=dict)
@@ -71,8 +74,8 @@ class UserState:
     def from_doc(cls, body: dict[str, Any]) -> UserState:
         """Raises (KeyError, TypeError, ValueError) on a malformed body."""
         known = {"format", "key_version", "frozen", "audit_head", "audit_broken",
-                 "forgotten", "erased", "scan_marks", "superseded", "counts", "compacting",
-                 "rekey_pending", "retire_through", "last_compaction"}
+                 "forgotten", "erased", "scan_marks", "read_to", "superseded", "counts",
+                 "compacting", "rekey_pending", "retire_through", "last_compaction"}
         counts = body.get("counts") or {}
         superseded = body.get("superseded") or {}
         state = cls(
@@ -86,6 +89,7 @@ class UserState:
             forgotten=set(map(str, body.get("forgotten") or [])),
             erased=set(map(str, body.get("erased") or [])),
             scan_marks={str(k): list(v) for k, v in (body.get("scan_marks") or {}).items()},
+            read_to={str(k): str(v) for k, v in (body.get("read_to") or {}).items()},
             superseded={str(k): Superseded(str(v["by"]), bool(v.get("archived")))
                         for k, v in superseded.items()},
             live={str(k): int(v) for k, v in (counts.get("live") or {}).items()},
@@ -114,6 +118,8 @@ class UserState:
             doc["erased"] = sorted(self.erased)
         if self.scan_marks:
             doc["scan_marks"] = self.scan_marks
+        if self.read_to:
+            doc["read_to"] = self.read_to
         if self.compacting is not None:
             doc["compacting"] = self.compacting
         if self.rekey_pending:

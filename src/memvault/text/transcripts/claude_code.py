@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -97,11 +98,51 @@ def places(home: Path, env: Mapping[str, str]) -> list[Path]:
     return [home_place(home, env, "CLAUDE_CONFIG_DIR", ".claude", "projects")]
 
 
+@dataclass
+class Resume:
+    """What reading a Claude Code file on from one of its lines (`read_on`) needs to know
+    of the lines before it, so that the messages of the lines read come out as a read of
+    the whole file gives them. The caller keeps it between reads (sealed)."""
+
+    leaf: str | None = None  # the uuid of the last turn read
+    # The uuids on the conversation's branch from the line read on from (its lines are
+    # read again: the last API message may still grow, a tool call wait for its result).
+    branch: list[str] = field(default_factory=list)
+    sub: bool | None = None  # a subagent's file (None: no turn read yet)
+    channel: str | None = None
+    linked: bool = False
+    session: str | None = None
+
+
+@dataclass
+class Read:
+    """A read of a Claude Code file (or of its lines from one on): the transcript, and
+    what a read going on from a later line needs. `pins`: the line numbers (1-based, in
+    the text read) a later read must start at or before (the first line of the last API
+    message; a tool call's line whose result has not come yet), each with the uuids of
+    the branch from it on; `resume` as of the end of the text."""
+
+    transcript: Transcript
+    resume: Resume
+    pins: list[int]
+    branch: list[tuple[int, str]]  # (line number, uuid) of the branch's lines
+
+
 def _claude(text: str) -> Transcript:
+    read = read_on(text)
+    assert read is not None  # a read from the first line always reads
+    return read.transcript
+
+
+def read_on(text: str, before: Resume | None = None) -> Read | None:
+    """Read a Claude Code file's text, or (with `before`) its lines from one on: None when
+    the lines read do not go on from the conversation read before (a rewind to an older
+    turn, a file rewritten), which only a read of the whole file tells right."""
     ignored: Counter[str] = Counter()
     entries: list[dict[str, Any]] = []
+    numbers: list[int] = []
     where: dict[str, int] = {}  # uuid → index in entries
-    for _, obj in _objects(text, ignored):
+    for number, obj in _objects(text, ignored):
         uuid = obj.get("uuid")
         if isinstance(uuid, str):
             if uuid in where:
@@ -109,11 +150,17 @@ def _claude(text: str) -> Transcript:
                 continue
             where[uuid] = len(entries)
         entries.append(obj)
+        numbers.append(number)
     # A subagent's own file: every turn is a sidechain (of the parent session).
     turns = [e for e in entries if _claude_turn(e)]
     sub = bool(turns) and all(e.get("isSidechain") is True for e in turns)
-    channel = None
-    if sub:
+    known = before is not None and before.sub is not None
+    channel = before.channel if before is not None and known else None
+    if before is not None and known:
+        if turns and before.sub and not sub:
+            return None  # what was read as a subagent's file is not one
+        sub = bool(before.sub)
+    elif sub:
         agent = next((a for e in entries if (a := _str(e.get("agentId")))), None)
         if (agent or "").startswith("acompact") or _claude_compaction_agent(turns):
             raise NotTranscript("a Claude Code compaction agent transcript: it only restates "
@@ -122,8 +169,14 @@ def _claude(text: str) -> Transcript:
     # Other tools write Claude Code's shape without links: their file order is the order.
     linked = any(isinstance(e.get("parentUuid"), str) or isinstance(e.get("logicalParentUuid"),
                                                                       str) for e in entries)
+    if before is not None and linked and not before.linked and before.leaf is not None:
+        return None  # the lines before were read in file order: now they are linked
+    linked = linked or (before is not None and before.linked)
     if linked:
-        branch, leaf = _claude_branch(entries, where, sub)
+        found = _claude_branch(entries, where, sub, before)
+        if found is None:
+            return None
+        branch, leaf = found
     else:
         branch = set(range(len(entries)))
         leaf = next((i for i in range(len(entries) - 1, -1, -1)
@@ -133,6 +186,8 @@ def _claude(text: str) -> Transcript:
     by_message: dict[str, _Draft] = {}  # API message id → its draft, to merge split lines
     summaries: list[NewMessage] = []
     said_in: dict[str, str] = {}  # message id → the sessionId of its (first) line
+    first_line: dict[str, int] = {}  # API message id → the line number of its first line
+    last_mid: str | None = None
     for i, entry in enumerate(entries):
         reason = _claude_ignored(entry, i in branch, sub)
         if reason:
@@ -160,6 +215,8 @@ def _claude(text: str) -> Transcript:
                 drafts.append(draft)
                 if mid:
                     by_message[mid] = draft
+                    first_line.setdefault(mid, numbers[i])
+            last_mid = mid
             reason = _claude_assistant(draft, message.get("content"))
             if reason:
                 ignored[reason] += 1
@@ -183,6 +240,8 @@ def _claude(text: str) -> Transcript:
     session = None
     if leaf is not None:
         session = _str(entries[leaf].get("sessionId"))
+    if session is None and before is not None and before.leaf is not None:
+        session = before.session
     if session is None:
         session = next((s for i in sorted(branch) if (s := _str(entries[i].get("sessionId")))),
                        None)
@@ -192,7 +251,24 @@ def _claude(text: str) -> Transcript:
     # A line's second, third, ... message (base#2) was said where the line was.
     said_in = {m.message_id: said for m in [*messages, *summaries] if m.message_id and (
         said := said_in.get(m.message_id) or said_in.get(m.message_id.rpartition("#")[0]))}
-    return Transcript("claude-code", session, messages, summaries, dict(ignored), said_in)
+    transcript = Transcript("claude-code", session, messages, summaries, dict(ignored),
+                            said_in)
+    # Where a later read must start: the last API message (its lines may go on), and each
+    # tool call on the branch still waiting for its result (the result is kept by its id).
+    answered: set[str] = set()
+    for i in branch:
+        answered |= _claude_ids(entries[i], "user", "tool_result", "tool_use_id")
+    pins = [first_line[last_mid]] if last_mid in first_line else []
+    pins += [numbers[i] for i in sorted(branch)
+             if _claude_ids(entries[i], "assistant", "tool_use", "id") - answered]
+    leaf_uuid = _str(entries[leaf].get("uuid")) if leaf is not None else None
+    resume = Resume(
+        leaf=leaf_uuid or (before.leaf if before is not None else None), sub=(
+            sub if turns or (before is not None and before.sub is not None) else None),
+        channel=channel, linked=linked, session=session)
+    return Read(transcript, resume, sorted(set(pins)),
+                [(numbers[i], u) for i in sorted(branch)
+                 if (u := _str(entries[i].get("uuid"))) is not None])
 
 
 def _claude_turn(entry: dict[str, Any]) -> bool:
@@ -229,8 +305,8 @@ def _claude_compaction_agent(turns: list[dict[str, Any]]) -> bool:
     return False
 
 
-def _claude_branch(entries: list[dict[str, Any]], where: dict[str, int],
-                   sub: bool) -> tuple[set[int], int | None]:
+def _claude_branch(entries: list[dict[str, Any]], where: dict[str, int], sub: bool,
+                   before: Resume | None = None) -> tuple[set[int], int | None] | None:
     """The entries of the conversation, and its last turn.
 
     A rewind or an edited prompt leaves the abandoned branch in the file: only what leads
@@ -247,17 +323,36 @@ def _claude_branch(entries: list[dict[str, Any]], where: dict[str, int],
     leaf = next((i for i in range(len(entries) - 1, -1, -1)
                  if _claude_turn(entries[i]) and live(i)), None)
     branch: set[int] = set()
+    # Read on from a line (`before`): the walk back from the last turn must reach the last
+    # turn read before, from where the branch is the one read then.
+    old = before.leaf if before is not None else None
+    reached = old is None or (leaf is None)
     i = leaf
     while i is not None and i not in branch:
+        if old is not None and entries[i].get("uuid") == old:
+            reached = True
+            break
         branch.add(i)
         parent = entries[i].get("parentUuid") or entries[i].get("logicalParentUuid")
         if not isinstance(parent, str):
             break
+        if parent == old:
+            reached = True
+            break
         if parent in where:
             i = where[parent]
+        elif old is not None:
+            break  # a line before those read, or none: only the whole file tells
         else:
             i = next((j for j in range(i - 1, -1, -1)
                       if isinstance(entries[j].get("uuid"), str) and live(j)), None)
+    if not reached:
+        return None
+    if before is not None:
+        then = set(before.branch)
+        branch |= {j for j, e in enumerate(entries) if e.get("uuid") in then}
+        if leaf is None and old is not None:
+            leaf = where.get(old)
     # Every line of an API message on the branch (its other tool_use lines), ...
     messages = {mid for i in branch if (mid := _claude_message_id(entries[i]))}
     uses: set[str] = set()

@@ -1,0 +1,154 @@
+"""Live transcripts: a Claude Code session of about 100 MB (the real sessions of
+../shared/bench-data/transcripts/claude-code, copied end to end as one long session with
+ids of their own), as hooks read it: the first ingest, an ingest of it again unchanged,
+and one after it grew by 1% (a pre-compaction, then the session's end). Seconds and peak
+RSS of each `mem ingest` (medians), against a baseline measured in the same run: a plain
+loop that reads the same bytes and parses each line as JSON.
+
+Targets (issue 34): unchanged ≤ 2 s and ≤ 150 MB peak; grown by 1% ≤ 2× reading that 1%
+(the baseline over the appended bytes); first ingest ≤ 200 MB peak.
+MEM_BENCH_LIVE_MB sets the size (default 100)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench_ingest import run_measured
+from common import BENCH_DATA, BIN, report, run_timed, throwaway_env
+
+ROUNDS = 3
+GROWTH = 0.01
+UNCHANGED_S = 2.0
+UNCHANGED_MB = 150.0
+FIRST_MB = 200.0
+GROWN_RATIO = 2.0
+
+# The floor: read the bytes of a file from an offset, one JSON document a line.
+FLOOR = """
+import json, sys
+with open(sys.argv[1], "rb") as fh:
+    fh.seek(int(sys.argv[2]))
+    n = sum(1 for raw in fh if json.loads(raw) is not None)
+"""
+
+_IDS = ("uuid", "parentUuid", "logicalParentUuid", "leafUuid", "tool_use_id")
+
+
+def _renamed(value: Any, copy: int) -> Any:
+    """A line's ids given the suffix of its copy (its links and tool ids too)."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if key in _IDS and isinstance(item, str):
+                out[key] = f"{item}-{copy}"
+            elif key == "id" and isinstance(item, str) and item.startswith(("msg_", "toolu_")):
+                out[key] = f"{item}-{copy}"
+            else:
+                out[key] = _renamed(item, copy)
+        return out
+    if isinstance(value, list):
+        return [_renamed(item, copy) for item in value]
+    return value
+
+
+def session_lines(session: str) -> Iterator[bytes]:
+    """The real Claude Code sessions' lines, endlessly, as copies chained one to the next
+    in one session: each copy's ids its own, its first line's parent the last one's."""
+    sources = sorted((BENCH_DATA / "transcripts" / "claude-code").glob("*.jsonl"))
+    lines = [json.loads(raw) for path in sources for raw in path.read_bytes().splitlines()
+             if raw.strip()]
+    last: str | None = None
+    copy = 0
+    while True:
+        for line in lines:
+            entry = _renamed(line, copy)
+            if "sessionId" in entry:
+                entry["sessionId"] = session
+            if "parentUuid" in entry and entry["parentUuid"] is None and last:
+                entry["parentUuid"] = last
+            if isinstance(entry.get("uuid"), str):
+                last = entry["uuid"]
+            yield json.dumps(entry).encode() + b"\n"
+        copy += 1
+
+
+def make_session(path: Path, size: int, session: str) -> Iterator[bytes]:
+    """Write about `size` bytes of a session to `path`; the generator of the lines that
+    would come next (to grow it)."""
+    lines = session_lines(session)
+    with path.open("wb") as fh:
+        written = 0
+        while written < size:
+            raw = next(lines)
+            fh.write(raw)
+            written += len(raw)
+    return lines
+
+
+def grow(path: Path, lines: Iterator[bytes], size: int) -> None:
+    with path.open("ab") as fh:
+        written = 0
+        while written < size:
+            raw = next(lines)
+            fh.write(raw)
+            written += len(raw)
+
+
+def main(rounds: int = ROUNDS) -> dict[str, object]:
+    env = throwaway_env()
+    mem = str(BIN / "mem")
+    run_timed([mem, "init"], env)
+    work = Path(tempfile.mkdtemp(prefix="mem-bench-live-"))
+    size = int(float(os.environ.get("MEM_BENCH_LIVE_MB") or 100) * 1e6)
+    rows: dict[str, list[float]] = {k: [] for k in (
+        "first_s", "first_mb", "unchanged_s", "unchanged_mb", "grown_s", "grown_mb",
+        "floor_all_s", "floor_new_s")}
+    for i in range(rounds):
+        path = work / f"live{i}.jsonl"
+        more = make_session(path, size, f"live-{i}")
+        user = ["--user", f"live{i}", "--quiet"]
+
+        def ingest(label: str, path: Path = path, user: list[str] = user) -> None:
+            seconds, rss, _ = run_measured([mem, "ingest", str(path), *user], env)
+            rows[f"{label}_s"].append(seconds)
+            rows[f"{label}_mb"].append(rss / 1e6)
+
+        rows["floor_all_s"].append(run_timed([sys.executable, "-c", FLOOR, str(path), "0"],
+                                             env))
+        ingest("first")
+        ingest("unchanged")
+        before = path.stat().st_size
+        grow(path, more, int(size * GROWTH))
+        rows["floor_new_s"].append(run_timed(
+            [sys.executable, "-c", FLOOR, str(path), str(before)], env))
+        ingest("grown")
+        path.unlink()
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    print(f"session of {size / 1e6:.0f} MB (real Claude Code sessions, copied), "
+          f"medians of {rounds}")
+    print(f"baseline, a JSON line loop over it all: {med['floor_all_s']:.2f} s; over the "
+          f"appended {GROWTH:.0%}: {med['floor_new_s']:.3f} s")
+    print(f"first ingest:     {med['first_s']:6.2f} s  peak {med['first_mb']:5.0f} MB "
+          f"({med['first_s'] / med['floor_all_s']:.1f}× the loop; target ≤ {FIRST_MB:.0f} MB)")
+    print(f"again, unchanged: {med['unchanged_s']:6.2f} s  peak {med['unchanged_mb']:5.0f} MB "
+          f"(target ≤ {UNCHANGED_S} s, ≤ {UNCHANGED_MB:.0f} MB)")
+    print(f"again, grown 1%:  {med['grown_s']:6.2f} s  peak {med['grown_mb']:5.0f} MB "
+          f"({med['grown_s'] / med['floor_new_s']:.1f}× reading the 1%; "
+          f"target ≤ {GROWN_RATIO:.0f}×)")
+    doc = {"bytes": size, "rounds": rounds, **med,
+           "grown_ratio": med["grown_s"] / med["floor_new_s"],
+           "first_ratio": med["first_s"] / med["floor_all_s"], "all": rows}
+    report("live", doc)
+    return doc
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("NO_COLOR", "1")
+    main()

@@ -53,7 +53,8 @@ def examples(n: int) -> int:
 # Where platformdirs (and the agents mem installs into) look for a home or its parts.
 HOME_VARIABLES = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME",
                   "XDG_RUNTIME_DIR", "XDG_CONFIG_DIRS", "XDG_DATA_DIRS")
-AGENT_VARIABLES = ("CLAUDE_CONFIG_DIR", "CODEX_HOME")
+AGENT_VARIABLES = ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "COPILOT_HOME", "CLINE_DIR",
+                   "CLINE_DATA_DIR", "CLINE_MCP_SETTINGS_PATH")
 NO_KEYRING = "keyring.backends.fail.Keyring"  # keyring's backend that holds nothing
 
 

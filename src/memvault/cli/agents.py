@@ -296,6 +296,28 @@ def hook_gemini(
     run(lambda: context.settings(vault, org, user, key_file, embeddings_optional=True))
 
 
+@hook_app.command("cursor")
+def hook_cursor(
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None,
+) -> None:
+    """Read a Cursor hook event on stdin and act on it; never fails the agent."""
+    from memvault.integrations.cursor import run
+
+    run(lambda: context.settings(vault, org, user, key_file, embeddings_optional=True))
+
+
+@hook_app.command("qwen")
+def hook_qwen(
+    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+    key_file: KeyFileOpt = None,
+) -> None:
+    """Read a Qwen Code hook event on stdin and act on it; never fails the agent."""
+    from memvault.integrations.qwen import run
+
+    run(lambda: context.settings(vault, org, user, key_file, embeddings_optional=True))
+
+
 hooks_app = typer.Typer(help="Install mem's hooks into an agent's settings.",
                         no_args_is_help=True)
 AgentArg = Annotated[str, typer.Argument(help="The agent: claude-code, codex or gemini.",

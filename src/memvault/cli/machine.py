@@ -31,17 +31,20 @@ def setup(
         "--undo", help="Take mem's hooks and MCP server out of every agent again (and "
         "nothing else).")] = False,
     agent: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
-        "--agent", help="Only this agent: claude-code, codex or gemini (repeatable).",
+        "--agent", help="Only this agent: claude-code, codex, gemini, opencode, cursor, "
+        "copilot, qwen or cline (repeatable).",
         autocompletion=complete_agent, show_default=False)] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Set up mem in the agents found here (Claude Code, Codex CLI, Gemini CLI).
+    """Set up mem in the agents found here (Claude Code, Codex CLI, Gemini CLI, OpenCode,
+    Cursor, Copilot CLI, Qwen Code, Cline).
 
     For each agent on PATH or with its settings folder: mem's hooks (the brief at session
-    start, the transcript kept at the end) and its MCP server, in your user settings, in
-    the form the agent's release runs (its --version is asked). Shows the changes and asks
-    once; each changed file keeps a backup beside it. An agent not found is skipped, and
-    so are Claude Code's hooks and server where the mem plugin is enabled (it brings them).
+    start, the transcript kept at the end) where the agent runs hooks, and its MCP server,
+    in your user settings, in the form the agent's release runs (its --version is asked).
+    Shows the changes and asks once; each changed file keeps a backup beside it. An agent
+    not found is skipped, and so are Claude Code's hooks and server where the mem plugin
+    is enabled (it brings them).
 
     Without a terminal to ask on it changes nothing and exits 2, unless given -y. An agent
     whose settings mem cannot edit safely (a file that is not valid JSON or TOML) is left
@@ -84,8 +87,9 @@ def _show_setup(o: Output, result: "SetupResult") -> None:
     if result.undo:
         o.info("nothing to take out: mem is in no agent's settings")
     elif not any(agent.found for agent in result.agents):
-        o.info("no agent found here: install Claude Code, Codex CLI or Gemini CLI, then run "
-               "mem setup again")
+        o.info("no agent found here: install one (Claude Code, Codex CLI, Gemini CLI, "
+               "OpenCode, Cursor, Copilot CLI, Qwen Code or Cline), then run mem setup "
+               "again")
     elif not any(agent.error for agent in result.agents):
         o.info("nothing to change: mem is set up in every agent found")
 

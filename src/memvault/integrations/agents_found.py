@@ -1,5 +1,6 @@
-"""The agents on this machine: which of Claude Code, Codex CLI and Gemini CLI are here,
-which release each is, and what that release asks of mem's hooks.
+"""The agents on this machine: which of Claude Code, Codex CLI, Gemini CLI, OpenCode,
+Cursor, Copilot CLI, Qwen Code and Cline are here, which release each is, and what that
+release asks of mem's hooks.
 
 An agent is found when its command is on PATH or its settings folder exists (an agent
 installed off PATH still reads its settings). Its release is what `AGENT --version`
@@ -43,7 +44,7 @@ class Spec:
     label: str
     command: str
     module: str  # memvault.integrations.<module>: the installer and the hook handler
-    package: str  # its npm package
+    package: str  # its npm package ("" for none)
     upgrade: str
     variables: tuple[str, ...] = ()  # where the agent's settings are (its --version too)
     elsewhere: tuple[str, ...] = ()  # the command's places off PATH, in its settings folder
@@ -54,8 +55,12 @@ class Spec:
         return importlib.import_module(f"memvault.integrations.{self.module}")
 
     def config_dir(self) -> Path:
-        """The folder of its user settings ($CLAUDE_CONFIG_DIR, $CODEX_HOME honoured)."""
-        return Path(self.integration().settings_path("user")).parent
+        """The folder of its user settings ($CLAUDE_CONFIG_DIR, $CODEX_HOME honoured): the
+        module's own `config_dir` where its files sit deeper (Cline's data/settings/)."""
+        module = self.integration()
+        if hasattr(module, "config_dir"):
+            return Path(module.config_dir())
+        return Path(module.settings_path("user")).parent
 
 
 CLAUDE = Spec("claude-code", "Claude Code", "claude", "claude_code",
@@ -65,7 +70,17 @@ CODEX = Spec("codex", "Codex CLI", "codex", "codex", "@openai/codex",
              "npm install -g @openai/codex@latest", ("CODEX_HOME",))
 GEMINI = Spec("gemini", "Gemini CLI", "gemini", "gemini", "@google/gemini-cli",
               "npm install -g @google/gemini-cli@latest")
-AGENTS: tuple[Spec, ...] = (CLAUDE, CODEX, GEMINI)
+OPENCODE = Spec("opencode", "OpenCode", "opencode", "opencode", "opencode-ai",
+                "opencode upgrade", ("XDG_CONFIG_HOME", "OPENCODE_CONFIG_DIR"))
+# The agent CLI (cursor-agent); the editor shares ~/.cursor, so its folder finds it too.
+CURSOR = Spec("cursor", "Cursor", "cursor-agent", "cursor", "", "cursor-agent update")
+COPILOT = Spec("copilot", "Copilot CLI", "copilot", "copilot", "@github/copilot",
+               "npm install -g @github/copilot@latest", ("COPILOT_HOME",))
+QWEN = Spec("qwen", "Qwen Code", "qwen", "qwen", "@qwen-code/qwen-code",
+            "npm install -g @qwen-code/qwen-code@latest")
+CLINE = Spec("cline", "Cline", "cline", "cline", "cline", "npm install -g cline@latest",
+             ("CLINE_DIR", "CLINE_DATA_DIR", "CLINE_MCP_SETTINGS_PATH"))
+AGENTS: tuple[Spec, ...] = (CLAUDE, CODEX, GEMINI, OPENCODE, CURSOR, COPILOT, QWEN, CLINE)
 BY_NAME = {spec.name: spec for spec in AGENTS}
 
 
@@ -134,7 +149,7 @@ def package_version(spec: Spec, command: str) -> str | None:
             doc = json.loads((folder / "package.json").read_bytes()[:1 << 20])
         except (OSError, ValueError):
             continue
-        if isinstance(doc, dict) and doc.get("name") == spec.package:
+        if spec.package and isinstance(doc, dict) and doc.get("name") == spec.package:
             version = parse_version(str(doc.get("version", "")))
             return shown(version) if version else None
     return None

@@ -2,7 +2,8 @@
 and what `mem doctor` finds wired.
 
 Setup writes the user scope of each agent found, hooks and MCP server, through that
-agent's own installer (claude_code.py, codex.py, gemini.py), in the form its release
+agent's own installer (claude_code.py, codex.py, gemini.py, and opencode.py, cursor.py,
+copilot.py, qwen.py, cline.py, which edit their files in place), in the form its release
 takes (agents_found.py): shell lines for a Claude Code older than the exec form, the
 hooks flag in config.toml for a Codex that needs it. Each installer keeps a backup of
 what it changes and touches only mem's own entries, so an undo takes out exactly what
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from memvault.errors import MemError
 from memvault.integrations import agents_found, hookbase
-from memvault.integrations.agents_found import CLAUDE, CODEX, GEMINI, Found, Needs
+from memvault.integrations.agents_found import CLAUDE, CODEX, GEMINI, QWEN, Found, Needs
 from memvault.model.machine_results import (
     OK,
     WARNING,
@@ -205,6 +206,8 @@ def wired(f: Found) -> Wired:
     valid JSON or TOML)."""
     spec = f.spec
     module = spec.integration()
+    if hasattr(module, "wired_in"):  # the agents whose files mem edits in place
+        return Wired(*module.wired_in())
     path = Path(module.settings_path("user"))
     doc = hookbase.load_json(path, spec.label)
     events: list[str] = []
@@ -266,9 +269,16 @@ def _turned_off(f: Found) -> str | None:
         if module.hooks_feature(module.read_config(config)) is False:
             return f"hooks are turned off in {config} ([features]): mem's run once they are " \
                 "on again"
-    elif _gemini_switch(f) is False:
+    elif spec is GEMINI and _gemini_switch(f) is False:
         return f"hooks (or mem's hook) are turned off in {module.settings_path('user')} " \
             "(hooksConfig): mem's run once they are on again"
+    elif spec is QWEN:
+        from memvault.integrations import jsonedit
+
+        path = module.settings_path("user")
+        if jsonedit.loads(jsonedit.read(path, spec.label)[0]).get("disableAllHooks") is True:
+            return f"hooks are turned off in {path} (disableAllHooks): mem's run once they " \
+                "are on again"
     return None
 
 
@@ -310,7 +320,9 @@ def agent_findings(f: Found) -> Iterator[Finding]:
         if fix == "setup" and blocked is not None:  # setup would refuse: say what will do
             text, fix = f"{text}; mem setup refuses it: {_reason(blocked)}", blocked.hint
         yield Finding(check, WARNING, f"{f.label}: {text}", fix, spec.name)
-    if not problems:
+    if not problems and not spec.integration().EVENTS:  # an agent mem gives its server only
+        yield Finding(check, OK, f"{f.label}: MCP server in {have.mcp}")
+    elif not problems:
         form = "exec form" if have.exec_form else "shell lines"
         yield Finding(check, OK, f"{f.label}: hooks {', '.join(have.hooks)} ({form}) in "
                       f"{have.settings}; MCP server in {have.mcp}")
@@ -400,11 +412,13 @@ def _problems(f: Found, have: Wired) -> Iterator[tuple[str, str | None]]:
     if not need.runs_hooks and need.note:
         yield need.note, "upgrade" if need.upgrade else None
     program = have.argv[0] if have.argv else None
+    runs = "mem's hooks run" if have.hooks else "mem's MCP server runs"
     if program and os.path.isabs(program) and not os.path.exists(program):
-        yield f"mem's hooks run {program}, which is not there any more", "setup"
+        yield f"{runs} {program}, which is not there any more", "setup"
     other = _other_identity(have.argv)
     if other:
-        yield f"mem's hooks serve {other}, not what mem resolves here", "setup"
+        serve = "mem's hooks serve" if have.hooks else "mem's MCP server serves"
+        yield f"{serve} {other}, not what mem resolves here", "setup"
 
 
 def _other_identity(argv: tuple[str, ...]) -> str | None:

@@ -1,0 +1,71 @@
+"""GitHub Copilot CLI: mem's MCP server in ~/.copilot/mcp-config.json ($COPILOT_HOME).
+
+The file is the one `copilot mcp add` writes (`mcpServers`, each server with `type`,
+`command`, `args`, `env` and the `tools` it may use); mem edits only its own entry, every
+other byte stays.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from memvault.errors import UsageError
+from memvault.integrations import hookbase, jsonedit
+from memvault.integrations.launch import Launch, refuse_forwarding
+from memvault.integrations.launch import resolve as resolve_launch
+from memvault.model.machine_results import HookInstallResult
+
+NAME = "copilot"
+WHAT = "Copilot CLI MCP"
+EVENTS: tuple[str, ...] = ()
+CONTAINER = ("mcpServers",)
+
+
+def config_dir() -> Path:
+    return Path(os.environ.get("COPILOT_HOME") or str(Path.home() / ".copilot"))
+
+
+def settings_path(scope: str, explicit: Path | None = None) -> Path:
+    """$COPILOT_HOME/mcp-config.json (~/.copilot), or the project's .mcp.json."""
+    if explicit is not None:
+        return explicit
+    if scope == "user":
+        return config_dir() / "mcp-config.json"
+    if scope == "project":
+        return Path.cwd() / ".mcp.json"
+    raise UsageError(f"unknown scope {scope!r}: use user or project")
+
+
+ours = hookbase.hook_owner(NAME)
+
+
+def server_entry(launch: Launch) -> dict[str, Any]:
+    program, *rest = launch.argv("mcp")
+    entry: dict[str, Any] = {"type": "local", "command": program, "args": rest,
+                             "tools": ["*"]}
+    if launch.env:
+        entry["env"] = launch.env_map
+    return entry
+
+
+def install(path: Path, scope: str = "user", mcp: bool = False,
+            dry_run: bool = False) -> HookInstallResult:
+    if not mcp:
+        return HookInstallResult(str(path), False, (), None)
+    launch = resolve_launch(scope)
+    refuse_forwarding(launch, "Copilot CLI")
+    return jsonedit.install_server(path, WHAT, CONTAINER, server_entry(launch), dry_run)
+
+
+def uninstall(path: Path, scope: str = "user", mcp: bool = False,
+              dry_run: bool = False) -> HookInstallResult:
+    if not mcp:
+        return HookInstallResult(str(path), False, (), None)
+    return jsonedit.uninstall_server(path, WHAT, CONTAINER, dry_run)
+
+
+def wired_in() -> tuple[Path, tuple[str, ...], tuple[str, ...], bool, Path | None]:
+    path = settings_path("user")
+    return jsonedit.server_wired(path, WHAT, CONTAINER)

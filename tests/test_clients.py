@@ -6,8 +6,11 @@ LANG, SHELL, TERM and a few more only; Gemini CLI drops every variable whose nam
 KEY, TOKEN, SECRET (and more); Claude Code passes everything. With the vault, key, config
 and user all outside the defaults, the server must still start, list mem's tools and
 store for the user the hooks brief. The real clients (tests/agents/package.json; `.ci/run`
-installs them) check the same offline: `claude mcp list` and `gemini mcp list` start the
-server to health-check it, and Codex's app server lists its tools and calls one.
+installs them) check the same offline: `claude mcp list`, `gemini mcp list`, `opencode mcp
+list` and `qwen mcp list` start the server to health-check it, Codex's app server lists
+its tools and calls one, and `copilot mcp get` reads the entry mem wrote. Cline's CLI has
+no check that runs without a terminal, and Cursor's agent is not on npm: mem's entries
+for them are held to the server's own start as each starts it.
 """
 
 from __future__ import annotations
@@ -466,3 +469,131 @@ def test_setup_wires_every_real_client_as_its_own_checks_see_it(
     listed = subprocess.run([str(codex), "mcp", "list", "--json"], env=env, cwd=elsewhere,
                             capture_output=True, text=True, timeout=TIMEOUT, check=False)
     assert listed.returncode == 0 and "mem" not in {s["name"] for s in json.loads(listed.stdout)}
+
+
+# --- OpenCode, Cursor, Copilot CLI, Qwen Code, Cline: what `mem setup` writes -----------------
+
+# Where each keeps mem's server, and what it gives the server of its own environment:
+# OpenCode and Qwen Code pass all of it (tried: both handed a server MEM_USER and
+# MEM_MASTER_KEY); the others are held to the MCP SDK's default, the least a client passes.
+SDK_KEPT = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+SERVERS = {"opencode": (".config/opencode/opencode.json", "mcp"),
+           "cursor": (".cursor/mcp.json", "mcpServers"),
+           "copilot": (".copilot/mcp-config.json", "mcpServers"),
+           "qwen": (".qwen/settings.json", "mcpServers"),
+           "cline": (".cline/data/settings/cline_mcp_settings.json", "mcpServers")}
+
+
+def set_up(script_runner: ScriptRunner, home: Path, agent: str) -> tuple[list[str],
+                                                                          dict[str, str]]:
+    """`mem setup` for one agent found by its folder; argv and env of the server it wrote."""
+    from memvault.integrations import jsonedit
+
+    place, container = SERVERS[agent]
+    (home / place).parent.mkdir(parents=True, exist_ok=True)
+    result = mem(script_runner, "setup", "-y", f"--agent={agent}")
+    assert result.returncode == 0, result.stderr
+    entry = jsonedit.loads((home / place).read_text())[container]["mem"]
+    if agent == "opencode":
+        return list(entry["command"]), dict(entry.get("environment", {}))
+    return [entry["command"], *entry["args"]], dict(entry.get("env", {}))
+
+
+def search_over_mcp(argv: list[str], env: dict[str, str], cwd: Path, query: str
+                    ) -> dict[str, Any]:
+    """One session of the server, a request at a time as a client sends them: initialize,
+    then memory_search; its answer."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=cwd)
+    assert proc.stdin is not None and proc.stdout is not None
+    answers = []
+    try:
+        for ident, method, params in (
+                (1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                   "clientInfo": {"name": "test", "version": "1"}}),
+                (2, "tools/call", {"name": "memory_search", "arguments": {"query": query}})):
+            proc.stdin.write(rpc(method, params, ident))
+            if ident == 1:
+                proc.stdin.flush()
+                answers.append(json.loads(proc.stdout.readline()))
+                proc.stdin.write(rpc("notifications/initialized", {}))
+            proc.stdin.flush()
+        answers.append(json.loads(proc.stdout.readline()))
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=TIMEOUT) == 0
+    assert [a["id"] for a in answers] == [1, 2], answers
+    return answers[1]["result"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("agent", sorted(SERVERS))
+def test_each_agents_server_as_it_starts_it_searches_the_setups_user(
+        script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path, agent: str) -> None:
+    home = tmp_path / "home"
+    argv, entry_env = set_up(script_runner, home, agent)
+    own = without_mem(dict(os.environ))
+    base = own if agent in ("opencode", "qwen") else {k: own[k] for k in SDK_KEPT if k in own}
+    env = {**base, **entry_env}
+    content = f"Deploys for {agent} go through the blue pipeline"
+    tools, stored = talk(argv, env, elsewhere, content)
+    assert TOOLS <= tools and stored["isError"] is False, stored
+    found = search_over_mcp(argv, env, elsewhere, "blue pipeline")
+    assert found["isError"] is False, found
+    assert [r["content"] for r in found["structuredContent"]["results"]] == [content]
+    assert stored_for(script_runner, "blue pipeline") == [content]  # bob's, elsewhere
+
+
+def test_opencode_connects_to_the_server_in_a_hand_written_jsonc(
+        script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path) -> None:
+    opencode = client("opencode")
+    home = tmp_path / "home"
+    config = home / ".config" / "opencode" / "opencode.jsonc"
+    config.parent.mkdir(parents=True)
+    config.write_text('{\n  // mine\n  "autoupdate": false,\n}\n')
+    assert mem(script_runner, "setup", "-y", "--agent=opencode").returncode == 0
+    env = {**client_env(home), "OPENCODE_DISABLE_AUTOUPDATE": "1"}
+    done = subprocess.run([str(opencode), "mcp", "list"], env=env, cwd=elsewhere,
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    out = done.stdout + done.stderr
+    (line,) = [x for x in out.splitlines() if " mem " in f"{x} "]
+    assert "connected" in line and "failed" not in line, out
+    assert "// mine" in config.read_text()
+
+
+def test_qwen_code_connects_to_the_server(
+        script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path) -> None:
+    qwen = client("qwen")
+    home = tmp_path / "home"
+    (home / ".qwen").mkdir(parents=True)
+    assert mem(script_runner, "setup", "-y", "--agent=qwen").returncode == 0
+    done = subprocess.run([str(qwen), "mcp", "list"], env=client_env(home), cwd=elsewhere,
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    out = done.stdout + done.stderr
+    (line,) = [x for x in out.splitlines() if " mem:" in x or x.startswith("mem:")]
+    assert "Connected" in line and "Disconnected" not in line, out
+    assert "--user=bob" in line
+
+
+def test_copilot_cli_reads_the_server_mem_wrote(
+        script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path) -> None:
+    copilot = client("copilot")
+    home = tmp_path / "home"
+    config = home / ".copilot" / "mcp-config.json"
+    config.parent.mkdir(parents=True)
+    config.write_text('{"mcpServers": {"docs": {"type": "local", "command": "docs-mcp", '
+                      '"tools": ["*"]}}}')
+    assert mem(script_runner, "setup", "-y", "--agent=copilot").returncode == 0
+
+    def ask(*args: str) -> str:
+        done = subprocess.run([str(copilot), "mcp", *args], env=client_env(home),
+                              cwd=elsewhere, capture_output=True, text=True,
+                              timeout=TIMEOUT, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    listed = ask("list")
+    assert "mem (local)" in listed and "docs (local)" in listed, listed
+    shown = ask("get", "mem")
+    assert "Status: Enabled" in shown and "--user=bob" in shown, shown
+    assert mem(script_runner, "setup", "--undo", "-y", "--agent=copilot").returncode == 0
+    assert "mem (local)" not in ask("list")

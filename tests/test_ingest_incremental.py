@@ -237,3 +237,128 @@ def test_pre_compact_then_session_end_read_a_live_session_on_from_its_position(
     own = [r for r in stored(alone) if not str(r[4] or "").startswith("subagent")]
     assert message_count(script_runner, sid) == len([r for r in own if r[0] == "message"]), \
         log_lines(tmp_path / "logs")
+
+
+# --- a large transcript read whole, in bounded memory ------------------------------------
+
+def _big_session(path: Path, size: int) -> Path:
+    """A Claude Code session of about `size` bytes: the real sessions copied end to end,
+    each copy's ids its own (as bench/bench_live.py builds it)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    try:
+        from bench_live import make_session
+    finally:
+        sys.path.pop(0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make_session(path, size, "big-session")
+    return path
+
+
+@real_data
+@settings(max_examples=8, deadline=None)
+@given(size=st.integers(min_value=2_000, max_value=400_000), hold=st.sampled_from([1, 10_000]))
+def test_two_passes_in_blocks_read_what_one_read_of_the_whole_file_reads(
+        size: int, hold: int) -> None:
+    """The first pass chooses the branch from the lines' links alone; the second drafts
+    a block at a time: the messages, summaries, sessions, ignored lines and the position
+    a later read starts from are those of one read of the whole file (any block size;
+    an API message whose lines cross blocks waits for them, or goes out and comes again
+    whole)."""
+    from memvault.storage.streams import line_blocks
+    from memvault.text.transcripts import claude_code
+
+    for source in (SESSION, RESUMED):
+        raw = source.read_bytes()
+        text = raw.decode()
+        one = claude_code.read_on(text)
+        assert one is not None
+
+        def texts(raw: bytes = raw) -> Any:
+            import io
+
+            lines = 0
+            for block in line_blocks(io.BytesIO(raw), len(raw), size):
+                yield lines, block.decode()
+                lines += block.count(b"\n")
+
+        chosen = claude_code.choose(texts())
+        assert chosen is not None
+        assert (chosen.pins, chosen.branch, chosen.resume) == (one.pins, one.branch,
+                                                               one.resume)
+        blocks = claude_code.Blocks(chosen, hold)
+        parts = list(texts())
+        read = [blocks.read(base, t, end=k == len(parts) - 1)
+                for k, (base, t) in enumerate(parts)]
+        whole = one.transcript
+
+        def rows(ms: list[Any]) -> list[tuple[Any, ...]]:
+            return [(m.message_id, m.role, m.content, m.created_at) for m in ms]
+
+        messages = [m for r in read for m in r.messages]
+        if hold > 1:  # the file's order kept
+            assert rows(messages) == rows(whole.messages)
+        else:  # the last version of each message is the whole one
+            assert {m[0]: m for m in rows(messages)} == {m[0]: m for m in rows(whole.messages)}
+        assert rows([m for r in read for m in r.summaries]) == rows(whole.summaries)
+        assert {k: v for r in read for k, v in r.said_in.items()} == whole.said_in
+        ignored: dict[str, int] = {}
+        for r in read:
+            for reason, n in r.ignored.items():
+                ignored[reason] = ignored.get(reason, 0) + n
+        assert ignored == whole.ignored
+        assert {r.session_id for r in read} == {whole.session_id}
+
+
+@real_data
+@pytest.mark.slow
+def test_a_large_transcript_is_ingested_whole_in_bounded_memory(
+        vault: Vault, tmp_path: Path) -> None:
+    """A first ingest holds a block of lines and the links of the file's lines, never
+    the file: its peak (measured in the process) stays far from the file's size times
+    the parsed JSON's weight, and it stores what a read of the whole file stores."""
+    import subprocess
+    import sys
+
+    path = _big_session(tmp_path / "big" / "big.jsonl", 40_000_000)
+    mem = str(Path(sys.executable).parent / "mem")
+    run = subprocess.run(["/usr/bin/time", "-f", "%M", mem, "ingest", str(path), "--quiet"],  # noqa: S603
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr
+    peak_mb = int(run.stderr.strip().splitlines()[-1]) / 1024
+    assert peak_mb < 200, peak_mb  # read whole, it took over 250 MB
+    from memvault.text.transcripts import claude_code
+
+    expected = claude_code._claude(path.read_text())
+    got = stored(vault)
+    assert {r[2] for r in got if r[0] == "message"} == {
+        m.message_id for m in expected.messages}
+
+
+@real_data
+@pytest.mark.slow
+def test_ctrl_c_in_the_first_ingest_of_a_large_transcript_keeps_whole_messages(
+        vault: Vault, tmp_path: Path) -> None:
+    """Ctrl-C once the first block's messages are stored: they stay, each one whole (as
+    the ingest of the whole file stores it), the run says how many, and the same command
+    run again stores the rest, nothing twice."""
+    import re
+
+    from test_progress import INTERRUPTED, on_terminal
+
+    path = _big_session(tmp_path / "big" / "big.jsonl", 40_000_000)
+    run = on_terminal(["ingest", str(path)], until=lambda seen: b"stored" in seen)
+    assert run.returncode == 130, run.shown
+    assert "Traceback" not in run.shown
+    (said,) = INTERRUPTED.findall(run.terminal)
+    kept = re.match(rb"([\d,]+) messages? stored and kept", said)
+    assert kept, said
+    partial = stored(vault)
+    assert 0 < len(partial) >= int(kept.group(1).replace(b",", b""))
+    v = vault_for("whole")
+    ingest_file(v, path)
+    everything = stored(v)
+    assert {r[2:] for r in partial} < {r[2:] for r in everything}  # whole messages only
+    ingest_file(vault, path)
+    assert {r[2:] for r in stored(vault)} == {r[2:] for r in everything}

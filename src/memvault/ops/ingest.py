@@ -160,11 +160,22 @@ def _read_on(vault: Vault, path: Path, fmt: str, session: str | None, strict: bo
             before = _position(vault, key)
             if before is not None and not _still(before, os.fstat(fh.fileno()), head, fh):
                 before = None
-            start = int(before["pin"]) if before is not None else 0
-            fh.seek(start)
-            end = int(before["end"]) if before is not None else 0
-            progress.start(max(0, st.st_size - start), "bytes")
             identity = os.fstat(fh.fileno())
+            if before is None:
+                # Read whole, in two passes over blocks of lines: memory holds a block
+                # and the links of the lines, never the file.
+                twice = _read_twice(vault, path, fh, identity.st_size, session, strict,
+                                    fallback_name, tags, progress)
+                if twice is None:
+                    return None
+                ingested, position = twice
+                end = int(position["end"])
+                position["held"] = ingested.messages_skipped + ingested.messages_added
+                return _kept(vault, key, ingested, position, identity, head[:end])
+            start = int(before["pin"])
+            fh.seek(start)
+            end = int(before["end"])
+            progress.start(max(0, st.st_size - start), "bytes")
             if identity.st_size - start > MAX_TRANSCRIPT:
                 return None  # read whole, it is refused as too large: the caller says so
             # Read into one buffer, cut in place: the file's bytes are held once.
@@ -174,27 +185,97 @@ def _read_on(vault: Vault, path: Path, fmt: str, session: str | None, strict: bo
         return None  # the caller opens it and says why
     progress.advance(len(whole))
     whole[whole.rfind(b"\n") + 1:] = b""  # a torn last line is read once it is whole
-    if before is not None and start + len(whole) <= end:
+    if start + len(whole) <= end:
         # Nothing appended: nothing to read.
         return IngestResult(session_id=str(before["session"]), format="claude-code",
                             messages_added=0, messages_skipped=int(before.get("held", 0)),
                             lines_ignored=0, withheld=0, redactions=())
     result = _read_lines(vault, path, whole, start, before, session, strict,
                          fallback_name, tags, progress)
-    if result is None and before is not None:
+    if result is None:
         return _read_on(vault, path, fmt, session, strict, fallback_name, tags, progress) \
             if _drop(vault, key) else None
-    if result is None:
-        return None
     ingested, position = result
     # The messages the file holds, as far as read: what an ingest that reads none skips.
-    position["held"] = (int(before.get("held", 0)) if before is not None else
-                        ingested.messages_skipped) + ingested.messages_added
+    position["held"] = int(before.get("held", 0)) + ingested.messages_added
+    return _kept(vault, key, ingested, position, identity, head[:start + len(whole)])
+
+
+def _kept(vault: Vault, key: str, ingested: IngestResult, position: dict[str, Any],
+          identity: os.stat_result, head: bytes) -> IngestResult:
+    """Keep the position a read ended at (with the file's identity and start)."""
     position.update(dev=identity.st_dev, ino=identity.st_ino,
-                    head=hashlib.sha256(head[:start + len(whole)]).hexdigest())
+                    head=hashlib.sha256(head).hexdigest())
     if vault.exists():  # a session with nothing to keep made no user: none is made here
         _keep_position(vault, key, position)
     return ingested
+
+
+def _read_twice(vault: Vault, path: Path, fh: IO[bytes], size: int, session: str | None,
+                strict: bool, fallback_name: str | None, tags: tuple[str, ...],
+                progress: Progress) -> tuple[IngestResult, dict[str, Any]] | None:
+    """A Claude Code file read whole in bounded memory: a first pass keeps only each
+    line's links and ids and chooses the conversation's branch (claude_code.choose); the
+    second drafts the messages a block of lines at a time and stores each block's in its
+    own write, so an interruption keeps every message stored so far, whole. The result
+    and the position to keep; None when it is no such file (a subagent's, one with
+    nothing of Claude Code's: the caller reads it whole)."""
+    from memvault.storage.streams import line_blocks
+    from memvault.text.transcripts import claude_code
+    from memvault.text.transcripts.base import _scrub
+
+    where = str(path)
+    end = _whole_end(fh, size)
+    if end <= 0:
+        return None
+    progress.start(2 * end, "bytes")
+    line_starts: list[int] = []  # the offsets of the lines of the block read last
+
+    def texts() -> Iterator[tuple[int, str]]:
+        """Each block's text, with the number of the line before it."""
+        fh.seek(0)
+        lines = 0
+        for raw in line_blocks(fh, end):
+            progress.advance(len(raw))
+            line_starts[:] = _line_starts(raw)
+            text = decode(raw, where)
+            yield lines, text.removeprefix("\ufeff") if not lines else text
+            lines += raw.count(b"\n")
+
+    chosen = claude_code.choose(texts())
+    if chosen is None or (chosen.resume.leaf is None and not chosen.branch):
+        return None
+    # The offset of each line a later read may have to start at.
+    at: dict[int, int] = {}
+    pins = set(chosen.pins)
+    blocks = claude_code.Blocks(chosen)
+
+    def batches() -> Iterator[Transcript]:
+        offset = 0
+        last: tuple[int, str] | None = None
+        for base, text in texts():
+            for n, line_start in enumerate(line_starts, base + 1):
+                if n in pins:
+                    at[n] = offset + line_start
+            offset += line_starts[-1]
+            if last is not None:
+                yield _scrub(blocks.read(*last))
+            last = (base, text)
+        if last is not None:
+            yield _scrub(blocks.read(*last, end=True))
+
+    ingested = ingest_batches(vault, batches(), path.stem, session, False, strict,
+                              fallback_name, tags=tags, progress=progress, streamed=True)
+    # The next read starts at the earliest line a later line may still change (see
+    # _read_lines): the last API message, a tool call waiting for its result.
+    pin_line = min((n for n in chosen.pins if n in at and end - at[n] <= LIVE_WINDOW),
+                   default=None)
+    pin = at[pin_line] if pin_line is not None else end
+    branch = [u for n, u in chosen.branch if pin_line is not None and n >= pin_line]
+    fh.seek(pin)
+    return ingested, {"end": end, "pin": pin, "session": ingested.session_id,
+                      "tail": hashlib.sha256(fh.read(end - pin)).hexdigest(),
+                      "resume": {**chosen.resume.__dict__, "branch": branch}}
 
 
 def _read_lines(vault: Vault, path: Path, whole: bytearray, start: int,
@@ -230,6 +311,19 @@ def _read_lines(vault: Vault, path: Path, whole: bytearray, start: int,
     return ingested, {"end": end, "pin": pin, "session": ingested.session_id,
                       "tail": hashlib.sha256(whole[pin - start:]).hexdigest(),
                       "resume": resume_doc}
+
+
+def _whole_end(fh: IO[bytes], size: int) -> int:
+    """The end of the file's last whole line (0: none)."""
+    at = size
+    while at > 0:
+        step = min(at, 1 << 20)
+        fh.seek(at - step)
+        cut = fh.read(step).rfind(b"\n")
+        if cut >= 0:
+            return at - step + cut + 1
+        at -= step
+    return 0
 
 
 def _line_starts(data: bytes | bytearray) -> list[int]:
@@ -535,6 +629,8 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
     done = stored(with_ids(vault, transcript.messages), Added(0, 0, 0, []))
     counts, summaries_read = Counter(transcript.ignored), list(transcript.summaries)
     for more in batches:  # a stream's next batches
+        if not session:
+            said_in.update(more.said_in)
         done = stored(with_ids(vault, more.messages), done)
         counts.update(more.ignored)
         summaries_read += more.summaries

@@ -264,3 +264,30 @@ class Replay:
             if not isinstance(line, bytes) or self.size > SNIFF_BYTES:
                 return
             yield line.decode("utf-8", "replace")
+
+
+# A file read twice (a first pass for its links, a second that stores) is read in blocks
+# of whole lines of about this size: what memory holds of it at a time.
+LINE_BLOCK = 8 << 20
+
+
+def line_blocks(fh: IO[bytes], end: int, size: int = LINE_BLOCK) -> Iterator[bytes]:
+    """The bytes of `fh` from where it is to `end` (the end of a whole line), in blocks
+    of whole lines of about `size` bytes (a longer line is a block of its own)."""
+    left = end - fh.tell()
+    carry = b""
+    while left > 0:
+        data = fh.read(min(size, left))
+        if not data:
+            break  # the file shrank under us: what was read is all there is
+        left -= len(data)
+        data = carry + data
+        cut = data.rfind(b"\n") + 1
+        if not cut and left > 0:
+            carry = data
+            continue
+        carry = data[cut:]
+        if cut:
+            yield data[:cut]
+    if carry:
+        yield carry

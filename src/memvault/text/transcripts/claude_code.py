@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,60 +182,10 @@ def read_on(text: str, before: Resume | None = None) -> Read | None:
         leaf = next((i for i in range(len(entries) - 1, -1, -1)
                      if _claude_turn(entries[i])), None)
 
-    drafts: list[_Draft] = []
-    by_message: dict[str, _Draft] = {}  # API message id → its draft, to merge split lines
-    summaries: list[NewMessage] = []
-    said_in: dict[str, str] = {}  # message id → the sessionId of its (first) line
-    first_line: dict[str, int] = {}  # API message id → the line number of its first line
-    last_mid: str | None = None
-    for i, entry in enumerate(entries):
-        reason = _claude_ignored(entry, i in branch, sub)
-        if reason:
-            ignored[reason] += 1
-            continue
-        uuid = _str(entry.get("uuid"))
-        stamp = _time(entry.get("timestamp"))
-        if (said := _str(entry.get("sessionId"))) is not None:
-            if uuid is not None:
-                said_in.setdefault(uuid, said)
-            if (mid := _claude_message_id(entry)) is not None:
-                said_in.setdefault(mid, said)
-        if entry.get("type") == "system":  # a local command (Claude Code 2.x)
-            shown = _claude_said(entry["content"])
-            if not shown:
-                ignored["harness text" if entry["content"].strip() else "empty"] += 1
-            drafts.extend(_unit(uuid, stamp, shown))
-            continue
-        message: dict[str, Any] = entry["message"]
-        if entry["type"] == "assistant":
-            mid = _str(message.get("id")) or uuid
-            draft = by_message.get(mid) if mid else None
-            if draft is None:
-                draft = _Draft("assistant", mid, stamp)
-                drafts.append(draft)
-                if mid:
-                    by_message[mid] = draft
-                    first_line.setdefault(mid, numbers[i])
-            last_mid = mid
-            reason = _claude_assistant(draft, message.get("content"))
-            if reason:
-                ignored[reason] += 1
-            continue
-        texts, results = _claude_user_blocks(message.get("content"))
-        said = "\n".join(t.strip() for t in texts if t.strip())
-        compacted = bool(said) and (entry.get("isCompactSummary") is True
-                                    or said.startswith(CLAUDE_CONTINUED))
-        units: list[tuple[str, str]] = []
-        body = _claude_summary(said) if compacted else ""
-        if body:
-            summaries.append(NewMessage(content=body, role="summary", message_id=uuid,
-                                        created_at=stamp))
-        elif said and not compacted:
-            units = _claude_said(said)
-        units += [("tool", r) for r in results]
-        if not units and not body:
-            ignored["harness text" if said and not compacted else "empty"] += 1
-        drafts.extend(_unit(uuid, stamp, units, 2 if compacted else 1))  # #1: the summary
+    drafting = _Drafting(sub, channel, ignored)
+    drafting.feed(entries, numbers, branch)
+    drafts, summaries, said_in = drafting.drafts, drafting.summaries, drafting.said_in
+    first_line, last_mid = drafting.first_line, drafting.last_mid
 
     session = None
     if leaf is not None:
@@ -248,11 +198,8 @@ def read_on(text: str, before: Resume | None = None) -> Read | None:
     messages = _finish(drafts)
     for m in messages:
         m.channel = channel
-    # A line's second, third, ... message (base#2) was said where the line was.
-    said_in = {m.message_id: said for m in [*messages, *summaries] if m.message_id and (
-        said := said_in.get(m.message_id) or said_in.get(m.message_id.rpartition("#")[0]))}
     transcript = Transcript("claude-code", session, messages, summaries, dict(ignored),
-                            said_in)
+                            _said(messages, summaries, said_in))
     # Where a later read must start: the last API message (its lines may go on), and each
     # tool call on the branch still waiting for its result (the result is kept by its id).
     answered: set[str] = set()
@@ -269,6 +216,238 @@ def read_on(text: str, before: Resume | None = None) -> Read | None:
     return Read(transcript, resume, sorted(set(pins)),
                 [(numbers[i], u) for i in sorted(branch)
                  if (u := _str(entries[i].get("uuid"))) is not None])
+
+
+def _said(messages: list[NewMessage], summaries: list[NewMessage],
+          said_in: dict[str, str]) -> dict[str, str]:
+    """The session each message was said in: its line's (a line's second, third, ...
+    message, base#2, was said where the line was)."""
+    return {m.message_id: said for m in [*messages, *summaries] if m.message_id and (
+        said := said_in.get(m.message_id) or said_in.get(m.message_id.rpartition("#")[0]))}
+
+
+# What the first of two passes keeps of a line: what the choice of the branch reads.
+_LINKS = ("type", "subtype", "uuid", "parentUuid", "logicalParentUuid", "isSidechain",
+          "isMeta", "isApiErrorMessage", "sessionId")
+
+
+def _links(obj: dict[str, Any]) -> dict[str, Any]:
+    """A line without its words: its type, links and ids (of its tool calls and results)."""
+    out = {k: obj[k] for k in _LINKS if k in obj}
+    if isinstance(obj.get("content"), str):
+        out["content"] = ""  # a local command's line: a turn (its words read in pass two)
+    message = obj.get("message")
+    if isinstance(message, dict):
+        kept = {k: message[k] for k in ("id", "model") if k in message}
+        content = message.get("content")
+        if isinstance(content, list):
+            kept["content"] = [{k: b[k] for k in ("type", "id", "tool_use_id") if k in b}
+                               for b in content if isinstance(b, dict)
+                               and b.get("type") in ("tool_use", "tool_result")]
+        out["message"] = kept
+    return out
+
+
+@dataclass
+class Chosen:
+    """A whole file's conversation, chosen in a first pass over its lines' links alone
+    (`choose`), for a second pass that drafts its messages a block of lines at a time
+    (`Blocks`), in memory bounded by the block, not by the file. Line numbers are the
+    file's (1-based)."""
+
+    lines: set[int]  # the lines on the conversation's branch
+    twice: set[int]  # the lines of an entry written again (its uuid seen before)
+    last: dict[str, int]  # API message id → the number of its last line
+    session: str | None
+    resume: Resume
+    pins: list[int]
+    branch: list[tuple[int, str]]  # (line number, uuid) of the branch's lines
+
+
+def choose(blocks: Iterable[tuple[int, str]]) -> Chosen | None:
+    """The first pass: `blocks` are the file's text in blocks of whole lines, each with the
+    number of the line before it. None for a subagent's file (read whole: a subagent's
+    file is the parent session's, read with it)."""
+    ignored: Counter[str] = Counter()
+    entries: list[dict[str, Any]] = []
+    numbers: list[int] = []
+    where: dict[str, int] = {}
+    twice: set[int] = set()
+    for base, text in blocks:
+        for number, obj in _objects(text, ignored):
+            uuid = obj.get("uuid")
+            if isinstance(uuid, str):
+                if uuid in where:
+                    twice.add(base + number)
+                    continue
+                where[uuid] = len(entries)
+            entries.append(_links(obj))
+            numbers.append(base + number)
+    turns = [e for e in entries if _claude_turn(e)]
+    if turns and all(e.get("isSidechain") is True for e in turns):
+        return None
+    linked = any(isinstance(e.get("parentUuid"), str) or isinstance(e.get("logicalParentUuid"),
+                                                                      str) for e in entries)
+    if linked:
+        found = _claude_branch(entries, where, False)
+        assert found is not None  # read from the first line: always found
+        branch, leaf = found
+    else:
+        branch = set(range(len(entries)))
+        leaf = next((i for i in range(len(entries) - 1, -1, -1)
+                     if _claude_turn(entries[i])), None)
+    # The drafting's merge of an API message's lines, followed on the links alone.
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    last_mid: str | None = None
+    answered: set[str] = set()
+    for i, entry in enumerate(entries):
+        if i in branch:
+            answered |= _claude_ids(entry, "user", "tool_result", "tool_use_id")
+        if entry.get("type") != "assistant" or _claude_ignored(entry, i in branch, False):
+            continue
+        mid = _str(entry["message"].get("id")) or _str(entry.get("uuid"))
+        if mid:
+            first.setdefault(mid, numbers[i])
+            last[mid] = numbers[i]
+        last_mid = mid
+    session = _str(entries[leaf].get("sessionId")) if leaf is not None else None
+    if session is None:
+        session = next((s for i in sorted(branch) if (s := _str(entries[i].get("sessionId")))),
+                       None)
+    pins = [first[last_mid]] if last_mid in first else []
+    pins += [numbers[i] for i in sorted(branch)
+             if _claude_ids(entries[i], "assistant", "tool_use", "id") - answered]
+    resume = Resume(leaf=_str(entries[leaf].get("uuid")) if leaf is not None else None,
+                    sub=False if turns else None, linked=linked, session=session)
+    return Chosen({numbers[i] for i in branch}, twice,
+                  {mid: n for mid, n in last.items() if n != first[mid]}, session, resume,
+                  sorted(set(pins)), [(numbers[i], u) for i in sorted(branch)
+                                      if (u := _str(entries[i].get("uuid"))) is not None])
+
+
+class Blocks:
+    """The second pass: a file's messages drafted a block of whole lines at a time, as
+    one read of the whole file drafts them. A message whose API lines go on past a block
+    waits for them, and so does every message after it (the file's order is kept) until
+    `hold` are waiting: past that they go out, and the one still open comes again whole
+    when its last line is read (stored as a message that grew)."""
+
+    def __init__(self, chosen: Chosen, hold: int = 10_000) -> None:
+        self.chosen, self.hold = chosen, hold
+        self.drafting = _Drafting(False, None, Counter())
+        self.gone: dict[str, int] = {}  # open API messages gone out: their parts then
+
+    def read(self, base: int, text: str, end: bool = False) -> Transcript:
+        """The messages complete once the block of lines after line `base` is read (all
+        of them at the `end`)."""
+        chosen, drafting = self.chosen, self.drafting
+        entries: list[dict[str, Any]] = []
+        numbers: list[int] = []
+        for number, obj in _objects(text, drafting.ignored):
+            if base + number in chosen.twice:
+                drafting.ignored["duplicate line"] += 1
+                continue
+            entries.append(obj)
+            numbers.append(base + number)
+        drafting.feed(entries, numbers, {i for i, n in enumerate(numbers)
+                                         if n in chosen.lines})
+        for mid, parts in list(self.gone.items()):  # gone out while open: grown since
+            draft = drafting.by_message[mid]
+            if len(draft.parts) > parts:
+                drafting.drafts.append(draft)
+                del self.gone[mid]
+        last = numbers[-1] if numbers else base
+        drafts = drafting.drafts
+        done = len(drafts) if end else next(
+            (k for k, d in enumerate(drafts)
+             if d.message_id and chosen.last.get(d.message_id, 0) > last), len(drafts))
+        if len(drafts) - done > self.hold:
+            done = len(drafts)
+        out, drafting.drafts = drafts[:done], drafts[done:]
+        for draft in out:  # a message complete: no line of it to come
+            if draft.message_id and chosen.last.get(draft.message_id, 0) <= last:
+                drafting.by_message.pop(draft.message_id, None)
+            elif draft.message_id in drafting.by_message:
+                self.gone[draft.message_id] = len(draft.parts)
+        messages = _finish(out)
+        summaries, drafting.summaries = drafting.summaries, []
+        said_in = _said(messages, summaries, drafting.said_in)
+        # Only the sessions of the messages still to come are kept.
+        waiting = {*drafting.by_message, *(d.message_id.rpartition("#")[0] or d.message_id
+                                           for d in drafting.drafts if d.message_id)}
+        for key in [k for k in drafting.said_in if k not in waiting]:
+            del drafting.said_in[key]
+        ignored = dict(drafting.ignored)
+        drafting.ignored.clear()
+        return Transcript("claude-code", chosen.session, messages, summaries, ignored, said_in)
+
+
+class _Drafting:
+    """The messages of a file's entries, as they are read: the lines of one API message
+    (one id) merged into one draft, its first line's session kept for each message."""
+
+    def __init__(self, sub: bool, channel: str | None, ignored: Counter[str]) -> None:
+        self.sub, self.channel, self.ignored = sub, channel, ignored
+        self.drafts: list[_Draft] = []
+        self.by_message: dict[str, _Draft] = {}  # API message id → its draft
+        self.summaries: list[NewMessage] = []
+        self.said_in: dict[str, str] = {}  # message id → the sessionId of its (first) line
+        self.first_line: dict[str, int] = {}  # API message id → its first line's number
+        self.last_mid: str | None = None
+
+    def feed(self, entries: list[dict[str, Any]], numbers: list[int],
+             branch: set[int]) -> None:
+        """Draft the messages of `entries` (`branch`: the indices on the conversation)."""
+        ignored, said_in = self.ignored, self.said_in
+        for i, entry in enumerate(entries):
+            reason = _claude_ignored(entry, i in branch, self.sub)
+            if reason:
+                ignored[reason] += 1
+                continue
+            uuid = _str(entry.get("uuid"))
+            stamp = _time(entry.get("timestamp"))
+            if (said := _str(entry.get("sessionId"))) is not None:
+                if uuid is not None:
+                    said_in.setdefault(uuid, said)
+                if (mid := _claude_message_id(entry)) is not None:
+                    said_in.setdefault(mid, said)
+            if entry.get("type") == "system":  # a local command (Claude Code 2.x)
+                shown = _claude_said(entry["content"])
+                if not shown:
+                    ignored["harness text" if entry["content"].strip() else "empty"] += 1
+                self.drafts.extend(_unit(uuid, stamp, shown))
+                continue
+            message: dict[str, Any] = entry["message"]
+            if entry["type"] == "assistant":
+                mid = _str(message.get("id")) or uuid
+                draft = self.by_message.get(mid) if mid else None
+                if draft is None:
+                    draft = _Draft("assistant", mid, stamp)
+                    self.drafts.append(draft)
+                    if mid:
+                        self.by_message[mid] = draft
+                        self.first_line.setdefault(mid, numbers[i])
+                self.last_mid = mid
+                reason = _claude_assistant(draft, message.get("content"))
+                if reason:
+                    ignored[reason] += 1
+                continue
+            texts, results = _claude_user_blocks(message.get("content"))
+            said = "\n".join(t.strip() for t in texts if t.strip())
+            compacted = bool(said) and (entry.get("isCompactSummary") is True
+                                        or said.startswith(CLAUDE_CONTINUED))
+            units: list[tuple[str, str]] = []
+            body = _claude_summary(said) if compacted else ""
+            if body:
+                self.summaries.append(NewMessage(content=body, role="summary",
+                                                 message_id=uuid, created_at=stamp))
+            elif said and not compacted:
+                units = _claude_said(said)
+            units += [("tool", r) for r in results]
+            if not units and not body:
+                ignored["harness text" if said and not compacted else "empty"] += 1
+            self.drafts.extend(_unit(uuid, stamp, units, 2 if compacted else 1))  # #1: summary
 
 
 def _claude_turn(entry: dict[str, Any]) -> bool:

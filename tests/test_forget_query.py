@@ -154,8 +154,10 @@ def test_meaning_never_takes_a_record(vault: Vault, script_runner: ScriptRunner,
         remember.add(vault, text, "fact")
     embed.embed_pending(vault, load())
     found = run_json(script_runner, "search", "zebra unicorn", "--include-archive",
-                     "--include-superseded", "--limit", "100")
-    assert found["mode"] == "hybrid" and found["results"]  # meaning finds something
+                     "--include-superseded", "--limit", "100", "--all")
+    # Meaning finds something, none of it a match (under the relevance floor).
+    assert found["mode"] == "hybrid" and found["results"]
+    assert all(h["weak"] for h in found["results"])
     files = files_of(user_dir(vault_dir), skip_audit=True)
     for args in (("--dry-run",), ("--yes",), ("--yes", "--all-matches")):
         result = mem(script_runner, "forget", "--query", "zebra unicorn", *args)

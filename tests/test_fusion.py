@@ -1,20 +1,32 @@
-"""The fusion of the ranking by words with the ranking by meaning (index/fusion.py)."""
+"""The fusion of the ranking by words with the ranking by meaning, the score's scale, the
+relevance floor and stored memories before transcript turns (index/fusion.py)."""
 
 from __future__ import annotations
 
-from memvault.index.fusion import LEXICAL_WEIGHT, fuse, normalised
+import pytest
+
+from memvault.index.fusion import (
+    LEXICAL_WEIGHT,
+    MEANING_FLOOR,
+    TYPED_BOOST,
+    WORDS_FLOOR,
+    fuse,
+    normalised,
+)
+
+IDEAL = 10.0  # the query's: a record holding each word once scores this by words
 
 
 def test_words_lead_and_meaning_breaks_near_ties() -> None:
     # b and c score alike by words; c means more: it goes first of the two, a stays first.
     lexical = [("a", 10.0), ("b", 5.0), ("c", 5.0)]
     semantic = [("c", 0.9), ("a", 0.2), ("b", 0.1)]
-    ranked = [f.memory_id for f in fuse(lexical, semantic)]
+    ranked = [f.memory_id for f in fuse(lexical, semantic, ideal=IDEAL)]
     assert ranked == ["a", "c", "b"]
 
 
 def test_a_record_found_only_by_meaning_joins_with_each_leg_reported() -> None:
-    ranked = fuse([("a", 4.0), ("b", 2.0)], [("z", 0.8), ("a", 0.5)])
+    ranked = fuse([("a", 4.0), ("b", 2.0)], [("z", 0.8), ("a", 0.5)], ideal=5.0)
     fused = {f.memory_id: f for f in ranked}
     z, a, b = fused["z"], fused["a"], fused["b"]
     assert (z.lexical_rank, z.lexical_score, z.semantic_rank, z.semantic_score) == \
@@ -23,22 +35,66 @@ def test_a_record_found_only_by_meaning_joins_with_each_leg_reported() -> None:
     assert (b.lexical_rank, b.semantic_rank, b.semantic_score) == (2, None, None)
     # z shares no word: 0.1 of the best meaning does not beat b's share of the words.
     assert [f.memory_id for f in ranked] == ["a", "b", "z"]
+    assert all(f.matches for f in ranked)  # z by its meaning, a and b by their words
+
+
+def test_the_order_is_the_measured_fusion_whatever_the_scale() -> None:
+    """The score shown is the fusion's order on an absolute scale: the same order as
+    LEXICAL_WEIGHT × min-max(words) + the rest × min-max(meaning)."""
+    lexical = [("a", 9.0), ("b", 6.0), ("c", 5.5), ("d", 1.0)]
+    semantic = [("d", 0.8), ("c", 0.6), ("b", 0.55), ("e", 0.52)]
+    words = normalised({"a": 9.0, "b": 6.0, "c": 5.5, "d": 1.0, "e": 0.0})
+    near = normalised({"a": 0.52, "b": 0.55, "c": 0.6, "d": 0.8, "e": 0.52})
+    expected = sorted(words, key=lambda m: -(LEXICAL_WEIGHT * words[m]
+                                             + (1 - LEXICAL_WEIGHT) * near[m]))
+    for ideal in (1.0, 7.0, 40.0):
+        assert [f.memory_id for f in fuse(lexical, semantic, ideal=ideal,
+                                          floor=False)] == expected
 
 
 def test_a_record_without_a_vector_is_ranked_by_its_words() -> None:
     # "n" has no vector: it keeps its place by words rather than sinking to the bottom.
-    ranked = fuse([("n", 9.0), ("x", 5.0), ("y", 1.0)], [("y", 0.9), ("x", 0.8)])
-    assert [f.memory_id for f in ranked] == ["n", "x", "y"]
+    ranked = fuse([("n", 9.0), ("x", 5.0), ("y", 1.0)], [("y", 0.9), ("x", 0.8)],
+                  ideal=IDEAL)
+    assert [f.memory_id for f in ranked][:2] == ["n", "x"]
     assert ranked[0].semantic_score is None and ranked[0].semantic_rank is None
-    # Without any semantic list, words alone decide, scores and all.
-    assert [(f.memory_id, f.score) for f in fuse([("n", 9.0), ("x", 5.0)], [])] == \
-        [("n", 1.0), ("x", 0.0)]
+    # Without any semantic list, words alone decide: the score is BM25 over the ideal.
+    assert [(f.memory_id, f.score) for f in fuse([("n", 9.0), ("x", 5.0)], [],
+                                                  ideal=IDEAL)] == [("n", 0.9), ("x", 0.5)]
 
 
-def test_by_meaning_alone_the_score_is_the_cosine() -> None:
-    ranked = fuse([], [("p", 0.7), ("q", 0.3)], lexical_scores={"q": 2.0}, weight=0.0)
-    assert [(f.memory_id, f.score) for f in ranked] == [("p", 0.7), ("q", 0.3)]
+def test_by_meaning_alone_the_score_is_the_cosine_above_the_floor() -> None:
+    ranked = fuse([], [("p", 0.75), ("q", 0.3)], ideal=IDEAL, lexical_scores={"q": 2.0},
+                  semantic_only=True)
+    assert [f.memory_id for f in ranked] == ["p", "q"]
+    assert ranked[0].score == pytest.approx((0.75 - MEANING_FLOOR) / (1 - MEANING_FLOOR))
+    assert ranked[0].matches and not ranked[1].matches and ranked[1].score == 0.0
     assert ranked[1].lexical_score == 2.0 and ranked[1].lexical_rank is None
+
+
+def test_a_record_matches_when_a_leg_vouches_for_it() -> None:
+    """Words at WORDS_FLOOR of the ideal, or a cosine at MEANING_FLOOR; a leg that did not
+    return a record does not vouch for it; the weak come after every match."""
+    strong, weak = WORDS_FLOOR * IDEAL * 1.01, WORDS_FLOOR * IDEAL * 0.99
+    ranked = fuse([("w", strong), ("lo", weak), ("x", weak)],
+                  [("m", MEANING_FLOOR + 0.01), ("x", MEANING_FLOOR - 0.01)], ideal=IDEAL)
+    assert {f.memory_id: f.matches for f in ranked} == \
+        {"w": True, "m": True, "lo": False, "x": False}
+    assert [f.memory_id for f in ranked][:2] == ["w", "m"]
+    # Nothing held, nothing near: no match at all.
+    assert not any(f.matches for f in fuse([], [("far", 0.2)], ideal=IDEAL))
+
+
+def test_a_stored_memory_outranks_a_turn_that_matches_as_well() -> None:
+    lexical = [("turn", 6.0), ("pref", 6.0), ("summary", 6.0), ("other", 5.0)]
+    kinds = {"turn": "message", "pref": "preference", "summary": "summary",
+             "other": "message"}
+    ranked = fuse(lexical, [], ideal=IDEAL, kinds=kinds)
+    assert [f.memory_id for f in ranked] == ["pref", "summary", "turn", "other"]
+    assert ranked[0].score == pytest.approx(0.6 * (1 + TYPED_BOOST))
+    # A turn that matches by far more words still comes first.
+    assert fuse([("turn", 9.0), ("pref", 3.0)], [], ideal=IDEAL,
+                kinds=kinds)[0].memory_id == "turn"
 
 
 def test_normalised_scales_to_the_unit_interval() -> None:

@@ -50,7 +50,7 @@ from tests.conftest import examples, mem, open_as
 # SPEC §6's fields, and a summary's originals (compacted_from: [] for anything else)
 RESULT_FIELDS = {"memory_id", "category", "type", "content", "snippet", "score", "tags",
                  "created_at", "session_id", "message_id", "compacted_from", "lexical_rank",
-                 "semantic_rank", "lexical_score", "semantic_score"}
+                 "semantic_rank", "lexical_score", "semantic_score", "weak"}
 DOC_FIELDS = {"results", "total_searched", "query_time_ms", "mode", "notice"}
 TEXT_FIELDS = ("id", "body", "ctx", "type", "category", "tag", "session", "loc")
 HASHED_FIELDS = ("body", "ctx", "tag", "session")

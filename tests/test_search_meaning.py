@@ -65,7 +65,9 @@ def test_each_leg_reports_its_rank_and_score(vault: Vault,
 def test_filters_reach_the_semantic_leg(vault: Vault, script_runner: ScriptRunner) -> None:
     ids = fill(vault)
     for args in (("--type", "preference"), ("--tag", "home")):
-        doc = found(script_runner, "gardening vegetables", "--mode", "semantic", *args)
+        # --all: the filters decide what is listed, not the relevance floor.
+        doc = found(script_runner, "gardening vegetables", "--mode", "semantic", "--all",
+                    *args)
         kept = {h["memory_id"] for h in doc["results"]}
         wanted = {i for t, i in ids.items()
                   if (args[0] == "--type" and "prefer" in t or "British" in t)

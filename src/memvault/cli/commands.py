@@ -177,10 +177,14 @@ def search(
         "\"yesterday\" or \"last week\": the end of the day or week it names): later "
         "records are left out, and phrases in the query and in --after/--before count "
         "from it (default: now).", show_default=False)] = None,
+    weak: Annotated[bool, typer.Option(
+        "--all", help="Also the weaker results, under the relevance floor: after the "
+        "matches, marked weak.")] = False,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
     key_file: KeyFileOpt = None, json: JsonOpt = False,
 ) -> None:
-    """Search the user's memory, best matches first."""
+    """Search the user's memory, best matches first; "no match" when nothing clears the
+    relevance floor."""
     from memvault.ops import recall
 
     if query == "-":
@@ -192,15 +196,18 @@ def search(
     now = _moment(now, filters)
     v = context.open_vault(vault, org, user, key_file)
     prefer = context.project(v, project)
-    result = recall.search_preferring(v, query or "", filters, prefer, now, mode) \
-        if prefer else recall.search(v, query or "", filters, now=now, mode=mode)
+    result = recall.search_preferring(v, query or "", filters, prefer, now, mode, weak) \
+        if prefer else recall.search(v, query or "", filters, now=now, mode=mode, weak=weak)
     doc = result.to_dict()
     out = Output(json)
     if result.notice:
         out.info(f"note: {result.notice}")
     if result.no_words:
         out.warn(f"the query {query!r} has no words to search for: nothing was searched")
-    out.data(doc, lambda o: render.search_results(o, doc["results"]))
+    elif all(h.weak for h in result.results):
+        out.info("no match")  # on stderr: stdout holds results only (none, or the weak)
+    if json or result.results:
+        out.data(doc, lambda o: render.search_results(o, doc["results"]))
 
 
 def _moment(as_of: "datetime | None", filters: "Filters") -> "datetime":

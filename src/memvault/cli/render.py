@@ -77,17 +77,17 @@ def mapping(out: Output, doc: dict[str, Any], title: str | None = None) -> None:
 
 
 def search_results(out: Output, results: list[dict[str, Any]]) -> None:
-    if not results:
-        out.info("no matches")
-        return
+    """The hits, best first; a weak one (under the relevance floor, listed by --all) has
+    "weak" after its score."""
     if not out.terminal:  # one hit a line
         out.table(["id", "type", "created", "score", "snippet"],
                   [[r["memory_id"], r["type"], r["created_at"][:10],
-                    f"{r['score']:.2f}" if r["score"] else "-", r["snippet"]]
+                    (f"{r['score']:.2f}" if r["score"] else "-")
+                    + (" weak" if r.get("weak") else ""), r["snippet"]]
                    for r in results], header=False)
         return
     for r in results:
         score = f"score {r['score']:.2f}" if r["score"] else ""
         where = f"session {r['session_id']}" if r.get("session_id") else ""
-        _card(out, [r["memory_id"], r["type"], r["created_at"][:10], where, score],
-              r["snippet"])
+        _card(out, [r["memory_id"], r["type"], r["created_at"][:10], where, score,
+                    "[weak]" if r.get("weak") else ""], r["snippet"])

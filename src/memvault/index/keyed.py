@@ -74,6 +74,17 @@ what what's when when's where where's which while who who's whom why why's with 
 wouldn't you you'd you'll you're you've your yours yourself yourselves s t d ll m re ve
 aren couldn didn doesn don hadn hasn haven isn mustn shan shouldn wasn weren won wouldn
 """.split())
+# Words that name a role, not a topic: "what does the user prefer", "what did Claude
+# suggest". Every message is indexed with its speaker's role, so as evidence "user"
+# would match every turn the user typed (a short one best), and an agent's name the
+# files named after it. A question drops them as it drops stopwords (kept when nothing
+# else is left, and inside quotes); `forget --query` and `--mode words` keep them as
+# words. "I", "me", "my" and "you" are stopwords already. The user's own name is given
+# per query (build_query's `names`).
+ROLE_WORDS = frozenset("""
+user users assistant assistants
+claude codex gemini copilot chatgpt qwen aider cline opencode
+""".split())
 
 
 @dataclass
@@ -81,6 +92,7 @@ class Hit:
     memory_id: str
     score: float
     location: Location | None  # None: the sealed location did not open (stale index)
+    kind: str = "message"  # the record's type
 
 
 class Analyzer:
@@ -119,10 +131,16 @@ class Analyzer:
         return [(t.text, t.char_offset_from, t.char_offset_to)
                 for t in self._analyzer.pre_tokenize(text).tokens]
 
-    def query_terms(self, text: str) -> list[str]:
-        """The stems a query searches for: stopwords dropped unless nothing else is left."""
+    def words(self, text: str) -> list[str]:
+        """The words of a text before stemming: lower-cased, accents folded."""
+        words: list[str] = self._plain.analyze(text)
+        return words
+
+    def query_terms(self, text: str, roles: Collection[str] = ()) -> list[str]:
+        """The stems a query searches for: stopwords (and the words in `roles`) dropped
+        unless nothing else is left."""
         words = self._plain.analyze(text)
-        kept = [w for w in words if w not in STOPWORDS] or words
+        kept = [w for w in words if w not in STOPWORDS and w not in roles] or words
         stems: list[str] = []
         for word in kept:
             for stem in self._analyzer.analyze(word):
@@ -615,7 +633,8 @@ class SearchIndex:
                 doc = searcher.doc(address)
                 memory_id = doc.get_first("id")
                 hits.append(Hit(memory_id, float(score) if not recent else 0.0,
-                                self.open_loc(memory_id, doc.get_first("loc"))))
+                                self.open_loc(memory_id, doc.get_first("loc")),
+                                str(doc.get_first("type") or "message")))
         except BaseException as exc:
             if not _damaged(exc):
                 raise
@@ -623,9 +642,29 @@ class SearchIndex:
             raise IndexUnavailable(f"index unreadable: {exc}") from exc
         return hits, int(searcher.num_docs)
 
+    def weights(self, stems: Sequence[str]) -> dict[str, float]:
+        """Each stem's BM25 weight in this index (Tantivy's idf over `body`): a stem no
+        record holds weighs most."""
+        import math
+
+        searcher = self.searcher()
+        total = int(searcher.num_docs)
+        out = {}
+        for stem in dict.fromkeys(stems):
+            # doc_freq counts replaced and deleted documents too, num_docs only live ones.
+            held = min(total, int(searcher.doc_freq("body", self.analyzer.hash(stem))))
+            out[stem] = math.log(1 + (total - held + 0.5) / (held + 0.5))
+        return out
+
+    def ideal(self, stems: Sequence[str]) -> float:
+        """The score of a record holding each of these stems once, at an average length:
+        the sum of their weights. A question about what the memory lacks scores low
+        against a record that holds only its common words. 0 for no stems."""
+        return sum(self.weights(stems).values())
+
     def build_query(self, text: str, filters: Filters, now: datetime | None = None,
-                    ids: Collection[str] | None = None, words_only: bool = False
-                    ) -> tuple[Any, list[str]]:
+                    ids: Collection[str] | None = None, words_only: bool = False,
+                    names: Collection[str] = ()) -> tuple[Any, list[str]]:
         """A Tantivy query for a natural-language `text` and the filters.
 
         Returns the query and the stems searched (empty: list the most recent items).
@@ -636,6 +675,8 @@ class SearchIndex:
         and the time phrases reach them too, and the index says where they live).
         With `words_only`, a record matches by its own words alone: not by who spoke,
         its day, its neighbours' words or a time phrase (what `forget --query` takes).
+        Otherwise words naming a role (ROLE_WORDS, and `names`: the user's) are not
+        searched for, unless nothing else is left.
         Never parses query syntax, so no input can make it fail.
         """
         import tantivy
@@ -655,7 +696,8 @@ class SearchIndex:
         # A phrase with no word (punctuation, a token too long) asks for nothing: it must
         # not turn the other words into mere ranking (then the filters alone would match).
         phrases = [p for p in phrases if a.tokens(p)]
-        stems = a.query_terms(rest)
+        roles = () if words_only else ROLE_WORDS.union(w for n in names for w in a.words(n))
+        stems = a.query_terms(rest, roles)
         if stems:
             should = []
             for stem in stems:

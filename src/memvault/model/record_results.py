@@ -81,6 +81,7 @@ class SearchHit(Result):
     semantic_rank: int | None = None
     lexical_score: float | None = None
     semantic_score: float | None = None
+    weak: bool = False  # under the relevance floor: returned only when asked (--all)
 
 
 @dataclass(frozen=True)

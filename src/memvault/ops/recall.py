@@ -30,33 +30,85 @@ MODES = ("lexical", "semantic", "hybrid", "words")
 
 
 def _run(vault: Vault, text: str, filters: Filters, state: UserState,
-         now: datetime | None = None, words_only: bool = False
-         ) -> tuple[list[tuple[Hit, Record]], list[str], int]:
-    """The hits of a query with their decrypted records; a hit whose location no longer
-    holds its record means a stale index, which is rebuilt once."""
+         now: datetime | None = None, words_only: bool = False, weak: bool = False
+         ) -> tuple[list[tuple[Fused, Record]], list[str], int]:
+    """The hits of a query by words, ranked and floored (index/fusion.py), with their
+    decrypted records; a hit whose location no longer holds its record means a stale
+    index, which is rebuilt once. `weak`: the hits under the floor too, after the rest.
+    `words_only` (what `forget --query` takes): every record holding a word, by BM25."""
+    from memvault.index.fusion import Fused, fuse
+
     for attempt in (1, 2):
         index = vault.ready_index(state)
-        query, stems = index.build_query(text, filters, now, words_only=words_only)
+        query, stems = index.build_query(text, filters, now, words_only=words_only,
+                                         names=_names(vault))
         if text.strip() and not stems:
             # Listing the most recent items would answer a question nobody asked.
             return [], [], index.live_count()
         try:
-            hits, total = index.search(query, filters.limit, recent=not stems)
-            located = {h.memory_id: h.location for h in hits if h.location is not None}
+            if not stems:  # the most recent items, newest first
+                hits, total = index.search(query, filters.limit, recent=True)
+                top = [Fused(h.memory_id, 0.0, i + 1, None, 0.0, None)
+                       for i, h in enumerate(hits)]
+            else:
+                hits, total = index.search(query, filters.limit) if words_only else \
+                    _lexical(index, query, text, filters, now, vault)
+                top = _kept(fuse([(h.memory_id, h.score) for h in hits], [],
+                                 ideal=index.ideal(stems), floor=not words_only,
+                                 kinds={h.memory_id: h.kind for h in hits}),
+                            filters.limit, weak)
+            where = {h.memory_id: h.location for h in hits}
+            located = {f.memory_id: loc for f in top
+                       if (loc := where[f.memory_id]) is not None}
             records, stale = vault.read_located(located, state)
-            stale = stale or len(located) < len(hits)
+            stale = stale or len(located) < len(top)
         except IndexUnavailable:  # damage that only a query reveals
-            stale, hits, records, total = True, [], {}, 0
+            stale, top, records, total = True, [], {}, 0
         if not stale or attempt == 2:
             break
         vault.reindex_for_reading()
-    pairs = [(h, records[h.memory_id]) for h in hits if h.memory_id in records]
-    return pairs, stems, total
+    return [(f, records[f.memory_id]) for f in top if f.memory_id in records], stems, total
+
+
+def _lexical(index: SearchIndex, query: Any, text: str, filters: Filters,
+             now: datetime | None, vault: Vault) -> tuple[list[Hit], int]:
+    """The lexical leg's candidates, best first: the top CANDIDATES (more than asked
+    for: a stored memory may outrank the turns above it), and the stored memories'
+    own top CANDIDATES, which a question's common words ("live", "use") could leave
+    below thousands of transcript lines."""
+    from dataclasses import replace
+
+    from memvault.index.fusion import CANDIDATES
+    from memvault.model.records import TYPES
+
+    n = max(filters.limit, CANDIDATES)
+    hits, total = index.search(query, n)
+    kinds = [t for t in filters.types or TYPES if t != "message"]
+    if len(hits) < n or not kinds:  # every match is in already
+        return hits, total
+    stored, _ = index.search(index.build_query(text, replace(filters, types=kinds), now,
+                                               names=_names(vault))[0], n)
+    seen = {h.memory_id for h in hits}
+    merged = hits + [h for h in stored if h.memory_id not in seen]
+    merged.sort(key=lambda h: -h.score)  # stable: the index's order among equals
+    return merged, total
+
+
+def _kept(ranked: list[Fused], limit: int, weak: bool) -> list[Fused]:
+    """The first `limit` matches; with `weak`, the weak ones after them (still `limit`
+    in all)."""
+    return ranked[:limit] if weak else [f for f in ranked[:limit] if f.matches]
+
+
+def _names(vault: Vault) -> tuple[str, ...]:
+    """The user's own name, a role word in their own memory ("what does ana prefer")."""
+    return (vault.user,)
 
 
 def search(vault: Vault, text: str, filters: Filters,
            now: datetime | None = None, audit: bool = True,
-           mode: str | None = None, meaning: _Meaning | None = None) -> SearchResult:
+           mode: str | None = None, meaning: _Meaning | None = None,
+           weak: bool = False) -> SearchResult:
     """The best matches for `text`. With `now` (the moment the question is asked), its
     time phrases ("last week", "two days ago") count too; without, only its words.
     Without `audit`, the search is a step of another operation (forget), not a read.
@@ -67,9 +119,12 @@ def search(vault: Vault, text: str, filters: Filters,
     or None: hybrid when the user has vectors of the configured model, else lexical.
     When the meaning cannot be had (no vectors, the embedder fails), the words alone
     rank and the result's `notice` says why. `meaning`: the query's, asked already (by
-    search_preferring, which searches twice)."""
-    from memvault.index.fusion import Fused
+    search_preferring, which searches twice).
 
+    Only matches are returned (index/fusion.py: a record whose words or meaning clear
+    the floor), stored memories before transcript turns that match as well; `weak`
+    returns the weaker ones too, after them, marked. Scores are on one scale (0 to 1)
+    whatever the mode."""
     check_mode(mode)
     started = time.perf_counter()
     if not vault.exists():
@@ -83,7 +138,7 @@ def search(vault: Vault, text: str, filters: Filters,
             used = mode or "hybrid"
             try:
                 ranked = _fused(vault, text, filters, state, now, vector, store,
-                                semantic_only=used == "semantic")
+                                semantic_only=used == "semantic", weak=weak)
             except _VectorsUnreadable as e:
                 used, notice = "lexical", f"the vector store is unreadable ({e}): ranked by " \
                     "words only"
@@ -92,15 +147,14 @@ def search(vault: Vault, text: str, filters: Filters,
     if mode == "words":
         used = "words"
     if ranked is None:
-        pairs, stems, total = _run(vault, text, filters, state, now,
-                                   words_only=mode == "words")
-        ranked = ([(Fused(h.memory_id, h.score, i + 1, None, h.score, None), r)
-                   for i, (h, r) in enumerate(pairs)], stems, total)
+        ranked = _run(vault, text, filters, state, now, words_only=mode == "words",
+                      weak=weak)
     found, stems, total = ranked
     analyzer = vault.search_index(state.key_version).analyzer
     results = tuple(SearchHit(
         memory_id=r.memory_id, category=r.category, type=r.type, content=r.content,
-        snippet=snippet(analyzer, r.content, stems), score=round(f.score, 4),
+        snippet=snippet(analyzer, r.content, stems), score=round(min(1.0, f.score), 4),
+        weak=not f.matches,
         tags=tuple(r.tags), created_at=r.created_at, session_id=r.session_id,
         message_id=r.message_id, compacted_from=tuple(r.compacted_from),
         lexical_rank=f.lexical_rank, semantic_rank=f.semantic_rank,
@@ -181,8 +235,8 @@ def _narrowing(filters: Filters) -> bool:
 
 
 def _fused(vault: Vault, text: str, filters: Filters, state: UserState,
-           now: datetime | None, vector: Any, store: VectorStore, semantic_only: bool
-           ) -> tuple[list[tuple[Fused, Record]], list[str], int] | None:
+           now: datetime | None, vector: Any, store: VectorStore, semantic_only: bool,
+           weak: bool = False) -> tuple[list[tuple[Fused, Record]], list[str], int] | None:
     """Both legs' candidates fused (or, `semantic_only`, the semantic leg's alone), each
     record decrypted only if it is in the final list. None: the query has no words (the
     most recent items are listed, as by words). Both legs see the same filters: the
@@ -193,12 +247,12 @@ def _fused(vault: Vault, text: str, filters: Filters, state: UserState,
     n = max(filters.limit, CANDIDATES)
     for attempt in (1, 2):
         index = vault.ready_index(state)
-        query, stems = index.build_query(text, filters, now)
+        query, stems = index.build_query(text, filters, now, names=_names(vault))
         if not stems:
             return None
         try:
             lexical, total = ([], index.live_count()) if semantic_only \
-                else index.search(query, n)
+                else _lexical(index, query, text, filters, now, vault)
             allowed = index.matching(index.build_query("", filters)[0]) \
                 if _narrowing(filters) else None
             near = _near(store, vector, n, filters.include_archive, allowed)
@@ -206,12 +260,14 @@ def _fused(vault: Vault, text: str, filters: Filters, state: UserState,
             others = [h.memory_id for h in near if h.memory_id not in hits]
             if others:
                 hits.update((h.memory_id, h) for h in _scored(index, text, filters, now,
-                                                             others))
+                                                             others, _names(vault)))
             semantic = [(h.memory_id, h.score) for h in near if h.memory_id in hits]
             fused = fuse([(h.memory_id, h.score) for h in lexical], semantic,
+                         ideal=index.ideal(stems),
                          lexical_scores={m: hits[m].score for m in others if m in hits},
-                         weight=0.0 if semantic_only else None)
-            top = fused[:filters.limit]
+                         semantic_only=semantic_only,
+                         kinds={m: h.kind for m, h in hits.items()})
+            top = _kept(fused, filters.limit, weak)
             located = {f.memory_id: loc for f in top
                        if (loc := hits[f.memory_id].location) is not None}
             records, stale = vault.read_located(located, state)
@@ -225,15 +281,16 @@ def _fused(vault: Vault, text: str, filters: Filters, state: UserState,
 
 
 def _scored(index: SearchIndex, text: str, filters: Filters, now: datetime | None,
-            ids: list[str]) -> list[Hit]:
+            ids: list[str], names: Collection[str] = ()) -> list[Hit]:
     """These records as the lexical query scores them (0: no word in common), those the
     filters leave out left out."""
-    query, _ = index.build_query(text, filters, now, ids=ids)
+    query, _ = index.build_query(text, filters, now, ids=ids, names=names)
     return index.search(query, len(ids))[0]
 
 
 def search_preferring(vault: Vault, text: str, filters: Filters, tag: str,
-                      now: datetime | None = None, mode: str | None = None) -> SearchResult:
+                      now: datetime | None = None, mode: str | None = None,
+                      weak: bool = False) -> SearchResult:
     """`search`, with the records that carry `tag` (the current project) first: the best
     of them, then the best of the rest, `filters.limit` in all."""
     from dataclasses import replace
@@ -244,10 +301,14 @@ def search_preferring(vault: Vault, text: str, filters: Filters, tag: str,
         # Asked once for both searches: an endpoint that is down costs its wait once.
         meaning = _meaning(vault, vault.state(), text, explicit=mode is not None)
     mine = search(vault, text, replace(filters, tags=[*filters.tags, tag]), now, mode=mode,
-                  meaning=meaning)
-    rest = search(vault, text, filters, now, mode=mode, meaning=meaning)
+                  meaning=meaning, weak=weak)
+    rest = search(vault, text, filters, now, mode=mode, meaning=meaning, weak=weak)
     seen = {h.memory_id for h in mine.results}
-    merged = (*mine.results, *(h for h in rest.results if h.memory_id not in seen))
+    # The project's matches first, then the other matches, then (asked for) the weak ones.
+    merged = (*(h for h in mine.results if not h.weak),
+              *(h for h in rest.results if h.memory_id not in seen and not h.weak),
+              *(h for h in mine.results if h.weak),
+              *(h for h in rest.results if h.memory_id not in seen and h.weak))
     return replace(rest, results=merged[: filters.limit],
                    query_time_ms=round(mine.query_time_ms + rest.query_time_ms, 2))
 

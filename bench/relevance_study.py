@@ -1,0 +1,405 @@
+"""What a match is: the relevance floor, the scale of the score, and how the two legs are
+fused, chosen on both dev sets together (LoCoMo dev, LongMemEval dev), per set, per
+category or question type and per half.
+
+Per question it caches both legs' candidates as `mem search` computes them (through the
+index and the vector store of the vaults bench_hybrid.py ingested and embedded): the
+lexical top 50 with BM25 scores, the query's ideal (index/keyed.py `ideal`), the semantic
+top 50 with cosines, and the words' score of the semantic candidates. Each question is
+also asked of a vault of the other set (a LoCoMo question of a LongMemEval user's memory
+and back): those are unrelated pairs, whose best scores say where a floor must be. Then
+every rule is scored on the cache.
+
+    python bench/relevance_study.py [--refresh]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import statistics
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import RESULTS  # noqa: E402
+
+K = 10
+N = 50
+
+
+@dataclass
+class Case:
+    dataset: str  # "locomo" | "lme"
+    kind: str
+    half: int
+    lexical: list[tuple[str, float]]  # message id, BM25
+    ideal: float
+    semantic: list[tuple[str, float]]  # message id, cosine
+    words: dict[str, float]  # BM25 of the semantic candidates the lexical leg missed
+    gold: set[str]
+    gold_sessions: set[int] = field(default_factory=set)
+    cover: dict[str, float] = field(default_factory=dict)  # message id -> coverage
+    unseen: int = 0  # how many of the question's stems no record of the memory holds
+
+
+def coverage(index: Any, stems: list[str], hits: list[Any]) -> dict[str, float]:
+    """The share of the stems' weight each hit holds (in its own words, its speaker,
+    its day or its neighbouring turns), each stem once however often: 1 when a record
+    holds every word searched for. One small query a stem, over these hits only."""
+    from tantivy import Occur, Query
+
+    weights = index.weights(stems)
+    total = sum(weights.values())
+    out = {h.memory_id: 0.0 for h in hits}
+    if not hits or total <= 0:
+        return out
+    schema = index.open().schema
+    searcher = index.searcher()
+    among = Query.term_set_query(schema, "id", list(out))
+    for stem, weight in weights.items():
+        h = index.analyzer.hash(stem)
+        held = Query.boolean_query([(Occur.Should, Query.term_query(schema, f, h))
+                                    for f in ("body", "ctx", "who")])
+        query = Query.boolean_query([(Occur.Must, among), (Occur.Must, held)])
+        for _, address in searcher.search(query, len(out)).hits:
+            memory_id = searcher.doc(address).get_first("id")
+            if memory_id in out:
+                out[memory_id] += weight / total
+    return out
+
+
+def _legs(vault: object, text: str, filters: object, now: datetime) -> tuple[
+        list[tuple[str, float]], float, list[tuple[str, float]], dict[str, float],
+        dict[str, float], int]:
+    from memvault.ops import recall
+
+    v: object = vault
+    state = v.state()  # type: ignore[attr-defined]
+    index = v.ready_index(state)  # type: ignore[attr-defined]
+    names = (v.user,)  # type: ignore[attr-defined]
+    query, stems = index.build_query(text, filters, now, names=names)
+    lexical, _ = index.search(query, N)
+    ideal = index.ideal(stems)
+    vector, store, notice = recall._meaning(v, state, text, explicit=True)  # type: ignore[arg-type]
+    assert vector is not None, notice
+    allowed = index.matching(index.build_query("", filters)[0]) \
+        if recall._narrowing(filters) else None  # type: ignore[arg-type]
+    near = recall._near(store, vector, N, False, allowed)
+    seen = {h.memory_id for h in lexical}
+    others = [h.memory_id for h in near if h.memory_id not in seen]
+    scored_hits = recall._scored(index, text, filters, now, others, names) if others else []
+    scored = {h.memory_id: h.score for h in scored_hits}
+    cover = coverage(index, stems, [*lexical, *scored_hits])
+    searcher = index.searcher()
+    unseen = sum(1 for st in set(stems)
+                 if not searcher.doc_freq("body", index.analyzer.hash(st)))
+    located = {h.memory_id: h.location for h in lexical if h.location is not None}
+    located.update(index.locate([h.memory_id for h in near]))
+    records, _ = v.read_located(located, state)  # type: ignore[attr-defined]
+    mid = {m: (r.message_id or m) for m, r in records.items()}
+    return ([(mid.get(h.memory_id, h.memory_id), h.score) for h in lexical], ideal,
+            [(mid.get(h.memory_id, h.memory_id), h.score) for h in near],
+            {mid.get(m, m): s for m, s in scored.items()},
+            {mid.get(m, m): s for m, s in cover.items()}, unseen)
+
+
+def case(dataset: str, kind: str, half: int, legs: tuple[object, ...], gold: set[str],
+         gold_sessions: set[int] | None = None) -> Case:
+    lexical, ideal, semantic, words, cover, unseen = legs
+    return Case(dataset, kind, half, lexical, ideal, semantic, words,  # type: ignore[arg-type]
+                gold, gold_sessions or set(), cover, unseen)  # type: ignore[arg-type]
+
+
+def collect() -> tuple[list[Case], list[Case]]:
+    import bench_longmemeval as lme
+    import locomo
+    import longmemeval
+    from locomo import CATEGORIES
+
+    from memvault.config import resolve
+    from memvault.model.records import Filters
+    from memvault.vault.vault import Vault
+
+    loc_base = next(RESULTS.glob("locomo-*"))
+    lme_base = RESULTS / f"longmemeval-{longmemeval.data_hash()}"
+    conversations = locomo.load()
+    questions = longmemeval.load()
+    now = datetime.now(UTC)
+
+    def at(base: Path, user: str) -> Vault:
+        os.environ.update(MEM_VAULT=str(base / "vault"), MEM_CONFIG_DIR=str(base / "config"))
+        return Vault(resolve(user=user))
+
+    true: list[Case] = []
+    null: list[Case] = []
+    for ci, c in enumerate(conversations):
+        for i, q in enumerate(c.questions):
+            v = at(loc_base, c.sample_id)
+            true.append(case("locomo", CATEGORIES[q.category], i % 2,
+                             _legs(v, q.text, Filters(limit=K), now), q.evidence))
+            if i % 3 == 0:  # a third of them asked of a LongMemEval memory
+                other = questions[(ci * 37 + i) % len(questions)]
+                v = at(lme_base, lme.user_of(other))
+                null.append(case("locomo", CATEGORIES[q.category], i % 2,
+                                 _legs(v, q.text, Filters(limit=K), now), set()))
+    seen: dict[str, int] = {}
+    for qi, q in enumerate(questions):
+        n = seen[q.kind] = seen.get(q.kind, -1) + 1
+        v = at(lme_base, lme.user_of(q))
+        true.append(case("lme", q.kind, n % 2,
+                         _legs(v, q.text, Filters(limit=K, before=q.asked_at), q.asked_at),
+                         q.gold_turns, q.gold_sessions))
+        c = conversations[qi % len(conversations)]
+        v = at(loc_base, c.sample_id)
+        null.append(case("lme", q.kind, n % 2, _legs(v, q.text, Filters(limit=K), now),
+                         set()))
+    return true, null
+
+
+# --- rules: each returns [(message id, score, passes the floor)], best first -------------
+
+Ranked = list[tuple[str, float, bool]]
+
+
+def minmax(scores: dict[str, float]) -> dict[str, float]:
+    if not scores:
+        return {}
+    lo, hi = min(scores.values()), max(scores.values())
+    span = hi - lo
+    return {k: (v - lo) / span if span > 0 else (1.0 if hi > 0 else 0.0)
+            for k, v in scores.items()}
+
+
+def today(c: Case) -> list[str]:
+    """The fusion before this study (min-max, words 0.9, the 50th cosine for the rest)."""
+    ids = list(dict.fromkeys([m for m, _ in c.lexical] + [m for m, _ in c.semantic]))
+    words = {**c.words, **dict(c.lexical)}
+    cos = dict(c.semantic)
+    lo = min(cos.values(), default=0.0)
+    a = minmax({m: words.get(m, 0.0) for m in ids})
+    b = minmax({m: cos.get(m, lo) for m in ids})
+    rank = {m: i for i, m in enumerate(ids)}
+    return sorted(ids, key=lambda m: (-(0.9 * a[m] + 0.1 * b[m]), rank[m]))
+
+
+def absolute(c: Case, w: float, c0: float, fw: float, mode: str = "hybrid") -> Ranked:
+    """Words' relevance BM25 / ideal, meaning's (cos - c0) / (1 - c0) clipped at 0; the
+    score w × words + (1 - w) × meaning; passes when words ≥ fw or cos ≥ c0."""
+    words = {**c.words, **dict(c.lexical)}
+    cos = dict(c.semantic)
+    lo = min(cos.values(), default=0.0)
+    if mode == "lexical":
+        ids = [m for m, _ in c.lexical]
+    elif mode == "semantic":
+        ids = [m for m, _ in c.semantic]
+    else:
+        ids = list(dict.fromkeys([m for m, _ in c.lexical] + [m for m, _ in c.semantic]))
+    out = []
+    for i, m in enumerate(ids):
+        rw = words.get(m, 0.0) / c.ideal if c.ideal > 0 else 0.0
+        cm = cos.get(m, lo)
+        rm = max(0.0, (cm - c0) / (1 - c0))
+        if mode == "lexical":
+            s, ok = rw, rw >= fw
+        elif mode == "semantic":
+            s, ok = rm, cm >= c0
+        else:
+            s, ok = w * rw + (1 - w) * rm, rw >= fw or (m in cos and cm >= c0)
+        out.append((m, s, ok, i))
+    out.sort(key=lambda t: (-t[1], t[3]))
+    return [(m, s, ok) for m, s, ok, _ in out]
+
+
+def floored(c: Case, c0: float, fw: float) -> Ranked:
+    """Today's fusion, each hit kept when its words' relevance reaches fw or its cosine
+    c0 (the product's rule: the order is today's, only the floor is new)."""
+    words = {**c.words, **dict(c.lexical)}
+    cos = dict(c.semantic)
+    return [(m, 0.0, (words.get(m, 0.0) / c.ideal if c.ideal > 0 else 0.0) >= fw
+             or (m in cos and cos[m] >= c0)) for m in today(c)]
+
+
+def covered(c: Case, c0: float, fc: float, veto: float = -1.0,
+            lexical_only: bool = False) -> Ranked:
+    """Today's order (or BM25's), each hit kept when its coverage reaches fc (and, with
+    `veto`, its cosine is known and at least that, unless it holds every word), or its
+    cosine c0."""
+    cos = dict(c.semantic)
+    order = [m for m, _ in c.lexical] if lexical_only else today(c)
+    out = []
+    for m in order:
+        cover = c.cover.get(m, 0.0)
+        by_words = cover >= fc and (veto < 0 or cover >= 0.999 or cos.get(m, -1) >= veto)
+        out.append((m, 0.0, by_words or (not lexical_only and m in cos and cos[m] >= c0)))
+    return out
+
+
+def unseen_rule(c: Case, c0: float, fw: float, fc: float, lexical_only: bool = False
+                ) -> Ranked:
+    """Today's order; a hit matches by words when BM25 / ideal reaches fw and, if the
+    question holds a word no record holds, its coverage reaches fc; or by its cosine."""
+    cos = dict(c.semantic)
+    words = {**c.words, **dict(c.lexical)}
+    order = [m for m, _ in c.lexical] if lexical_only else today(c)
+    out = []
+    for m in order:
+        rw = words.get(m, 0.0) / c.ideal if c.ideal > 0 else 0.0
+        by_words = rw >= fw and (not c.unseen or c.cover.get(m, 0.0) >= fc)
+        out.append((m, 0.0, by_words or (not lexical_only and m in cos and cos[m] >= c0)))
+    return out
+
+
+def lexical_floored(c: Case, fw: float) -> Ranked:
+    return [(m, 0.0, s / c.ideal >= fw if c.ideal > 0 else False) for m, s in c.lexical]
+
+
+def mixed(c: Case, w: float, c0: float, fw: float, cap: float = 0.0) -> Ranked:
+    """Words' relevance BM25 / ideal; meaning min-max over the candidates (the 50th
+    cosine for a lexical candidate the leg did not return), as measured before; the
+    score words + (1 - w) / w × meaning; passes when words ≥ fw or cos ≥ c0. `cap`:
+    words' relevance capped at this (0: not)."""
+    words = {**c.words, **dict(c.lexical)}
+    cos = dict(c.semantic)
+    lo = min(cos.values(), default=0.0)
+    ids = list(dict.fromkeys([m for m, _ in c.lexical] + [m for m, _ in c.semantic]))
+    b = minmax({m: cos.get(m, lo) for m in ids})
+    out = []
+    for i, m in enumerate(ids):
+        rw = words.get(m, 0.0) / c.ideal if c.ideal > 0 else 0.0
+        if cap:
+            rw = min(rw, cap)
+        s = rw + (1 - w) / w * b.get(m, 0.0)
+        out.append((m, s, rw >= fw or (m in cos and cos[m] >= c0), i))
+    out.sort(key=lambda t: (-t[1], t[3]))
+    return [(m, s, ok) for m, s, ok, _ in out]
+
+
+def recall_at(ranked: list[str], gold: set[str]) -> float:
+    return 100 * len(gold & set(ranked[:K])) / len(gold) if gold else 0.0
+
+
+def hit_at(ranked: list[str], sessions: set[int]) -> float:
+    got = {int(t.split(":")[0]) for t in ranked[:K] if ":" in t}
+    return 100.0 if got & sessions else 0.0
+
+
+def report(name: str, true: list[Case], null: list[Case], rank: object,
+           detail: bool = False, base: dict[str, float] | None = None) -> dict[str, float]:
+    """R@10 per set (and LME hit@10) with the floor applied, per half and kind; the share
+    of unrelated questions answered with nothing."""
+    rows: dict[str, list[float]] = {}
+    for c in true:
+        got = rank(c)  # type: ignore[operator]
+        kept = [m for m, _, ok in got if ok] if got and isinstance(got[0], tuple) else got
+        r = recall_at(kept, c.gold)
+        key = "LoCoMo" if c.dataset == "locomo" else "LME"
+        rows.setdefault(key, []).append(r)
+        rows.setdefault(f"{key} {'AB'[c.half]}", []).append(r)
+        rows.setdefault(f"{key} {c.kind}", []).append(r)
+        if c.dataset == "lme":
+            rows.setdefault("LME hit", []).append(hit_at(kept, c.gold_sessions))
+    empty = []
+    for c in null:
+        got = rank(c)  # type: ignore[operator]
+        kept = [m for m, _, ok in got if ok] if got and isinstance(got[0], tuple) else got
+        empty.append(100.0 if not kept[:K] else 0.0)
+    out = {k: statistics.fmean(v) for k, v in rows.items()}
+    out["null empty"] = statistics.fmean(empty)
+    main = ("LoCoMo", "LoCoMo A", "LoCoMo B", "LME", "LME hit", "LME A", "LME B")
+    print(f"{name:<52}" + "".join(f"{out[k]:>7.1f}" for k in main)
+          + f"{out['null empty']:>7.1f}" + (f"   {worst(out, base)}" if base else ""))
+    if detail:
+        for k in sorted(out):
+            if k not in main and k != "null empty":
+                print(f"    {k:<40}{out[k]:>7.1f}")
+    return out
+
+
+def quantiles(name: str, values: list[float]) -> None:
+    qs = statistics.quantiles(values, n=100) if len(values) > 1 else values * 99
+    print(f"  {name:<40} n={len(values):<5} p5 {qs[4]:.3f} p50 {qs[49]:.3f} "
+          f"p90 {qs[89]:.3f} p95 {qs[94]:.3f} p99 {qs[98]:.3f}")
+
+
+def worst(out: dict[str, float], base: dict[str, float]) -> str:
+    """The set, half, category or type that loses most against `base`."""
+    loss, key = min((out[k] - base[k], k) for k in out if k != "null empty")
+    return f"{loss:+.1f} {key}" if loss < 0 else "none"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--refresh", action="store_true")
+    parser.add_argument("--detail", action="store_true")
+    args = parser.parse_args(argv or [])
+    cache = RESULTS / "relevance_cache.pickle"
+    if args.refresh or not cache.exists():
+        for var in ("MEM_KEY_FILE", "MEM_KEY_COMMAND", "MEM_MASTER_KEY", "MEM_ORG",
+                    "MEM_USER"):
+            os.environ.pop(var, None)
+        cache.write_bytes(pickle.dumps(collect()))
+    true, null = pickle.loads(cache.read_bytes())
+
+    print("Unrelated pairs (a question asked of the other set's memory): best scores")
+    quantiles("words: best BM25 / ideal", [c.lexical[0][1] / c.ideal for c in null
+                                           if c.lexical and c.ideal > 0] or [0.0])
+    quantiles("words: best coverage", [max(c.cover.values()) for c in null if c.cover])
+    quantiles("meaning: best cosine", [c.semantic[0][1] for c in null if c.semantic])
+    print("Related pairs: each gold turn's scores where a leg returned it")
+    lex_gold = [dict(c.lexical)[g] / c.ideal for c in true for g in c.gold
+                if g in dict(c.lexical) and c.ideal > 0]
+    quantiles("words: gold BM25 / ideal", lex_gold)
+    quantiles("words: gold coverage", [c.cover[g] for c in true for g in c.gold
+                                       if g in c.cover])
+    quantiles("meaning: gold cosine", [dict(c.semantic)[g] for c in true for g in c.gold
+                                       if g in dict(c.semantic)])
+    print(f"questions holding a word no record of the memory holds: related "
+          f"{sum(1 for c in true if c.unseen)} / {len(true)}, unrelated "
+          f"{sum(1 for c in null if c.unseen)} / {len(null)}")
+
+    head = ("LoCoMo", "A", "B", "LME", "hit", "A", "B", "null∅")
+    print("\nR@10 (LongMemEval hit@10: session) with each floor; null∅: the unrelated "
+          "questions answered with nothing; worst: against the same mode without a floor")
+    print(f"{'rule':<52}" + "".join(f"{h:>7}" for h in head) + "   worst")
+    rows: list[tuple[str, object, str]] = [
+        ("lexical (BM25 order, no floor)", lambda c: [m for m, _ in c.lexical], "lexical"),
+        ("hybrid (the fusion, no floor)", today, "hybrid"),
+        ("semantic (cosine order, no floor)", lambda c: [m for m, _ in c.semantic],
+         "semantic")]
+    for fw in (0.1, 0.15, 0.18, 0.19, 0.2, 0.25, 0.3):
+        rows.append((f"lexical, BM25/ideal ≥ {fw}", lambda c, fw=fw: lexical_floored(c, fw),
+                     "lexical"))
+        rows.append((f"hybrid, BM25/ideal ≥ {fw} or cos ≥ 0.44",
+                     lambda c, fw=fw: floored(c, 0.44, fw), "hybrid"))
+    for c0 in (0.2, 0.3, 0.35, 0.4, 0.44, 0.5):
+        rows.append((f"semantic, cos ≥ {c0}",
+                     lambda c, c0=c0: [(m, 0.0, cos >= c0) for m, cos in c.semantic],
+                     "semantic"))
+        rows.append((f"hybrid, BM25/ideal ≥ 0.15 or cos ≥ {c0}",
+                     lambda c, c0=c0: floored(c, c0, 0.15), "hybrid"))
+    for fc in (0.2, 0.3, 0.5):
+        rows.append((f"lexical, coverage ≥ {fc}",
+                     lambda c, fc=fc: covered(c, 0.44, fc, lexical_only=True), "lexical"))
+    for fc in (0.5, 0.6):
+        rows.append((f"lexical, ≥ 0.25, and coverage ≥ {fc} if a word is unseen",
+                     lambda c, fc=fc: unseen_rule(c, 0.44, 0.25, fc, True), "lexical"))
+    for w in (0.9,):
+        rows.append((f"absolute fusion w={w} (cos-0.5)/0.5, no floor",
+                     lambda c, w=w: [(m, sc, True) for m, sc, _ in absolute(c, w, 0.5, 0.0)],
+                     "hybrid"))
+        rows.append((f"words ÷ ideal + min-max meaning w={w}, no floor",
+                     lambda c, w=w: [(m, sc, True) for m, sc, _ in mixed(c, w, 0.5, 0.0)],
+                     "hybrid"))
+    bases: dict[str, dict[str, float]] = {}
+    for name, rank, mode in rows:
+        out = report(name, true, null, rank, args.detail, bases.get(mode))
+        bases.setdefault(mode, out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -15,6 +15,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pytest_console_scripts import ScriptRunner
@@ -238,3 +239,24 @@ def test_no_match_says_so_and_prints_nothing(memory: tuple[Vault, dict[str, str]
     shown = mem(script_runner, "search", "zebra unicorn", "--all")
     assert shown.returncode == 0 and "weak" in shown.stdout
     assert shown.stderr.strip() == "no match"
+
+
+def test_mcp_search_finds_the_same_and_says_when_nothing_matches(
+        memory: tuple[Vault, dict[str, str]]) -> None:
+    """An agent asking over MCP, from no project (so no project boost), gets the planted
+    memory first for a question about the user, and for what is not there no results
+    with a notice that says so."""
+    pytest.importorskip("mcp", reason="the optional extra memvault[mcp] is not installed")
+    from tests.test_mcp import drive, ok
+
+    vault, ids = memory
+    got: dict[str, Any] = {}
+
+    async def script(call: Any) -> None:
+        got["fish"] = ok(await call("memory_search", {"query": "what shell does the user use"}))
+        got["none"] = ok(await call("memory_search", {"query": "zebra unicorn"}))
+
+    drive(vault, script)
+    assert got["fish"]["results"][0]["memory_id"] == ids["Uses fish shell"]
+    assert got["none"]["results"] == []
+    assert got["none"]["notice"].startswith("no match")

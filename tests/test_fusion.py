@@ -9,6 +9,8 @@ from memvault.index.fusion import (
     LEXICAL_WEIGHT,
     MEANING_FLOOR,
     TYPED_BOOST,
+    WEAK_WEIGHT,
+    WEAK_WORDS,
     WORDS_FLOOR,
     fuse,
     normalised,
@@ -40,16 +42,23 @@ def test_a_record_found_only_by_meaning_joins_with_each_leg_reported() -> None:
 
 def test_the_order_is_the_measured_fusion_whatever_the_scale() -> None:
     """The score shown is the fusion's order on an absolute scale: the same order as
-    LEXICAL_WEIGHT × min-max(words) + the rest × min-max(meaning)."""
+    LEXICAL_WEIGHT × min-max(words) + the rest × min-max(meaning), or WEAK_WEIGHT × words
+    when no candidate holds much of the question (its words under WEAK_WORDS)."""
     lexical = [("a", 9.0), ("b", 6.0), ("c", 5.5), ("d", 1.0)]
     semantic = [("d", 0.8), ("c", 0.6), ("b", 0.55), ("e", 0.52)]
     words = normalised({"a": 9.0, "b": 6.0, "c": 5.5, "d": 1.0, "e": 0.0})
     near = normalised({"a": 0.52, "b": 0.55, "c": 0.6, "d": 0.8, "e": 0.52})
-    expected = sorted(words, key=lambda m: -(LEXICAL_WEIGHT * words[m]
-                                             + (1 - LEXICAL_WEIGHT) * near[m]))
-    for ideal in (1.0, 7.0, 40.0):
+
+    def fused(weight: float) -> list[str]:
+        return sorted(words, key=lambda m: -(weight * words[m] + (1 - weight) * near[m]))
+
+    assert fused(LEXICAL_WEIGHT) != fused(WEAK_WEIGHT)  # the case tells them apart
+    for ideal in (1.0, 9.0 / WEAK_WORDS * 0.99):
         assert [f.memory_id for f in fuse(lexical, semantic, ideal=ideal,
-                                          floor=False)] == expected
+                                          floor=False)] == fused(LEXICAL_WEIGHT), ideal
+    for ideal in (9.0 / WEAK_WORDS * 1.01, 40.0):
+        assert [f.memory_id for f in fuse(lexical, semantic, ideal=ideal,
+                                          floor=False)] == fused(WEAK_WEIGHT), ideal
 
 
 def test_a_record_without_a_vector_is_ranked_by_its_words() -> None:

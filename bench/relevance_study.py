@@ -175,8 +175,8 @@ def minmax(scores: dict[str, float]) -> dict[str, float]:
             for k, v in scores.items()}
 
 
-def today(c: Case) -> list[str]:
-    """The fusion before this study (min-max, words 0.9, the 50th cosine for the rest)."""
+def today(c: Case, w: float = 0.9) -> list[str]:
+    """The fusion before this study (min-max, words `w`, the 50th cosine for the rest)."""
     ids = list(dict.fromkeys([m for m, _ in c.lexical] + [m for m, _ in c.semantic]))
     words = {**c.words, **dict(c.lexical)}
     cos = dict(c.semantic)
@@ -184,7 +184,14 @@ def today(c: Case) -> list[str]:
     a = minmax({m: words.get(m, 0.0) for m in ids})
     b = minmax({m: cos.get(m, lo) for m in ids})
     rank = {m: i for i, m in enumerate(ids)}
-    return sorted(ids, key=lambda m: (-(0.9 * a[m] + 0.1 * b[m]), rank[m]))
+    return sorted(ids, key=lambda m: (-(w * a[m] + (1 - w) * b[m]), rank[m]))
+
+
+def weak_words(c: Case, t: float, w: float) -> list[str]:
+    """The fusion with the words' share `w` when no lexical candidate's BM25 / ideal
+    reaches `t` (the words leg is weak), else 0.9."""
+    best = max((s / c.ideal for _, s in c.lexical), default=0.0) if c.ideal > 0 else 0.0
+    return today(c, 0.9 if best >= t else w)
 
 
 def absolute(c: Case, w: float, c0: float, fw: float, mode: str = "hybrid") -> Ranked:
@@ -395,6 +402,16 @@ def main(argv: list[str] | None = None) -> None:
         rows.append((f"words ÷ ideal + min-max meaning w={w}, no floor",
                      lambda c, w=w: [(m, sc, True) for m, sc, _ in mixed(c, w, 0.5, 0.0)],
                      "hybrid"))
+    rows.append(("hybrid, words 0.7 for every question", lambda c: today(c, 0.7), "hybrid"))
+    for t in (0.5, 0.7, 0.8, 0.85, 0.9, 1.0, 1.2):
+        for w in (0.65, 0.7, 0.75):
+            rows.append((f"hybrid, words {w} when the best BM25/ideal < {t}",
+                         lambda c, t=t, w=w: weak_words(c, t, w), "hybrid"))
+    rows.append(("lexical (again: the bar for every category)",
+                 lambda c: [m for m, _ in c.lexical], "lexical"))
+    for t, w in ((0.85, 0.7), (1.0, 0.7)):
+        rows.append((f"hybrid, words {w} when the best < {t}, against lexical",
+                     lambda c, t=t, w=w: weak_words(c, t, w), "lexical"))
     bases: dict[str, dict[str, float]] = {}
     for name, rank, mode in rows:
         out = report(name, true, null, rank, args.detail, bases.get(mode))

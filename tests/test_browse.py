@@ -25,7 +25,7 @@ pytest.importorskip("textual")
 
 from textual.widgets import DataTable, Static  # noqa: E402
 
-from memvault.cli.viewer import Viewer  # noqa: E402
+from memvault.cli.viewer import Line, Viewer  # noqa: E402
 from memvault.config import resolve  # noqa: E402
 from memvault.embed.builtin import load  # noqa: E402
 from memvault.ops import embed, recall, remember  # noqa: E402
@@ -56,6 +56,8 @@ def listed(app: Viewer) -> list[str]:
 
 
 def text_of(app: Viewer, selector: str) -> str:
+    if selector == "#status-line":
+        return str(app.query_one(selector, Line).text)
     return str(app.query_one(selector, Static).content)
 
 
@@ -78,6 +80,7 @@ def test_typing_a_query_lists_what_search_finds(vault: Vault) -> None:
         await pilot.press(*"tea")
         await pilot.pause()
         assert listed(app) == [ids["tea"]]
+        await pilot.pause(0.3)  # the pane is drawn once the typing rests
         assert "Prefers green tea" in text_of(app, "#detail")
         for _ in range(3):
             await pilot.press("backspace")
@@ -233,7 +236,7 @@ def test_nothing_stored_reaches_the_screen_raw(vault: Vault) -> None:
         tx.write_doc("CLAUDE.md", doc)
 
     async def script(app: Viewer, pilot: Any) -> None:
-        await pilot.pause()
+        await pilot.pause(0.3)
         detail = text_of(app, "#detail")
         assert "\x1b" not in detail and "\u202e" not in detail
         assert "\\x1b" in detail and "\\u202e" in detail
@@ -522,3 +525,19 @@ def test_change_type_and_retag(vault: Vault) -> None:
     assert now.type == "context" and now.supersedes == ids["paris"]
     assert sorted(now.tags) == ["city", "home"]
     assert vault.state().superseded_by(ids["paris"]) == now.memory_id
+
+
+def test_an_action_takes_the_record_under_the_cursor_at_once(vault: Vault) -> None:
+    """The pane waits for the typing to rest; what an action acts on does not."""
+    ids = planted(vault)
+
+    async def script(app: Viewer, pilot: Any) -> None:
+        await pilot.press(*"helix")
+        await pilot.press("enter", "d")  # before the pane is drawn
+        await pilot.pause()
+        shown = str(app.screen.query_one("#confirm-text", Static).content)
+        assert ids["editor"] in shown and ids["tea"] not in shown
+        await pilot.press("n")
+        await pilot.pause()
+
+    drive(vault, script)

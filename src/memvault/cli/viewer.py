@@ -19,19 +19,24 @@ import shlex
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from memvault.cli.browse import shown
 from memvault.errors import MemError, UsageError
 
+W = TypeVar("W", bound=Widget)
+
 if TYPE_CHECKING:
+    from textual.timer import Timer
+
     from memvault.model.record_results import SearchHit
     from memvault.model.records import Filters, Record
     from memvault.model.review_results import ReviewItem
@@ -40,7 +45,11 @@ if TYPE_CHECKING:
 # Results are listed a page at a time: the next page is searched for when the cursor
 # reaches the end of the list (the list draws only the rows on screen), so a keystroke
 # costs one page whatever the memory holds.
-PAGE = 100
+PAGE = 50
+# The detail pane is drawn once the typing rests this long (seconds; longer than the
+# time between two keys of someone typing), or the cursor, which moves faster.
+TYPING_WAIT = 0.3
+CURSOR_WAIT = 0.05
 MAX_RESULTS = 10_000
 TEXT_CELL = 100  # characters of a record's text in its row (the pane shows it whole)
 
@@ -66,6 +75,24 @@ FILTER_HELP = ("filters: type:fact,preference tag:X project:auto session:S after
 def one_line(text: str, width: int = TEXT_CELL) -> str:
     flat = " ".join(shown(text).split())
     return flat if len(flat) <= width else flat[:width - 1] + "…"
+
+
+class Line(Widget):
+    """One line of text that changes often (the status line): redrawn in place, since
+    its size never changes (a Static's update lays the whole screen out again)."""
+
+    DEFAULT_CSS = "Line { height: 1; width: 1fr; }"
+
+    def __init__(self, id: str) -> None:  # noqa: A002 - Textual's own name for it
+        super().__init__(id=id)
+        self.text = Text()
+
+    def render(self) -> Text:
+        return self.text
+
+    def show(self, text: Text) -> None:
+        self.text = text
+        self.refresh()
 
 
 class Confirm(ModalScreen[bool]):
@@ -167,7 +194,8 @@ class Viewer(App[None]):
         self.marked: set[str] = set()
         self.findings: dict[str, ReviewItem] = {}
         self.session_days: dict[str, Any] = {}
-        self.current: str | None = None  # the record the detail pane shows
+        self.current: str | None = None  # the record under the cursor (actions act on it)
+        self._detail_timer: Timer | None = None
         self.searches = 0  # searches run (a test or a bench waits on this)
         self.failure: Exception | None = None  # what ended it unexpectedly
         self.complete = True  # the list holds every result there is
@@ -214,21 +242,26 @@ class Viewer(App[None]):
             with TabPane("5 Status", id="status"):
                 yield VerticalScroll(Static(id="status-text"), id="status-scroll")
                 yield Static(Text(KEYS["status"]), classes="keys")
-        yield Static(id="status-line")
+        yield Line(id="status-line")
 
     def on_mount(self) -> None:
-        results = self.query_one("#results", DataTable)
+        results = self.part("#results", DataTable)
         results.add_columns(" ", "type", "created", "text")
-        self.query_one("#sessions", DataTable).add_columns("day", "project", "agent", "msgs",
+        self.part("#sessions", DataTable).add_columns("day", "project", "agent", "msgs",
                                                            "session")
-        self.query_one("#findings", DataTable).add_columns("key", "kind", "what")
+        self.part("#findings", DataTable).add_columns("key", "kind", "what")
         self.run_search()
-        self.query_one("#query", Input).focus()
+        self.part("#query", Input).focus()
+
+    def part(self, selector: str, kind: type[W]) -> W:
+        """A widget of the viewer's own screen, whichever is on top (a dialog, whose
+        answer comes back here, or none)."""
+        return self.screen_stack[0].query_one(selector, kind)
 
     # --- messages -----------------------------------------------------------------------
 
     def say(self, text: str, error: bool = False) -> None:
-        self.query_one("#status-line", Static).update(
+        self.part("#status-line", Line).show(
             Text(text, style="bold red" if error else ""))
 
     def attempt(self, what: Callable[[], object]) -> bool:
@@ -252,17 +285,17 @@ class Viewer(App[None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id in ("query", "filters"):
-            self.query_one("#results", DataTable).focus()
+            self.part("#results", DataTable).focus()
 
     def action_to_list(self) -> None:
         """Escape in a search box: to the list, where the keys act."""
-        self.query_one("#results", DataTable).focus()
+        self.part("#results", DataTable).focus()
 
     def _search_filters(self) -> tuple[Filters, str | None, datetime]:
         """The filters box, read as `mem search` reads its flags (cli/context.py)."""
         from memvault.cli import context
 
-        text = self.query_one("#filters", Input).value
+        text = self.part("#filters", Input).value
         try:
             words = shlex.split(text)
         except ValueError:
@@ -306,7 +339,7 @@ class Viewer(App[None]):
         (`more`: a longer list of the same search, whose new rows are added below)."""
         from memvault.ops import recall
 
-        query = self.query_one("#query", Input).value
+        query = self.part("#query", Input).value
         outcome: list[Any] = []
 
         def search() -> None:
@@ -321,7 +354,7 @@ class Viewer(App[None]):
         result = outcome[0]
         self.vault.audit_read("browse.search", [h.memory_id for h in result.results],
                               results=len(result.results))
-        table = self.query_one("#results", DataTable)
+        table = self.part("#results", DataTable)
         if not more:
             table.clear()
             self.hits = {}
@@ -341,9 +374,9 @@ class Viewer(App[None]):
         self.say((f"{len(self.hits)} shown, ranked {result.mode}" if self.hits
                   else nothing) + note)
         if self.hits:
-            self.show_detail(next(iter(self.hits)))
+            self.highlight(next(iter(self.hits)), typing=True)
         else:
-            self.query_one("#detail", Static).update("")
+            self.part("#detail", Static).update("")
             self.current, self.record = None, None
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -351,7 +384,7 @@ class Viewer(App[None]):
         if key is None:
             return
         if event.data_table.id == "results":
-            self.show_detail(key)
+            self.highlight(key)
             if event.cursor_row >= event.data_table.row_count - 1 and not self.complete \
                     and self.limit < MAX_RESULTS:
                 self.limit += PAGE
@@ -362,6 +395,33 @@ class Viewer(App[None]):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "sessions" and event.row_key.value is not None:
             self.open_session(event.row_key.value)
+
+    def highlight(self, memory_id: str, typing: bool = False) -> None:
+        """The record under the cursor: what the actions act on, at once; its pane is
+        read and drawn once the typing or the cursor rests, not for every keystroke or
+        row passed over."""
+        if memory_id == self.current and self._detail_timer is not None:
+            return  # the list's own notice of the row a search put the cursor on
+        self.current = memory_id
+        if self._detail_timer is not None:
+            self._detail_timer.stop()
+        self._detail_timer = self.set_timer(TYPING_WAIT if typing else CURSOR_WAIT,
+                                            self._detail_now)
+
+    def _detail_now(self) -> None:
+        self._detail_timer = None
+        if not self.is_running or not self.screen_stack:
+            return  # the viewer is closing
+        if self.current is not None and (self.record is None or
+                                         self.record.memory_id != self.current):
+            self.show_detail(self.current)
+
+    def current_record(self) -> Record | None:
+        """The record under the cursor, read whole now if its pane is not drawn yet."""
+        if self.current is not None and (self.record is None or
+                                         self.record.memory_id != self.current):
+            self.show_detail(self.current)
+        return self.record if self.current is not None else None
 
     def show_detail(self, memory_id: str) -> None:
         from memvault.ops import review
@@ -393,15 +453,15 @@ class Viewer(App[None]):
                 body.append(value + "\n")
         body.append("\n")
         body.append(shown(r.content))
-        self.query_one("#detail", Static).update(body)
+        self.part("#detail", Static).update(body)
 
     # --- screens ------------------------------------------------------------------------
 
     def action_screen(self, name: str) -> None:
-        self.query_one("#tabs", TabbedContent).active = name
+        self.part("#tabs", TabbedContent).active = name
         # Focus goes into the screen shown: left in the hidden one, it would bring that
         # one back (a pane that holds the focus is the active one).
-        self.query_one(FOCUS[name]).focus()
+        self.part(FOCUS[name], Widget).focus()
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         pane = event.pane.id
@@ -416,11 +476,11 @@ class Viewer(App[None]):
 
     def action_focus_query(self) -> None:
         self.action_screen("search")
-        self.query_one("#query", Input).focus()
+        self.part("#query", Input).focus()
 
     def action_focus_filters(self) -> None:
         self.action_screen("search")
-        self.query_one("#filters", Input).focus()
+        self.part("#filters", Input).focus()
 
     def load_timeline(self) -> None:
         from memvault.ops import review
@@ -431,7 +491,7 @@ class Viewer(App[None]):
         from memvault.ops.projects import PREFIX, working_project
 
         here = working_project(self.vault)
-        table = self.query_one("#sessions", DataTable)
+        table = self.part("#sessions", DataTable)
         table.clear()
         self.session_days = {}
         for day in outcome[0]:
@@ -462,7 +522,7 @@ class Viewer(App[None]):
                         style="bold")
             body.append((f" ({shown(r.name)})" if r.name else "") + "\n")
             body.append(shown(r.content) + "\n\n")
-        self.query_one("#conversation", Static).update(body)
+        self.part("#conversation", Static).update(body)
 
     def load_review(self) -> None:
         from memvault.ops import review
@@ -471,7 +531,7 @@ class Viewer(App[None]):
         if not self.attempt(lambda: outcome.append(review.queue(self.vault))):
             return
         result = outcome[0]
-        table = self.query_one("#findings", DataTable)
+        table = self.part("#findings", DataTable)
         table.clear()
         self.findings = {}
         for item in result.items:
@@ -482,7 +542,7 @@ class Viewer(App[None]):
         self.say(f"{len(result.items)} findings in {result.memories_checked} memories"
                  + (f" ({result.notice})" if result.notice else ""))
         if not result.items:
-            self.query_one("#finding", Static).update(Text("nothing to review"))
+            self.part("#finding", Static).update(Text("nothing to review"))
 
     def show_finding(self, key: str) -> None:
         item = self.findings[key]
@@ -494,7 +554,7 @@ class Viewer(App[None]):
             body.append(f"{mark}{r.memory_id} · {r.type} · {r.created_at[:10]}\n",
                         style="bold" if mark else "")
             body.append(shown(r.content) + "\n\n")
-        self.query_one("#finding", Static).update(body)
+        self.part("#finding", Static).update(body)
 
     def load_brief(self) -> None:
         """What an agent starting here would be told: the brief, its tokens, and each
@@ -531,7 +591,7 @@ class Viewer(App[None]):
             body.append(f"{e.memory_id or 'setting'}  ", style="bold")
             body.append(f"[{', '.join(why)}]\n  {shown(e.content)}\n")
         body.append("\n" + shown(result.brief))
-        self.query_one("#brief-text", Static).update(body)
+        self.part("#brief-text", Static).update(body)
 
     def load_status(self) -> None:
         """What `mem stats`, `mem doctor` and sync say, and what was stored per week."""
@@ -570,7 +630,7 @@ class Viewer(App[None]):
         for (week, agent), n in sorted(weeks.items(), reverse=True)[:20]:
             bar = "█" * max(1, round(30 * n / top))
             body.append(f"{week} {shown(agent)[:14]:<14} {bar} {n}\n")
-        self.query_one("#status-text", Static).update(body)
+        self.part("#status-text", Static).update(body)
 
     # --- actions ------------------------------------------------------------------------
 
@@ -580,7 +640,7 @@ class Viewer(App[None]):
         return not self.read_only
 
     def _on_search(self) -> bool:
-        return self.query_one("#tabs", TabbedContent).active == "search" and \
+        return self.part("#tabs", TabbedContent).active == "search" and \
             self.current is not None
 
     def _refresh(self) -> None:
@@ -590,7 +650,7 @@ class Viewer(App[None]):
         if not self._on_search() or self.current is None:
             return
         self.marked ^= {self.current}
-        table = self.query_one("#results", DataTable)
+        table = self.part("#results", DataTable)
         table.update_cell(self.current, table.ordered_columns[0].key,
                           Text("*" if self.current in self.marked else " "))
 
@@ -638,15 +698,15 @@ class Viewer(App[None]):
             return
         from memvault.ops import forget
 
-        tabs = self.query_one("#tabs", TabbedContent)
+        tabs = self.part("#tabs", TabbedContent)
         session: str | None = None
         if tabs.active == "timeline":
-            table = self.query_one("#sessions", DataTable)
+            table = self.part("#sessions", DataTable)
             if table.row_count:
                 session = str(table.coordinate_to_cell_key(table.cursor_coordinate)
                               .row_key.value)
-        elif self.record is not None:
-            session = self.record.session_id
+        elif (record := self.current_record()) is not None:
+            session = record.session_id
         if not session:
             self.say("no session here", error=True)
             return
@@ -657,7 +717,7 @@ class Viewer(App[None]):
         """A correction is a new record of the same type that supersedes this one."""
         if not self._on_search() or not self._writable():
             return
-        record = self.record
+        record = self.current_record()
         if record is None:
             return
         if record.type == "message":
@@ -695,7 +755,7 @@ class Viewer(App[None]):
         is a new record (same text, tags and importance) that supersedes this one."""
         if not self._on_search() or not self._writable():
             return
-        record = self.record
+        record = self.current_record()
         if record is None:
             return
         if record.type == "message":
@@ -733,7 +793,7 @@ class Viewer(App[None]):
     def action_retag(self) -> None:
         if not self._on_search() or not self._writable():
             return
-        record = self.record
+        record = self.current_record()
         if record is None:
             return
         from memvault.ops import review
@@ -756,7 +816,7 @@ class Viewer(App[None]):
         self.push_screen(Ask("Tags (space-separated):", " ".join(record.tags)), typed)
 
     def action_add(self) -> None:
-        if self.query_one("#tabs", TabbedContent).active != "search" or \
+        if self.part("#tabs", TabbedContent).active != "search" or \
                 not self._writable():
             return
         from memvault.model.records import TYPES
@@ -802,9 +862,9 @@ class Viewer(App[None]):
             confirmed)
 
     def _finding(self) -> ReviewItem | None:
-        if self.query_one("#tabs", TabbedContent).active != "review":
+        if self.part("#tabs", TabbedContent).active != "review":
             return None
-        table = self.query_one("#findings", DataTable)
+        table = self.part("#findings", DataTable)
         if not table.row_count:
             return None
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
@@ -848,7 +908,7 @@ class Viewer(App[None]):
         self._forget(after_forget, f"finding {item.key}")
 
     def on_screen_resume(self) -> None:  # back from a dialog on the review screen
-        if self.query_one("#tabs", TabbedContent).active == "review":
+        if self.part("#tabs", TabbedContent).active == "review":
             self.load_review()
 
 

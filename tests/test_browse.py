@@ -320,7 +320,7 @@ def test_screenshots(vault: Vault) -> None:
 
     async def script(app: Viewer, pilot: Any) -> None:
         await pilot.press(*"editor")
-        await pilot.pause()
+        await pilot.pause(0.5)  # the pane, once the typing rests
         shots["search"] = app.export_screenshot(title="mem browse: search")
         await pilot.press("enter")
         for key, name in (("3", "review"), ("4", "brief"), ("5", "status")):

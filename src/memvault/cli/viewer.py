@@ -31,6 +31,7 @@ from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from memvault.cli.browse import shown
 from memvault.errors import MemError, UsageError
+from memvault.text.words import counted
 
 W = TypeVar("W", bound=Widget)
 
@@ -153,8 +154,8 @@ class Viewer(App[None]):
     #tabs { height: 1fr; }
     TabPane { padding: 0; height: 1fr; }
     Horizontal { height: 1fr; }
-    DataTable { width: 50%; height: 1fr; }
-    .pane { width: 50%; height: 1fr; border-left: solid $primary; padding: 0 1; }
+    DataTable { width: 60%; height: 1fr; }
+    .pane { width: 40%; height: 1fr; border-left: solid $primary; padding: 0 1; }
     #dialog { width: 90%; height: auto; max-height: 90%; border: solid $accent;
               background: $surface; padding: 0 1; }
     Confirm, Ask { align: center middle; }
@@ -503,7 +504,7 @@ class Viewer(App[None]):
                           Text(str(day.messages)), Text(shown(day.session_id)),
                           key=day.session_id)
         table.focus()
-        self.say(f"{len(self.session_days)} sessions, newest first")
+        self.say(f"{counted(len(self.session_days), 'session')}, newest first")
 
     def open_session(self, session: str) -> None:
         """A session read as a conversation, oldest turn first."""
@@ -539,7 +540,8 @@ class Viewer(App[None]):
             table.add_row(Text(item.key[:8]), Text(item.kind.replace("_", " ")),
                           Text(one_line(item.records[0].content, 80)), key=item.key)
         table.focus()
-        self.say(f"{len(result.items)} findings in {result.memories_checked} memories"
+        self.say(f"{counted(len(result.items), 'finding')} in "
+                 f"{counted(result.memories_checked, 'memory', 'memories')}"
                  + (f" ({result.notice})" if result.notice else ""))
         if not result.items:
             self.part("#finding", Static).update(Text("nothing to review"))
@@ -679,10 +681,11 @@ class Viewer(App[None]):
             if self.attempt(lambda: results.append(forget.forget(self.vault, plan))):
                 self.marked -= {r.memory_id for r in plan.targets}
                 self._refresh()
-                self.say(f"forgot {results[0].deleted_count} (audit {results[0].audit_id})")
+                self.say(f"forgot {counted(results[0].deleted_count, 'record')} "
+                         f"(audit {results[0].audit_id})")
 
-        self.push_screen(Confirm(f"Forget {what}: {count} record"
-                                 f"{'' if count == 1 else 's'}, for good?", lines), done)
+        self.push_screen(Confirm(f"Forget {what}: {counted(count, 'record')}, for good?",
+                                 lines), done)
 
     def action_forget(self) -> None:
         if not self._on_search() or not self._writable():

@@ -33,7 +33,8 @@ def settings_path(scope: str, explicit: Path | None = None) -> Path:
     if explicit is not None:
         return explicit
     if scope != "user":
-        raise UsageError("Cline keeps its MCP servers for the user only: use --scope user")
+        raise UsageError("Cline keeps its MCP servers for the user only: use the user scope",
+                         field="scope")
     given = os.environ.get("CLINE_MCP_SETTINGS_PATH", "").strip()
     if given:
         return Path(given)

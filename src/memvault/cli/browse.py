@@ -106,7 +106,7 @@ def browse(
 ) -> None:
     """Search, read, correct and forget in a full-screen viewer (keys on screen).
 
-    Needs the browse extra: pip install 'memvault[browse]'."""
+    Needs the browse extra: pip install 'memvault\\[browse]'."""
     import sys
 
     try:

@@ -580,10 +580,9 @@ class Viewer(App[None]):
             return
         result, project = outcome[0]
         body = Text()
-        body.append(f"{result.brief_count} of {result.entry_count} entries, about "
-                    f"{result.tokens} tokens" + (f"; cut by {result.limited_by}"
-                                                 if result.limited_by else "")
-                    + "\n\n", style="bold")
+        cut = f"; cut by {result.limited_by}" if result.limited_by else ""
+        body.append(f"{result.brief_count} of {counted(result.entry_count, 'entry')}, "
+                    f"about {counted(result.tokens, 'token')}{cut}\n\n", style="bold")
         for e in result.entries:
             why = [e.section, f"importance {e.importance}"]
             if project and project in e.tags:

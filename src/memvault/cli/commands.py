@@ -8,6 +8,7 @@ import typer
 from memvault.cli import context, render
 from memvault.cli.options import (
     AfterOpt,
+    AgentOpt,
     ArchiveOpt,
     BeforeOpt,
     CategoryOpt,
@@ -137,7 +138,8 @@ def show(
 
 def list_(
     type_: TypeOpt = None, category: CategoryOpt = None, tag: TagOpt = None,
-    session: SessionOpt = None, after: AfterOpt = None, before: BeforeOpt = None,
+    session: SessionOpt = None, agent: AgentOpt = None, after: AfterOpt = None,
+    before: BeforeOpt = None,
     include_archive: ArchiveOpt = False, include_superseded: SupersededOpt = False,
     limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many.")] = 50,
     vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
@@ -147,7 +149,7 @@ def list_(
     from memvault.ops import recall
 
     filters = context.filters(type_, category, tag, session, after, before,
-                              include_archive, include_superseded, limit)
+                              include_archive, include_superseded, limit, agent=agent)
     doc = recall.list_records(context.open_vault(vault, org, user, key_file),
                               filters).to_dict()
     Output(json).data(doc, lambda o: render.records_table(o, doc["records"]))
@@ -159,7 +161,8 @@ def search(
         "the most recent items.",
         show_default=False)] = None,
     type_: TypeOpt = None, category: CategoryOpt = None, tag: TagOpt = None,
-    session: SessionOpt = None, after: AfterOpt = None, before: BeforeOpt = None,
+    session: SessionOpt = None, agent: AgentOpt = None, after: AfterOpt = None,
+    before: BeforeOpt = None,
     include_archive: ArchiveOpt = False, include_superseded: SupersededOpt = False,
     limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many.")] = 10,
     project: ProjectOpt = None,
@@ -192,7 +195,7 @@ def search(
     recall.check_mode(mode)
     now = context.date_flag(as_of, "as_of", end=True)
     filters = context.filters(type_, category, tag, session, after, before,
-                              include_archive, include_superseded, limit, now)
+                              include_archive, include_superseded, limit, now, agent)
     now = _moment(now, filters)
     v = context.open_vault(vault, org, user, key_file)
     prefer = context.project(v, project)

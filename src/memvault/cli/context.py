@@ -155,14 +155,14 @@ def _first_line(source: Path) -> str:
 def filters(types: list[str] | None, categories: list[str] | None, tags: list[str] | None,
             session: str | None, after: str | None, before: str | None,
             include_archive: bool, include_superseded: bool, limit: int,
-            now: datetime | None = None) -> Filters:
+            now: datetime | None = None, agent: str | None = None) -> Filters:
     """The filters of `list` and `search`; a time phrase in `--after` or `--before` counts
     from `now` (default: the present)."""
     from memvault.model.records import Filters
 
     return Filters(
         types=types or [], categories=categories or [], tags=tags or [], session=session,
-        after=date_flag(after, "after", now), before=date_flag(before, "before", now),
+        agent=agent, after=date_flag(after, "after", now), before=date_flag(before, "before", now),
         include_archive=include_archive, include_superseded=include_superseded, limit=limit,
     )
 

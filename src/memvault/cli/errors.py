@@ -48,6 +48,7 @@ FLAGS = {
     "tag": "--tag", "format": "--format", "org": "--org", "user": "--user",
     "force": "--force", "output": "--output", "passphrase_file": "--passphrase-file",
     "after": "--after", "before": "--before", "as_of": "--as-of", "mode": "--mode",
+    "agent": "--agent",
 }
 # Where a vault's master key can come from, for the hints of a missing key.
 KEY_SOURCES = ("--key-file / MEM_KEY_FILE, MEM_KEY_COMMAND, or the OS keyring "

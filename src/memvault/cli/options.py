@@ -25,6 +25,12 @@ def complete_type(incomplete: str) -> list[str]:
     return starting(TYPES, incomplete)
 
 
+def complete_agent(incomplete: str) -> list[str]:
+    from memvault.model.records import AGENTS
+
+    return starting(AGENTS, incomplete)
+
+
 def complete_category(incomplete: str) -> list[str]:
     from memvault.model.records import CATEGORIES
 
@@ -76,6 +82,12 @@ TagOpt = Annotated[
 SessionOpt = Annotated[
     Optional[str],  # noqa: UP045
     typer.Option("--session", help="Only this session.", show_default=False),
+]
+AgentOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--agent", help="Only sessions' messages from this agent (claude-code, "
+                 "codex, gemini, ...: the transcript format's name).", show_default=False,
+                 autocompletion=complete_agent),
 ]
 AfterOpt = Annotated[
     Optional[str],  # noqa: UP045

@@ -31,10 +31,11 @@ from memvault.model.location import Location, session_of
 from memvault.model.records import ARCHIVE, CONTEXT_NEIGHBOURS, TYPE_HOME, Filters, parse_time
 from memvault.storage import fsio
 
-INDEX_FORMAT = 6  # 2: `loc` sealed (it names the session); 3: token digests stored;
+INDEX_FORMAT = 7  # 2: `loc` sealed (it names the session); 3: token digests stored;
 # 4: a line's offset and the archived flag stored, so a rewrite opens no location;
 # 5: the assistant's turns without context, `who` spoke indexed on its own;
-# 6: a record's own words in a field of their own (`own`, with the positions phrases use)
+# 6: a record's own words in a field of their own (`own`, with the positions phrases use);
+# 7: the agent a session came from (`agent`, keyed like the session)
 META_FILE = "mem-index.json"
 WRITER_HEAP = 32_000_000
 # A write indexes on one thread: each indexing thread makes its own segment at a commit,
@@ -321,6 +322,8 @@ class SearchIndex:
         sb.add_text_field("category", stored=True, tokenizer_name="raw", index_option="basic")
         sb.add_text_field("tag", stored=True, tokenizer_name="whitespace", index_option="basic")
         sb.add_text_field("session", stored=True, tokenizer_name="raw", index_option="basic")
+        # Stored, so that a rewrite carries it over without opening the record.
+        sb.add_text_field("agent", stored=True, tokenizer_name="raw", index_option="basic")
         sb.add_integer_field("created", stored=True, indexed=True, fast=True)
         sb.add_unsigned_field("archived", stored=True, indexed=True, fast=True)
         sb.add_unsigned_field("superseded", indexed=True, fast=True)
@@ -419,6 +422,8 @@ class SearchIndex:
             doc.add_text("tag", " ".join(a.opaque("tag", t) for t in record.tags))
         if record.session_id:
             doc.add_text("session", a.opaque("session", record.session_id))
+        if record.agent:
+            doc.add_text("agent", a.opaque("agent", record.agent))
         return self._indexed(doc, record.type, created, spaced(text), role,
                              " ".join(a.hashed(c) for c in entry.context),
                              bool(record.superseded_by))
@@ -740,6 +745,8 @@ class SearchIndex:
         if filters.session is not None:
             clauses.append((Occur.Must, term("session", a.opaque("session",
                                                                    filters.session))))
+        if filters.agent is not None:
+            clauses.append((Occur.Must, term("agent", a.opaque("agent", filters.agent))))
         if filters.after or filters.before:
             lower = int(filters.after.timestamp() * 1e6) if filters.after else None
             upper = int(filters.before.timestamp() * 1e6) if filters.before else None

@@ -46,6 +46,9 @@ ENTRY_CHARS = 1500  # the most of one memory's content a search result shows
 MemoryId = Annotated[str, Field(pattern=r"^[0-9a-fA-F-]{8,64}$", max_length=64,
                                 description="A memory id, as memory_search returns it.")]
 Tag = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^\S+$")]
+# The agents a session can come from (model.records.AGENTS), for the search filter.
+Agent = Literal["claude-code", "codex", "gemini", "opencode", "cursor", "copilot", "qwen",
+                "aider", "cline", "pi", "droid"]
 INSTRUCTIONS = (
     "mem is the user's private, encrypted memory. Store what should outlive this session: "
     "preferences, corrections, standing instructions and important facts about the user or "
@@ -329,6 +332,8 @@ def build(vault: Vault, limits: budgets.Limits | None = None) -> Server:
             "Only these types (message is a transcript turn)."))] = None,
         tags: Annotated[list[Tag] | None, Field(max_length=10, description=(
             "Only memories with all of these tags."))] = None,
+        agent: Annotated[Agent | None, Field(description=(
+            "Only turns of sessions from this agent."))] = None,
         after: Annotated[str | None, Field(max_length=40, description=(
             "Only memories from this ISO-8601 date or time on."))] = None,
         before: Annotated[str | None, Field(max_length=40, description=(
@@ -339,7 +344,7 @@ def build(vault: Vault, limits: budgets.Limits | None = None) -> Server:
         from memvault.ops.recall import search, search_preferring
 
         def body() -> CallToolResult:
-            filters = Filters(types=list(types or []), tags=list(tags or []),
+            filters = Filters(types=list(types or []), tags=list(tags or []), agent=agent,
                               after=parse_time(after) if after else None,
                               before=parse_time(before) if before else None, limit=limit)
             found = search_preferring(vault, query, filters, project) if project \

@@ -76,6 +76,7 @@ class SearchHit(Result):
     session_id: str | None
     message_id: str | None
     compacted_from: tuple[str, ...] = ()  # a summary's originals (in the archive)
+    agent: str | None = None  # the agent a session's message came from
     # Each leg's place and score (None: that leg did not return the record).
     lexical_rank: int | None = None
     semantic_rank: int | None = None

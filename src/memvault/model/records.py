@@ -16,6 +16,10 @@ TYPES = ("fact", "preference", "instruction", "correction", "context", "pattern"
 CATEGORIES = ("conversation", "work_pattern", "preference", "learned_context")
 BEHAVIORAL_TYPES = frozenset({"preference", "instruction", "correction"})
 ROLES = ("user", "assistant", "system", "tool", "summary")
+# The agents a session's messages can come from: the transcript formats' names (all but
+# generic JSON lines, which anything writes). A record's `agent` is one of these or None.
+AGENTS = ("claude-code", "codex", "gemini", "opencode", "cursor", "copilot", "qwen",
+          "aider", "cline", "pi", "droid")
 
 # Where each type is stored, and its category.
 CLAUDE_MD = "CLAUDE.md"
@@ -156,6 +160,9 @@ class Record:
     channel: str | None = None
     role: str | None = None
     name: str | None = None  # the speaker's name, for a message of a multi-party chat
+    # The agent a session's message came from (its transcript format's name, "codex");
+    # None for a typed memory and for generic JSON lines.
+    agent: str | None = None
     supersedes: str | None = None
     compacted_from: list[str] = field(default_factory=list)
     span: list[str] | None = None  # a summary's first and last message times
@@ -183,11 +190,11 @@ class Record:
 
     def stored(self) -> dict[str, Any]:
         """The fields written inside the envelope (by hand: asdict's deep copy is slow).
-        A speaker's name and a summary's span are written only when there is one, so
-        records without stay byte for byte as earlier releases wrote them."""
+        A speaker's name, the agent and a summary's span are written only when there is
+        one, so records without stay byte for byte as earlier releases wrote them."""
         values = self.__dict__
         doc = {name: values[name] for name in _STORED}
-        for optional in ("name", "span"):
+        for optional in ("name", "agent", "span"):
             if doc[optional] is None:
                 del doc[optional]
         return doc
@@ -208,6 +215,8 @@ class Record:
             raise DataError(f"record is missing fields: {exc}") from None
         if record.type not in TYPES or not isinstance(record.content, str):
             raise DataError("record has an unknown type or no content")
+        if record.agent is not None and not isinstance(record.agent, str):
+            record.agent = None  # read tolerantly: a malformed provenance is no provenance
         return record
 
 
@@ -247,6 +256,7 @@ class Filters:
     categories: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)  # all must match
     session: str | None = None
+    agent: str | None = None
     after: datetime | None = None
     before: datetime | None = None
     include_archive: bool = False
@@ -258,6 +268,9 @@ class Filters:
             check_type(kind)
         for category in self.categories:
             check_category(category)
+        if self.agent is not None and self.agent not in AGENTS:
+            raise UsageError(f"unknown agent {self.agent!r}: choose one of "
+                             f"{', '.join(AGENTS)}", field="agent")
         if self.limit < 1:
             raise UsageError("limit must be at least 1", field="limit")
 
@@ -269,6 +282,8 @@ class Filters:
         if self.tags and not set(self.tags) <= set(record.tags):
             return False
         if self.session is not None and record.session_id != self.session:
+            return False
+        if self.agent is not None and record.agent != self.agent:
             return False
         if record.archived and not self.include_archive:
             return False

@@ -28,6 +28,7 @@ from memvault.index.base import file_entries
 from memvault.model.location import session_file, session_name
 from memvault.model.progress import NO_PROGRESS, Progress
 from memvault.model.records import (
+    AGENTS,
     CONTEXT_NEIGHBOURS,
     MAX_CONTENT,
     NewMessage,
@@ -546,7 +547,7 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
                    fallback_name: str | None = None,
                    prescreen: Callable[[AdmissionPolicy], None] | None = None,
                    store: Store | None = None,
-                   later: list[tuple[str, NewMessage]] | None = None,
+                   later: list[tuple[str, NewMessage, str | None]] | None = None,
                    admission: _Admission | None = None,
                    tags: tuple[str, ...] = (), progress: Progress = NO_PROGRESS,
                    streamed: bool = False) -> IngestResult:
@@ -588,10 +589,12 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
         if prescreen is not None:
             prescreen(policy)
     admit, probe = admission.admit, admission.probe
+    agent = agent_of(transcript.format)
 
     kept = 0
 
-    def put(session: str, messages: list[NewMessage], admit: Admit, probe: Admit) -> Added:
+    def put(session: str, messages: list[NewMessage], admit: Admit, probe: Admit,
+            agent: str | None = None) -> Added:
         nonlocal kept
         try:
             if not dry_run:
@@ -602,7 +605,7 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
                     return Added(0, 0, 0, [])
                 progress.note("storing")
             done = add_messages(vault, session, messages, admit, dry_run, probe,
-                                admission.seen)
+                                admission.seen, agent=agent)
         finally:
             admission.clear()
         if done.added or done.updated:  # its write is over: kept
@@ -619,7 +622,7 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
             groups.setdefault(session_of(m), []).append(m)
         # A session with nothing to keep opens no write: no lock, no user made.
         for name, group in groups.items():
-            step = store(name, group, admit, probe)
+            step = store(name, group, admit, probe, agent=agent)
             done = Added(done.added + step.added, done.updated + step.updated,
                          done.skipped + step.skipped, done.would_add + step.would_add)
         return done
@@ -643,9 +646,9 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
     if not dry_run:
         for summary in summaries:
             if later is not None:
-                later.append((session_of(summary), summary))
+                later.append((session_of(summary), summary, agent))
             else:
-                _add_summary(vault, session_of(summary), summary)
+                _add_summary(vault, session_of(summary), summary, agent)
     return IngestResult(
         session_id=session_id, format=transcript.format, messages_added=done.added,
         messages_updated=done.updated, messages_skipped=done.skipped,
@@ -669,15 +672,22 @@ def _tagged(batch: Transcript, tags: tuple[str, ...]) -> Transcript:
     return replace(batch, messages=tag(batch.messages), summaries=tag(batch.summaries))
 
 
-def _add_summary(vault: Vault, session_id: str, summary: NewMessage) -> None:
+def _add_summary(vault: Vault, session_id: str, summary: NewMessage,
+                 agent: str | None = None) -> None:
     # Dated when the agent wrote it, in the session's past, not at ingest.
     remember.add(vault, _fit(summary.content), "summary", session=session_id,
                  message_id=summary.message_id, created_at=summary.created_at,
-                 tags=summary.tags)
+                 tags=summary.tags, agent=agent)
 
 
 Admit = Callable[[list[NewMessage]], list[NewMessage]]
-Store = Callable[[str, list[NewMessage], Admit, Admit], "Added"]
+Store = Callable[..., "Added"]  # (session, messages, admit, probe, agent=)
+
+
+def agent_of(fmt: str) -> str | None:
+    """The agent a transcript of this format came from: the format's name, but for
+    generic JSON lines (written by anything)."""
+    return fmt if fmt in AGENTS else None
 Seen = Callable[[str], "LineScan | None"]
 
 
@@ -789,7 +799,8 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
 
 def add_messages(vault: Vault, session: str, messages: list[NewMessage],
                  admit: Admit | None = None, dry_run: bool = False,
-                 probe: Admit | None = None, seen: Seen | None = None) -> Added:
+                 probe: Admit | None = None, seen: Seen | None = None,
+                 agent: str | None = None) -> Added:
     """Store a transcript's messages in a session: those not stored yet, and those whose
     id is stored with other content (a message the agent was still writing when the
     transcript was read last time: its stored line is replaced).
@@ -808,12 +819,12 @@ def add_messages(vault: Vault, session: str, messages: list[NewMessage],
         fresh = admit(plan.fresh) if admit else plan.fresh
         return Added(0, 0, plan.skipped, fresh)
     with vault.transaction() as tx:
-        return store_messages(tx, session, messages, admit, probe, seen)
+        return store_messages(tx, session, messages, admit, probe, seen, agent)
 
 
 def store_messages(tx: Transaction, session: str, messages: list[NewMessage],
                    admit: Admit | None = None, probe: Admit | None = None,
-                   seen: Seen | None = None) -> Added:
+                   seen: Seen | None = None, agent: str | None = None) -> Added:
     """add_messages inside a transaction the caller holds (a scan stores many sessions
     in one: one state save and one index commit for all of them). `seen` is the session
     file as read before the lock: used when the file is still the same."""
@@ -831,7 +842,8 @@ def store_messages(tx: Transaction, session: str, messages: list[NewMessage],
         memory_id=uuid7(), org_id=vault.org, user_id=vault.user, type="message",
         content=m.content, content_hash=content_hash(m.content), category="conversation",
         tags=clean_tags(m.tags), session_id=session, message_id=m.message_id,
-        channel=m.channel, role=m.role, name=m.name, created_at=m.created_at or "",
+        channel=m.channel, role=m.role, name=m.name, agent=agent,
+        created_at=m.created_at or "",
         updated_at=m.created_at or "", key_version=tx.epoch,
     ) for m in fresh]
     updated = _grow(existing, plan.grown, grown, tx.epoch)
@@ -1208,7 +1220,7 @@ class _Scan:
         messages and summaries are stored once whatever the runs)."""
         if not batch:
             return
-        summaries: list[tuple[str, NewMessage]] = []
+        summaries: list[tuple[str, NewMessage, str | None]] = []
         waiting: list[_Parsed] = []  # stored, with summaries still to add
         # Screened before the lock (see _Admission), under one policy, with the state
         # read once for the batch (the lock checks again what changed since).
@@ -1252,8 +1264,8 @@ class _Scan:
                     tx.state.scan_marks[item.key] = item.mark
                     tx.touch()
         self._done(len(batch) - len(waiting))
-        for session_id, summary in summaries:
-            _add_summary(vault, session_id, summary)
+        for session_id, summary, agent in summaries:
+            _add_summary(vault, session_id, summary, agent)
         if waiting:
             with vault.transaction() as tx:
                 for item in waiting:

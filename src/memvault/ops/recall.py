@@ -156,7 +156,7 @@ def search(vault: Vault, text: str, filters: Filters,
         snippet=snippet(analyzer, r.content, stems), score=round(min(1.0, f.score), 4),
         weak=not f.matches,
         tags=tuple(r.tags), created_at=r.created_at, session_id=r.session_id,
-        message_id=r.message_id, compacted_from=tuple(r.compacted_from),
+        message_id=r.message_id, compacted_from=tuple(r.compacted_from), agent=r.agent,
         lexical_rank=f.lexical_rank, semantic_rank=f.semantic_rank,
         lexical_score=_rounded(f.lexical_score), semantic_score=_rounded(f.semantic_score),
     ) for f, r in found)
@@ -231,7 +231,8 @@ def _near(store: VectorStore, vector: Any, k: int, include_archive: bool,
 def _narrowing(filters: Filters) -> bool:
     """Whether the filters leave out more than archived and superseded records."""
     return bool(filters.types or filters.categories or filters.tags or filters.after
-                or filters.before or filters.session is not None)
+                or filters.before or filters.session is not None
+                or filters.agent is not None)
 
 
 def _fused(vault: Vault, text: str, filters: Filters, state: UserState,

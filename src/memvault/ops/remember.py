@@ -32,7 +32,7 @@ def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
         importance: float = 0.5, session: str | None = None, supersedes: str | None = None,
         message_id: str | None = None, role: str | None = None,
         channel: str | None = None, created_at: str | None = None,
-        may_restate: bool = True) -> AddResult:
+        may_restate: bool = True, agent: str | None = None) -> AddResult:
     """Store one record; identical content (same user and type) is stored once.
     `created_at` dates it in the past (an agent's summary of an old session). Without
     `may_restate` (an agent that has used its supersedes), saying again a record that
@@ -106,8 +106,8 @@ def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
             memory_id=uuid7(), org_id=vault.org, user_id=vault.user, type=kind,
             content=text, content_hash=digest, category=category, tags=tags,
             importance=importance, session_id=session, message_id=message_id,
-            channel=channel, role=role, supersedes=supersedes, created_at=stamp,
-            updated_at=stamp, key_version=tx.epoch,
+            channel=channel, role=role, agent=agent, supersedes=supersedes,
+            created_at=stamp, updated_at=stamp, key_version=tx.epoch,
         )
         if home == SESSIONS:
             (location,) = tx.append(relpath, [record])

@@ -198,3 +198,34 @@ def test_the_mcp_search_filters_by_agent(vault: Vault, real: dict[str, Path]) ->
             assert wrong.is_error
 
     anyio.run(main)
+
+
+def test_the_viewer_shows_filters_and_charts_by_agent(vault: Vault,
+                                                      real: dict[str, Path]) -> None:
+    pytest.importorskip("textual")
+    from textual.widgets import DataTable
+
+    from tests.test_browse import drive, listed, text_of
+
+    sessions = {agent: ingest_file(vault, real[agent]).session_id
+                for agent in ("codex", "gemini")}
+    add(vault, "python is pinned to 3.11 on the build hosts", "fact")
+    codex = {r.memory_id for r in vault.store.records() if r.agent == "codex"}
+
+    async def script(app: Any, pilot: Any) -> None:
+        await pilot.press("tab", *"agent:codex")  # the filters box
+        await pilot.pause()
+        assert listed(app) and set(listed(app)) <= codex
+        await pilot.press("escape", "2")  # the timeline: each session with its agent
+        await pilot.pause(0.3)
+        table = app.query_one("#sessions", DataTable)
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        for agent, session in sessions.items():
+            assert [session, agent] in [[r[-1], r[2]] for r in rows], rows
+        await pilot.press("5")  # the status page: stored per week, split by agent
+        await pilot.pause()
+        chart = text_of(app, "#status-text").split("stored per week")[1]
+        rows = {line.split()[1] for line in chart.splitlines()[1:] if line.strip()}
+        assert {"codex", "gemini", "typed"} <= rows, chart
+
+    drive(vault, script)

@@ -69,8 +69,8 @@ READ_ONLY_KEYS = {
 }
 FOCUS = {"search": "#results", "timeline": "#sessions", "review": "#findings",
          "brief": "#brief-scroll", "status": "#status-scroll"}
-FILTER_HELP = ("filters: type:fact,preference tag:X project:auto session:S after:DATE "
-               "before:DATE archived superseded mode:lexical|semantic|hybrid|words")
+FILTER_HELP = ("filters: type:fact,preference tag:X project:auto session:S agent:NAME "
+               "after:DATE before:DATE archived superseded mode:lexical|semantic|hybrid|words")
 
 
 def one_line(text: str, width: int = TEXT_CELL) -> str:
@@ -310,8 +310,8 @@ class Viewer(App[None]):
                     raise UsageError(f"unknown filter {name!r}; {FILTER_HELP}")
                 flags.add(name)
                 continue
-            if name not in ("type", "category", "tag", "project", "session", "after",
-                            "before", "mode"):
+            if name not in ("type", "category", "tag", "project", "session", "agent",
+                            "after", "before", "mode"):
                 raise UsageError(f"unknown filter {name!r}; {FILTER_HELP}")
             given[name] += [v for v in value.split(",") if v]
         def last(name: str) -> str | None:
@@ -321,7 +321,7 @@ class Viewer(App[None]):
         filters = context.filters(
             given["type"] or None, given["category"] or None, given["tag"] or None,
             last("session"), last("after"), last("before"), "archived" in flags,
-            "superseded" in flags, self.limit, now)
+            "superseded" in flags, self.limit, now, last("agent"))
         for kind in filters.types:
             from memvault.model.records import check_type
 
@@ -441,7 +441,8 @@ class Viewer(App[None]):
                                                   if r.updated_at != r.created_at else "")
                     + "\n")
         rows = [("tags", ", ".join(shown(t) for t in r.tags)),
-                ("agent", shown(r.channel or "")), ("session", shown(r.session_id or "")),
+                ("agent", shown(" ".join(filter(None, (r.agent, r.channel))))),
+                ("session", shown(r.session_id or "")),
                 ("role", shown(r.role or "")), ("speaker", shown(r.name or "")),
                 ("supersedes", r.supersedes or ""),
                 ("replaced", " ← ".join(seen.replaced)),
@@ -626,7 +627,8 @@ class Viewer(App[None]):
         for day in days:
             weeks[(_week(day.first), day.agent or "-")] += day.messages
         for r in mems:
-            weeks[(_week(r.created_at), r.channel or "you")] += 1
+            # A summary ingest took from a transcript keeps its agent; the rest are typed.
+            weeks[(_week(r.created_at), r.agent or "typed")] += 1
         top = max(weeks.values(), default=1)
         for (week, agent), n in sorted(weeks.items(), reverse=True)[:20]:
             bar = "█" * max(1, round(30 * n / top))

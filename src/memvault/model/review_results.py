@@ -116,8 +116,8 @@ class Inspection(Result):
 @dataclass(frozen=True)
 class SessionDay(Result):
     """One session in the timeline: when it began and ended, how many messages it holds
-    (live and archived), the channel it came by where there is one (a subagent, an MCP
-    client) and its project (the keyed project tag of its first message)."""
+    (live and archived), the agent it came from where its records say (claude-code,
+    codex, ...) and its project (the keyed project tag of its first message)."""
 
     session_id: str
     first: str

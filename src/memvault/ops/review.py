@@ -550,7 +550,9 @@ def sessions(vault: Vault) -> list[SessionDay]:
             if not heads or name is None:
                 continue
             opening = vault.store.read_at(Location.line(relpath, 0), heads[0].memory_id)
-            agent = opening.channel if opening is not None else None
+            # The agent its transcript came from (a session mem stored before it kept
+            # one, or of generic JSON lines, has none).
+            agent = opening.agent if opening is not None else None
             project = next((t for t in (opening.tags if opening else [])
                             if t.startswith(PREFIX)), None)
             times = [h.created_at for h in heads]

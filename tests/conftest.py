@@ -116,6 +116,7 @@ def real_home_untouched() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def sealed_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    before = set(os.environ)
     for name in list(os.environ):
         if name.startswith("MEM_") or name in AGENT_VARIABLES:
             monkeypatch.delenv(name)
@@ -136,7 +137,13 @@ def sealed_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     # The installed `mem` script lives beside this interpreter, activated or not.
     monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent),
                                                 os.environ.get("PATH", "")]))
+    ours = set(os.environ)
     yield
+    # What a test set without monkeypatch (os.environ[...] = ...) goes with it: a fixture
+    # of a wider scope made next (a module's vault) must not find another test's key.
+    for name in set(os.environ) - before - ours:
+        if name.startswith("MEM_") or name in AGENT_VARIABLES:
+            del os.environ[name]
 
 
 @pytest.fixture

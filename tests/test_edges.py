@@ -183,6 +183,8 @@ def dated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dated]:
     env = {"MEM_VAULT": str(home / "vault"), "MEM_CONFIG_DIR": str(home / "config"),
            "MEM_USER": "alice"}
     with pytest.MonkeyPatch.context() as patch:
+        for name in [n for n in os.environ if n.startswith("MEM_")]:
+            patch.delenv(name)  # made before any test's own environment: none of theirs
         for name, value in env.items():
             patch.setenv(name, value)
         init(resolve())

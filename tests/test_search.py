@@ -47,15 +47,16 @@ from memvault.storage import fsio
 from memvault.vault.vault import Vault
 from tests.conftest import examples, mem, open_as
 
-# SPEC §6's fields, and a summary's originals (compacted_from: [] for anything else)
+# SPEC §6's fields, a summary's originals (compacted_from: [] for anything else), and
+# the agent a transcript's record came from (None for a typed memory)
 RESULT_FIELDS = {"memory_id", "category", "type", "content", "snippet", "score", "tags",
                  "created_at", "session_id", "message_id", "compacted_from", "lexical_rank",
-                 "semantic_rank", "lexical_score", "semantic_score", "weak"}
+                 "semantic_rank", "lexical_score", "semantic_score", "weak", "agent"}
 DOC_FIELDS = {"results", "total_searched", "query_time_ms", "mode", "notice"}
-TEXT_FIELDS = ("id", "body", "ctx", "type", "category", "tag", "session", "loc")
+TEXT_FIELDS = ("id", "body", "ctx", "type", "category", "tag", "session", "loc", "agent")
 HASHED_FIELDS = ("body", "ctx", "tag", "session")
-STORED_FIELDS = {"id", "type", "category", "created", "loc", "tag", "session", "text", "role",
-                 "archived", "pos"}
+STORED_FIELDS = {"id", "type", "category", "created", "loc", "tag", "session", "agent", "text",
+                 "role", "archived", "pos"}
 HEX128 = re.compile(r"[0-9a-f]{32}")
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 LOC = re.compile(r"CLAUDE\.md|preferences\.json|(sessions|archive)/[^/@]+\.jsonl@\d+")

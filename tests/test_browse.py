@@ -316,6 +316,13 @@ def test_screenshots(vault: Vault) -> None:
     docs/guide.md; `make screenshots` writes them again (BROWSE_SCREENSHOTS=1)."""
     planted(vault)
     remember.add(vault, "favourite editor is kakoune", "fact")
+    bench = Path(__file__).resolve().parents[2] / "shared" / "bench-data" / "transcripts"
+    for path in (bench / "claude-code" / "short.jsonl",
+                 bench / "codex" / "rollout-vibe-codex-0.39.jsonl"):
+        if path.is_file():  # real sessions on the timeline, read in place
+            from memvault.ops.ingest import ingest_file
+
+            ingest_file(vault, path)
     shots: dict[str, str] = {}
 
     async def script(app: Viewer, pilot: Any) -> None:
@@ -323,7 +330,8 @@ def test_screenshots(vault: Vault) -> None:
         await pilot.pause(0.5)  # the pane, once the typing rests
         shots["search"] = app.export_screenshot(title="mem browse: search")
         await pilot.press("enter")
-        for key, name in (("3", "review"), ("4", "brief"), ("5", "status")):
+        for key, name in (("2", "timeline"), ("3", "review"), ("4", "brief"),
+                          ("5", "status")):
             await pilot.press(key)
             await pilot.pause()
             shots[name] = app.export_screenshot(title=f"mem browse: {name}")

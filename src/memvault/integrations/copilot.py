@@ -13,9 +13,7 @@ from typing import Any
 
 from memvault.errors import UsageError
 from memvault.integrations import hookbase, jsonedit
-from memvault.integrations.launch import Launch, refuse_forwarding
-from memvault.integrations.launch import resolve as resolve_launch
-from memvault.model.machine_results import HookInstallResult
+from memvault.integrations.launch import Launch
 
 NAME = "copilot"
 WHAT = "Copilot CLI MCP"
@@ -50,20 +48,7 @@ def server_entry(launch: Launch) -> dict[str, Any]:
     return entry
 
 
-def install(path: Path, scope: str = "user", mcp: bool = False,
-            dry_run: bool = False) -> HookInstallResult:
-    if not mcp:
-        return HookInstallResult(str(path), False, (), None)
-    launch = resolve_launch(scope)
-    refuse_forwarding(launch, "Copilot CLI")
-    return jsonedit.install_server(path, WHAT, CONTAINER, server_entry(launch), dry_run)
-
-
-def uninstall(path: Path, scope: str = "user", mcp: bool = False,
-              dry_run: bool = False) -> HookInstallResult:
-    if not mcp:
-        return HookInstallResult(str(path), False, (), None)
-    return jsonedit.uninstall_server(path, WHAT, CONTAINER, dry_run)
+install, uninstall = jsonedit.server_installers(WHAT, CONTAINER, server_entry, "Copilot CLI")
 
 
 def wired_in() -> tuple[Path, tuple[str, ...], tuple[str, ...], bool, Path | None]:

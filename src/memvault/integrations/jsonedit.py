@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from memvault.errors import UsageError
+from memvault.integrations.launch import Launch, refuse_forwarding
+from memvault.integrations.launch import resolve as resolve_launch
 from memvault.model.machine_results import HookInstallResult
 
 Path_ = tuple[str | int, ...]
@@ -413,6 +415,35 @@ def server_wired(path: Path, what: str, container: Path_
     argv = [str(c) for c in command] if isinstance(command, list) else \
         [str(command), *map(str, args if isinstance(args, list) else [])]
     return path, (), tuple(argv), True, path
+
+
+Installer = Callable[..., HookInstallResult]
+
+
+def server_installers(what: str, container: Path_,
+                      entry: Callable[[Launch], dict[str, Any]],
+                      names_variables: str | None = None) -> tuple[Installer, Installer]:
+    """`install` and `uninstall` for an agent mem gives its MCP server only, in a JSON
+    file (OpenCode, Copilot CLI, Cline): with `mcp` the entry `entry(launch)` made for
+    the scope, without it nothing. `names_variables`: the agent (as a user calls it)
+    when it passes a server only the variables its entry names, so a key held in
+    MEM_MASTER_KEY is refused rather than written into its file (refuse_forwarding)."""
+    def install(path: Path, scope: str = "user", mcp: bool = False,
+                dry_run: bool = False) -> HookInstallResult:
+        if not mcp:
+            return HookInstallResult(str(path), False, (), None)
+        launch = resolve_launch(scope)
+        if names_variables is not None:
+            refuse_forwarding(launch, names_variables)
+        return install_server(path, what, container, entry(launch), dry_run)
+
+    def uninstall(path: Path, scope: str = "user", mcp: bool = False,
+                  dry_run: bool = False) -> HookInstallResult:
+        if not mcp:
+            return HookInstallResult(str(path), False, (), None)
+        return uninstall_server(path, what, container, dry_run)
+
+    return install, uninstall
 
 
 # --- mem's hooks in an agent's file -------------------------------------------------------------

@@ -14,8 +14,6 @@ from typing import Any
 from memvault.errors import UsageError
 from memvault.integrations import hookbase, jsonedit
 from memvault.integrations.launch import Launch
-from memvault.integrations.launch import resolve as resolve_launch
-from memvault.model.machine_results import HookInstallResult
 
 NAME = "opencode"
 WHAT = "OpenCode config"
@@ -61,19 +59,7 @@ def server_entry(launch: Launch) -> dict[str, Any]:
     return entry
 
 
-def install(path: Path, scope: str = "user", mcp: bool = False,
-            dry_run: bool = False) -> HookInstallResult:
-    if not mcp:
-        return HookInstallResult(str(path), False, (), None)
-    return jsonedit.install_server(path, WHAT, CONTAINER, server_entry(resolve_launch(scope)),
-                                   dry_run)
-
-
-def uninstall(path: Path, scope: str = "user", mcp: bool = False,
-              dry_run: bool = False) -> HookInstallResult:
-    if not mcp:
-        return HookInstallResult(str(path), False, (), None)
-    return jsonedit.uninstall_server(path, WHAT, CONTAINER, dry_run)
+install, uninstall = jsonedit.server_installers(WHAT, CONTAINER, server_entry)
 
 
 def wired_in() -> tuple[Path, tuple[str, ...], tuple[str, ...], bool, Path | None]:

@@ -717,39 +717,50 @@ class Viewer(App[None]):
         self._forget(lambda: forget.select(self.vault, [], session=session),
                      f"session {shown(session)}")
 
+    def _memory_to_change(self) -> Record | None:
+        """The memory under the cursor, when the search screen is open for writing and it
+        is one (a message is its transcript's; it is never changed in place)."""
+        if not self._on_search() or not self._writable():
+            return None
+        record = self.current_record()
+        if record is not None and record.type == "message":
+            self.say("a message is a transcript's: add a memory instead (a)", error=True)
+            return None
+        return record
+
+    def _supersede(self, record: Record, content: str, kind: str, title: str,
+                   lines: list[str], how: str) -> None:
+        """Ask, then store `content` as a new `kind` that supersedes `record` (with its
+        tags and importance), as `mem add --supersedes` does."""
+        from memvault.ops import remember
+
+        def confirmed(yes: bool | None) -> None:
+            if not yes:
+                self.say("nothing was changed")
+                return
+            added: list[Any] = []
+            if self.attempt(lambda: added.append(remember.add(
+                    self.vault, content, kind, tags=list(record.tags),
+                    importance=record.importance, supersedes=record.memory_id))):
+                self._refresh()
+                self.say(f"stored {added[0].record.memory_id}{how}, which supersedes "
+                         f"{record.memory_id}")
+
+        self.push_screen(Confirm(title, lines), confirmed)
+
     def action_correct(self) -> None:
         """A correction is a new record of the same type that supersedes this one."""
-        if not self._on_search() or not self._writable():
-            return
-        record = self.current_record()
+        record = self._memory_to_change()
         if record is None:
             return
-        if record.type == "message":
-            self.say("a message is a transcript's: add a memory instead (a)", error=True)
-            return
-        from memvault.ops import remember
 
         def typed(text: str | None) -> None:
             if text is None or not text.strip() or text == record.content:
                 self.say("nothing was changed")
                 return
-
-            def confirmed(yes: bool | None) -> None:
-                if not yes:
-                    self.say("nothing was changed")
-                    return
-                added: list[Any] = []
-                if self.attempt(lambda: added.append(remember.add(
-                        self.vault, text, record.type, tags=list(record.tags),
-                        importance=record.importance, supersedes=record.memory_id))):
-                    self._refresh()
-                    self.say(f"stored {added[0].record.memory_id}, which supersedes "
-                             f"{record.memory_id}")
-
-            self.push_screen(Confirm("Store this correction?", [
+            self._supersede(record, text, record.type, "Store this correction?", [
                 f"new {record.type}: {one_line(text, 300)}",
-                f"it supersedes {record.memory_id}: {one_line(record.content, 200)}"]),
-                confirmed)
+                f"it supersedes {record.memory_id}: {one_line(record.content, 200)}"], "")
 
         self.push_screen(Ask(f"Correct this {record.type}:", " ".join(record.content.split())),
                          typed)
@@ -757,16 +768,10 @@ class Viewer(App[None]):
     def action_change_type(self) -> None:
         """A memory's type decides where it lives and how the brief ranks it: a new type
         is a new record (same text, tags and importance) that supersedes this one."""
-        if not self._on_search() or not self._writable():
-            return
-        record = self.current_record()
+        record = self._memory_to_change()
         if record is None:
             return
-        if record.type == "message":
-            self.say("a message is a transcript's: add a memory instead (a)", error=True)
-            return
         from memvault.model.records import TYPES, check_type
-        from memvault.ops import remember
 
         def typed(text: str | None) -> None:
             kind = (text or "").strip()
@@ -778,18 +783,9 @@ class Viewer(App[None]):
                     self.say("a memory cannot become a message", error=True)
                 return
 
-            def confirmed(yes: bool | None) -> None:
-                added: list[Any] = []
-                if yes and self.attempt(lambda: added.append(remember.add(
-                        self.vault, record.content, kind, tags=list(record.tags),
-                        importance=record.importance, supersedes=record.memory_id))):
-                    self._refresh()
-                    self.say(f"stored {added[0].record.memory_id} as a {kind}, which "
-                             f"supersedes {record.memory_id}")
-
-            self.push_screen(Confirm(f"Store this as a {kind}?", [
+            self._supersede(record, record.content, kind, f"Store this as a {kind}?", [
                 f"new {kind}: {one_line(record.content, 300)}",
-                f"it supersedes the {record.type} {record.memory_id}"]), confirmed)
+                f"it supersedes the {record.type} {record.memory_id}"], f" as a {kind}")
 
         choices = ", ".join(t for t in TYPES if t != "message")
         self.push_screen(Ask(f"New type ({choices}):", record.type), typed)

@@ -263,59 +263,25 @@ hook_app = typer.Typer(help="Hook handlers that agents call (always exit 0).",
                        no_args_is_help=True)
 
 
-@hook_app.command("claude-code")
-def hook_claude_code(
-    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
-    key_file: KeyFileOpt = None,
-) -> None:
-    """Read a Claude Code hook event on stdin and act on it; never fails the agent."""
-    from memvault.integrations.claude_code import run
+def _hook_command(module: str, label: str) -> Callable[..., None]:
+    """`mem hook AGENT`: the agent's module imported only when its hook runs."""
+    def hook(vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
+             key_file: KeyFileOpt = None) -> None:
+        import importlib
 
-    run(lambda: context.settings(vault, org, user, key_file, embeddings_optional=True))
+        run = importlib.import_module(f"memvault.integrations.{module}").run
+        run(lambda: context.settings(vault, org, user, key_file, embeddings_optional=True))
 
-
-@hook_app.command("codex")
-def hook_codex(
-    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
-    key_file: KeyFileOpt = None,
-) -> None:
-    """Read a Codex CLI hook event on stdin and act on it; never fails the agent."""
-    from memvault.integrations.codex import run
-
-    run(lambda: context.settings(vault, org, user, key_file, embeddings_optional=True))
+    hook.__doc__ = f"Read a {label} hook event on stdin and act on it; never fails the agent."
+    return hook
 
 
-@hook_app.command("gemini")
-def hook_gemini(
-    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
-    key_file: KeyFileOpt = None,
-) -> None:
-    """Read a Gemini CLI hook event on stdin and act on it; never fails the agent."""
-    from memvault.integrations.gemini import run
-
-    run(lambda: context.settings(vault, org, user, key_file, embeddings_optional=True))
-
-
-@hook_app.command("cursor")
-def hook_cursor(
-    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
-    key_file: KeyFileOpt = None,
-) -> None:
-    """Read a Cursor hook event on stdin and act on it; never fails the agent."""
-    from memvault.integrations.cursor import run
-
-    run(lambda: context.settings(vault, org, user, key_file, embeddings_optional=True))
-
-
-@hook_app.command("qwen")
-def hook_qwen(
-    vault: VaultOpt = None, org: OrgOpt = None, user: UserOpt = None,
-    key_file: KeyFileOpt = None,
-) -> None:
-    """Read a Qwen Code hook event on stdin and act on it; never fails the agent."""
-    from memvault.integrations.qwen import run
-
-    run(lambda: context.settings(vault, org, user, key_file, embeddings_optional=True))
+for _name, _module, _label in (("claude-code", "claude_code", "Claude Code"),
+                               ("codex", "codex", "Codex CLI"),
+                               ("gemini", "gemini", "Gemini CLI"),
+                               ("cursor", "cursor", "Cursor"),
+                               ("qwen", "qwen", "Qwen Code")):
+    hook_app.command(_name)(_hook_command(_module, _label))
 
 
 hooks_app = typer.Typer(help="Install mem's hooks into an agent's settings.",

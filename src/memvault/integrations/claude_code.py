@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any
 
 from memvault.errors import UsageError
 from memvault.integrations import hookbase
@@ -31,13 +31,7 @@ AGENT = Agent(
 )
 
 
-def run(settings_factory: Any, stdin: BinaryIO | None = None,
-        stdout: TextIO | None = None) -> None:
-    hookbase.run(AGENT, settings_factory, stdin, stdout)
-
-
-def handle(settings_factory: Any, stdin: str | bytes) -> str | None:
-    return hookbase.handle(AGENT, settings_factory, stdin)
+run, handle = hookbase.entry_points(AGENT)
 
 
 # --- installing into Claude Code's settings -----------------------------------------------

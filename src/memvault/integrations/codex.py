@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any
 
 from memvault.errors import UsageError
 from memvault.integrations import hookbase
@@ -34,13 +34,7 @@ AGENT = Agent(
 )
 
 
-def run(settings_factory: Any, stdin: BinaryIO | None = None,
-        stdout: TextIO | None = None) -> None:
-    hookbase.run(AGENT, settings_factory, stdin, stdout)
-
-
-def handle(settings_factory: Any, stdin: str | bytes) -> str | None:
-    return hookbase.handle(AGENT, settings_factory, stdin)
+run, handle = hookbase.entry_points(AGENT)
 
 
 def _home(scope: str) -> Path:

@@ -10,7 +10,7 @@ hooks.json is flat (event -> [handler]), beside a `version`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any
 
 from memvault.errors import UsageError
 from memvault.integrations import hookbase, jsonedit
@@ -32,13 +32,7 @@ AGENT = Agent(
 )
 
 
-def run(settings_factory: Any, stdin: BinaryIO | None = None,
-        stdout: TextIO | None = None) -> None:
-    hookbase.run(AGENT, settings_factory, stdin, stdout)
-
-
-def handle(settings_factory: Any, stdin: str | bytes) -> str | None:
-    return hookbase.handle(AGENT, settings_factory, stdin)
+run, handle = hookbase.entry_points(AGENT)
 
 
 def config_dir() -> Path:

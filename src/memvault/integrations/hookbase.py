@@ -330,6 +330,19 @@ def emit(text: str, stream: TextIO | None) -> None:
             pass
 
 
+def entry_points(agent: Agent) -> tuple[Callable[..., None], Callable[..., str | None]]:
+    """An agent module's `run` (the whole hook process) and `handle` (one event) for its
+    Agent: what `mem hook NAME` calls, and the tests."""
+    def run_it(settings_factory: Any, stdin: BinaryIO | None = None,
+               stdout: TextIO | None = None) -> None:
+        run(agent, settings_factory, stdin, stdout)
+
+    def handle_it(settings_factory: Any, stdin: str | bytes) -> str | None:
+        return handle(agent, settings_factory, stdin)
+
+    return run_it, handle_it
+
+
 def handle(agent: Agent, settings_factory: Any, stdin: str | bytes) -> str | None:
     """Handle one hook call; return what to print on stdout (or None). Never raises."""
     event = "unknown"

@@ -9,8 +9,9 @@ store for the user the hooks brief. The real clients (tests/agents/package.json;
 installs them) check the same offline: `claude mcp list`, `gemini mcp list`, `opencode mcp
 list` and `qwen mcp list` start the server to health-check it, Codex's app server lists
 its tools and calls one, and `copilot mcp get` reads the entry mem wrote. Cline's CLI has
-no check that runs without a terminal, and Cursor's agent is not on npm: mem's entries
-for them are held to the server's own start as each starts it.
+no check that runs without a terminal: its library (@cline/core, which the CLI runs on)
+reads mem's entry and starts the server (tests/agents/cline_check.mjs). Cursor's agent is
+not on npm: mem's entries for it are held to the server's own start as it starts it.
 """
 
 from __future__ import annotations
@@ -597,3 +598,35 @@ def test_copilot_cli_reads_the_server_mem_wrote(
     assert "Status: Enabled" in shown and "--user=bob" in shown, shown
     assert mem(script_runner, "setup", "--undo", "-y", "--agent=copilot").returncode == 0
     assert "mem (local)" not in ask("list")
+
+
+def test_clines_own_loader_and_client_run_the_server_mem_wrote(
+        script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path) -> None:
+    client("cline")
+    home = tmp_path / "home"
+    settings = home / ".cline" / "data" / "settings" / "cline_mcp_settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text('{\n  "mcpServers": {\n    "docs": {"transport": {"type": "stdio", '
+                        '"command": "docs-mcp", "args": []}}\n  }\n}\n')
+    argv, entry_env = set_up(script_runner, home, "cline")
+    content = "Cline's releases are cut on Thursdays"
+    talk(argv, {**without_mem(dict(os.environ)), **entry_env}, elsewhere, content)
+    # Cline's library (the CLI runs on it) reads the file and starts the server itself,
+    # with its own environment: none of mem's variables.
+    done = subprocess.run(["node", str(CLIENTS.parent.parent / "cline_check.mjs"),
+                           str(settings), "mem", "Thursdays"], env=client_env(home),
+                          cwd=elsewhere, capture_output=True, text=True, timeout=TIMEOUT,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("{")]
+    seen = json.loads(line)
+    assert sorted(seen["names"]) == ["docs", "mem"]
+    assert seen["registration"]["disabled"] is False
+    assert seen["registration"]["transport"]["type"] == "stdio"
+    assert TOOLS <= set(seen["tools"]), seen
+    assert content in json.dumps(seen["found"]), seen["found"]
+    assert mem(script_runner, "setup", "--undo", "-y", "--agent=cline").returncode == 0
+    done = subprocess.run(["node", str(CLIENTS.parent.parent / "cline_check.mjs"),
+                           str(settings), "mem", "x"], env=client_env(home),
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    assert json.loads(done.stdout.splitlines()[-1]) == {"names": ["docs"]}

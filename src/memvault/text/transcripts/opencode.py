@@ -11,9 +11,8 @@ each tool's output (its error for a failed one), and a compaction's summary (an
 assistant message marked `summary`). Dropped: reasoning, text OpenCode writes itself
 (parts marked `synthetic` or `ignored`), steps, snapshots, patches and attachments.
 
-The database is opened read-only and immutable, so that reading never locks or writes
-it while OpenCode runs; what OpenCode has not yet moved from its write-ahead log into the
-database is read from a private copy of the two files.
+The database is read as stores.py reads every agent's: read-only and immutable, never
+locking or writing it while OpenCode runs, with what is still in its write-ahead log.
 """
 
 from __future__ import annotations
@@ -21,10 +20,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from memvault.errors import DataError, NotFound
+from memvault.errors import DataError
 from memvault.model.records import NewMessage
 from memvault.text.transcripts.base import (
     TOOL_OUTPUT_CHARS,
@@ -39,9 +39,9 @@ from memvault.text.transcripts.base import (
     _tool_line,
     data_home,
 )
+from memvault.text.transcripts.stores import columns, is_sqlite, read_store, table_names, tables
 
 DATABASE = "opencode.db"
-SQLITE_MAGIC = b"SQLite format 3\x00"
 TABLES = frozenset({"session", "message", "part"})
 EVENTS = ("step-start", "step-finish", "snapshot", "patch", "compaction", "retry", "agent",
           "subtask")
@@ -65,25 +65,7 @@ def places(home: Path, env: Mapping[str, str]) -> list[Path]:
 def sniff_path(path: Path) -> bool:
     if path.is_dir():
         return (path / "session").is_dir() and (path / "message").is_dir()
-    return _is_sqlite(path) and TABLES <= _tables(path)
-
-
-def _is_sqlite(path: Path) -> bool:
-    try:
-        with path.open("rb") as f:
-            return f.read(16) == SQLITE_MAGIC
-    except OSError:
-        return False
-
-
-def _tables(path: Path) -> set[str]:
-    import sqlite3
-
-    try:
-        with _opened(path) as db:
-            return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    except sqlite3.Error:
-        return set()
+    return is_sqlite(path) and TABLES <= tables(path)
 
 
 def read(path: Path) -> Transcript:
@@ -97,74 +79,30 @@ def read(path: Path) -> Transcript:
 
 # --- the SQLite store ----------------------------------------------------------------------
 
-def _opened(path: Path) -> Any:
-    """A read-only connection that never locks or writes the agent's files (immutable)."""
-    import sqlite3
-    from contextlib import closing
-    from urllib.parse import quote
-
-    uri = f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
-    return closing(sqlite3.connect(uri, uri=True))
-
-
 def _database(path: Path) -> tuple[dict[str, dict[str, Any]], list[_Message]]:
-    import shutil
-    import sqlite3
-    import tempfile
-
-    if not path.is_file():
-        raise NotFound(f"no OpenCode database at {path}")
-    wal = path.with_name(path.name + "-wal")
-    try:
-        if wal.is_file() and wal.stat().st_size:
-            # Recent writes are still in the log, which an immutable reader does not see:
-            # read a private copy of both (OpenCode's own files stay untouched).
-            with tempfile.TemporaryDirectory(prefix="mem-opencode-") as tmp:
-                copy = Path(tmp) / path.name
-                shutil.copyfile(path, copy)
-                shutil.copyfile(wal, Path(tmp) / wal.name)
-                try:
-                    return _rows(copy, immutable=False)
-                except sqlite3.DatabaseError:
-                    pass  # copied mid-write: the database as it is on disk
-        return _rows(path)
-    except sqlite3.DatabaseError as exc:
-        raise DataError(f"cannot read the OpenCode database {path}: {exc}") from None
-    except OSError as exc:
-        raise NotFound(f"cannot read {path}: {exc.strerror or exc}") from None
+    return read_store(path, "OpenCode", partial(_rows, path))
 
 
-def _rows(path: Path, immutable: bool = True) -> tuple[dict[str, dict[str, Any]],
-                                                          list[_Message]]:
-    import sqlite3
-    from contextlib import closing
-
-    if immutable:
-        connection = _opened(path)
-    else:
-        connection = closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True))
-    with connection as db:
-        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not TABLES <= tables:
-            raise DataError(f"{path} is not an OpenCode database (no session, message and "
-                            "part tables)")
-        columns = {r[1] for r in db.execute("PRAGMA table_info(session)")}
-        parent = "parent_id" if "parent_id" in columns else "NULL"
-        sessions = {sid: {"id": sid, "parentID": pid, "title": title}
-                    for sid, pid, title in db.execute(
-                        f"SELECT id, {parent}, title FROM session")}  # noqa: S608
-        parts: dict[str, list[dict[str, Any]]] = {}
-        for pid, mid, data in db.execute(
-                "SELECT id, message_id, data FROM part ORDER BY message_id, id"):
-            part = _record(data)
-            if part is not None:
-                parts.setdefault(mid, []).append({**part, "id": pid})
-        messages = []
-        for mid, sid, created, data in db.execute(
-                "SELECT id, session_id, time_created, data FROM message "
-                "ORDER BY time_created, id"):
-            info = _record(data) or {}
-            messages.append(_Message(mid, sid, info, created, parts.pop(mid, [])))
+def _rows(path: Path, db: Any) -> tuple[dict[str, dict[str, Any]], list[_Message]]:
+    if not TABLES <= table_names(db):
+        raise DataError(f"{path} is not an OpenCode database (no session, message and "
+                        "part tables)")
+    parent = "parent_id" if "parent_id" in columns(db, "session") else "NULL"
+    sessions = {sid: {"id": sid, "parentID": pid, "title": title}
+                for sid, pid, title in db.execute(
+                    f"SELECT id, {parent}, title FROM session")}  # noqa: S608
+    parts: dict[str, list[dict[str, Any]]] = {}
+    for pid, mid, data in db.execute(
+            "SELECT id, message_id, data FROM part ORDER BY message_id, id"):
+        part = _record(data)
+        if part is not None:
+            parts.setdefault(mid, []).append({**part, "id": pid})
+    messages = []
+    for mid, sid, created, data in db.execute(
+            "SELECT id, session_id, time_created, data FROM message "
+            "ORDER BY time_created, id"):
+        info = _record(data) or {}
+        messages.append(_Message(mid, sid, info, created, parts.pop(mid, [])))
     return sessions, messages
 
 

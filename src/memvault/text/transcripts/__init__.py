@@ -28,8 +28,9 @@ of the format asked for (a Codex rollout read as Claude Code's) is: DataError.
 
 
 Each agent is read by its own module (claude_code, codex, gemini, opencode, cursor, copilot,
-qwen, aider, cline, pi, droid; generic for jsonl), each with its FORMAT: a name, a cheap
-sniff, a reader and the places its sessions live. REGISTRY lists them in probe order.
+qwen, aider, cline, pi, droid, goose, crush; generic for jsonl), each with its FORMAT: a
+name, a cheap sniff, a reader and the places its sessions live. REGISTRY lists them in
+probe order. stores.py is how every agent's SQLite store is read.
 """
 
 from __future__ import annotations
@@ -48,10 +49,12 @@ from memvault.text.transcripts import (
     cline,
     codex,
     copilot,
+    crush,
     cursor,
     droid,
     gemini,
     generic,
+    goose,
     opencode,
     pi,
     qwen,
@@ -86,8 +89,8 @@ __all__ = ["BY_NAME", "FORMATS", "MAX_LINE", "REGISTRY", "STREAM_BATCH", "TOOL_C
 # session line has the fields of an older Codex rollout's first line).
 REGISTRY: tuple[Format, ...] = (
     codex.FORMAT, qwen.FORMAT, claude_code.FORMAT, gemini.FORMAT, copilot.FORMAT,
-    pi.FORMAT, droid.FORMAT, cursor.FORMAT, opencode.FORMAT, cline.FORMAT, aider.FORMAT,
-    generic.FORMAT)
+    pi.FORMAT, droid.FORMAT, cursor.FORMAT, opencode.FORMAT, goose.FORMAT, crush.FORMAT,
+    cline.FORMAT, aider.FORMAT, generic.FORMAT)
 BY_NAME = {fmt.name: fmt for fmt in REGISTRY}
 FORMATS = tuple(BY_NAME)
 # Reading a stream: the longest line read whole (a longer one, a tool's output of tens of

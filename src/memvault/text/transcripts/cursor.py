@@ -5,27 +5,57 @@ channel "subagent:<sub>"). One message per line, `{role, message: {content: [blo
 (text and tool_use blocks; no ids and no times: a message's id is its line, the file
 being written in order); `{type: ...}` lines (a turn's end) are the CLI's. The user's
 words are marked <user_query> among what the editor adds (open files, rules, reminders).
+
+Its chat store: ~/.cursor/chats/<workspace hash>/<agent id>/store.db, one SQLite file per
+session: `meta` (key "0": hex-encoded JSON, the agentId, latestRootBlobId, name, createdAt
+in milliseconds) and `blobs` (id: the SHA-256 of `data`). A message is a JSON blob
+(`{role: user|assistant|tool|system, content}`: the user's text, the assistant's text,
+reasoning and tool-call blocks, a tool's tool-result blocks); the root blob lists the
+conversation's blobs in order (protobuf field 1, 32 bytes each; a list may be nested).
+A session is stored once: the agent id names both its store and its transcript
+(agent-transcripts/<id>/<id>.jsonl), and where the transcript is there the store defers
+to it. The store keeps no time per message: each gets the session's start.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from memvault.errors import DataError
 from memvault.text.transcripts.base import (
+    TOOL_OUTPUT_CHARS,
     Format,
     Transcript,
     _blocks,
     _Draft,
+    _epoch,
     _finish,
+    _json,
     _objects,
+    _squash,
     _str,
+    _text_of,
     _time,
     _without_harness,
     home_place,
 )
+from memvault.text.transcripts.stores import (
+    columns,
+    is_sqlite,
+    opened,
+    read_store,
+    table_names,
+)
+
+STORE_TABLES = frozenset({"meta", "blobs"})
+MAX_BLOB = 64 << 20
+MAX_DEPTH = 16  # nested lists of blobs
+_AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 
 
 def sniff_line(obj: dict[str, Any]) -> bool:
@@ -34,7 +64,8 @@ def sniff_line(obj: dict[str, Any]) -> bool:
 
 
 def places(home: Path, env: Mapping[str, str]) -> list[Path]:
-    return [home_place(home, env, None, ".cursor", "projects")]
+    return [home_place(home, env, None, ".cursor", "projects"),
+            home_place(home, env, None, ".cursor", "chats")]
 
 
 def parse(text: str) -> Transcript:
@@ -66,4 +97,196 @@ def parse(text: str) -> Transcript:
     return Transcript("cursor", None, _finish(drafts), [], dict(ignored))
 
 
-FORMAT = Format("cursor", "Cursor agent", places, parse=parse, sniff_line=sniff_line)
+# --- the chat store (store.db) ------------------------------------------------------------
+
+def sniff_path(path: Path) -> bool:
+    return path.is_file() and is_sqlite(path) and _store_schema(path)
+
+
+def _store_schema(path: Path) -> bool:
+    import sqlite3
+
+    try:
+        with opened(path) as db:
+            return (STORE_TABLES <= table_names(db)
+                    and {"id", "data"} <= columns(db, "blobs"))
+    except sqlite3.Error:
+        return False
+
+
+def read(path: Path) -> Transcript:
+    """One session of Cursor's chat store, in the order its root blob lists; nothing
+    when the agent's transcript of the same session is there (it is read instead)."""
+    meta, blobs = read_store(path, "Cursor chat", partial(_store_rows, path))
+    agent = _str(meta.get("agentId")) or path.parent.name
+    session = agent if _clean_id(agent) else None
+    if session is not None and _transcript_of(path, session) is not None:
+        return Transcript("cursor", session, [], [], {"in its transcript": 1})
+    ignored: Counter[str] = Counter()
+    stamp = _epoch(meta.get("createdAt"))
+    drafts: list[_Draft] = []
+    seen: Counter[str] = Counter()
+    for blob_id, doc in _conversation(blobs, _str(meta.get("latestRootBlobId")), ignored):
+        seen[blob_id] += 1  # blobs are addressed by content: a message said twice is one
+        mid = blob_id if seen[blob_id] == 1 else f"{blob_id}#{seen[blob_id]}"
+        for nth, (who, content) in enumerate(_store_units(doc, ignored), 1):
+            draft = _Draft(who, mid if nth == 1 else f"{mid}.{nth}", stamp)
+            if draft.add("", content):
+                drafts.append(draft)
+    return Transcript("cursor", session, _finish(drafts), [], dict(ignored))
+
+
+def _clean_id(agent: str) -> bool:
+    return _AGENT_ID.fullmatch(agent) is not None
+
+
+def _transcript_of(path: Path, agent: str) -> Path | None:
+    """The agent transcript of the session whose store is at
+    <cursor>/chats/<hash>/<agent>/store.db: <cursor>/projects/*/agent-transcripts/<agent>/."""
+    parents = path.resolve().parents
+    if len(parents) < 4 or parents[2].name != "chats":
+        return None
+    projects = parents[3] / "projects"
+    return next((p for p in projects.glob(f"*/agent-transcripts/{agent}/{agent}.jsonl")
+                 if p.is_file()), None)
+
+
+def _store_rows(path: Path, db: Any) -> tuple[dict[str, Any], dict[str, bytes]]:
+    if not STORE_TABLES <= table_names(db):
+        raise DataError(f"{path} is not a Cursor chat store (no meta and blobs tables)")
+    meta: dict[str, Any] = {}
+    for key, value in db.execute("SELECT key, value FROM meta"):
+        doc = _hex_json(value)
+        if str(key) == "0" and isinstance(doc, dict):
+            meta = doc
+    blobs = {}
+    for blob_id, data in db.execute("SELECT id, data FROM blobs"):
+        if isinstance(data, str):
+            data = data.encode("utf-8", "surrogatepass")
+        if isinstance(blob_id, str) and isinstance(data, bytes) and len(data) <= MAX_BLOB:
+            blobs[blob_id.lower()] = data
+    return meta, blobs
+
+
+def _hex_json(value: Any) -> Any:
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    if not isinstance(value, str):
+        return None
+    try:
+        return _json(bytes.fromhex(value).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return _json(value)  # written as JSON itself
+
+
+def _conversation(blobs: dict[str, bytes], root: str | None,
+                  ignored: Counter[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The message blobs the root lists, depth first, in order."""
+    if root is None or root.lower() not in blobs:
+        if blobs:
+            ignored["no root"] += 1
+        return
+    order: list[str] = []
+    visiting: set[str] = set()
+
+    def walk(blob_id: str, depth: int) -> None:
+        data = blobs.get(blob_id)
+        if data is None:
+            ignored["missing blob"] += 1
+            return
+        if data[:1] == b"{":
+            order.append(blob_id)
+            return
+        if depth > MAX_DEPTH or blob_id in visiting:
+            ignored["not a message"] += 1
+            return
+        visiting.add(blob_id)
+        for child in _children(data):
+            walk(child, depth + 1)
+        visiting.discard(blob_id)
+
+    walk(root.lower(), 0)
+    for blob_id in order:
+        doc = _json(blobs[blob_id].decode("utf-8", "replace"))
+        if isinstance(doc, dict):
+            yield blob_id, doc
+        else:
+            ignored["not json"] += 1
+
+
+def _children(data: bytes) -> list[str]:
+    """The blob ids a list blob holds: its protobuf field 1 values of 32 bytes."""
+    out: list[str] = []
+    i = 0
+    while i < len(data):
+        key, i = _varint(data, i)
+        if key is None:
+            break
+        wire = key & 7
+        if wire == 0:
+            _, i = _varint(data, i)
+        elif wire == 2:
+            size, i = _varint(data, i)
+            if size is None or i + size > len(data):
+                break
+            if key >> 3 == 1 and size == 32:
+                out.append(data[i:i + size].hex())
+            i += size
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        else:
+            break
+    return out
+
+
+def _varint(data: bytes, i: int) -> tuple[int | None, int]:
+    value = shift = 0
+    while i < len(data) and shift < 64:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, i
+        shift += 7
+    return None, len(data)
+
+
+def _store_units(doc: dict[str, Any], ignored: Counter[str]) -> list[tuple[str, str]]:
+    """The messages one blob of the store says: (role, content)."""
+    role, content = doc.get("role"), doc.get("content")
+    if role == "system":
+        ignored["system prompt"] += 1
+        return []
+    if role == "tool":
+        results = []
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool-result":
+                body = block.get("result", block.get("output"))
+                out = _squash(_text_of(body), TOOL_OUTPUT_CHARS)
+                if out:
+                    results.append(("tool", "[error] " + out if block.get("isError") is True
+                                    else out))
+        if not results:
+            ignored["empty"] += 1
+        return results
+    if role not in ("user", "assistant"):
+        ignored["unknown type"] += 1
+        return []
+    said = _blocks(content)
+    texts = [t.strip() for t in said.texts if t.strip()]
+    if role == "user":
+        words = _without_harness("\n".join(texts))
+        units = ([("user", words)] if words else []) + [("tool", r) for r in said.results]
+    else:
+        lines = texts + said.calls
+        units = [("assistant", "\n".join(lines))] if lines else []
+    if not units:
+        ignored["harness text" if role == "user" and texts else
+                "thinking" if said.thinking else "empty"] += 1
+    return units
+
+
+FORMAT = Format("cursor", "Cursor agent", places, parse=parse, read=read,
+                sniff_line=sniff_line, sniff_path=sniff_path)

@@ -8,11 +8,13 @@ import pytest
 from memvault.index.fusion import (
     LEXICAL_WEIGHT,
     MEANING_FLOOR,
+    MEANING_LIFT,
     TYPED_BOOST,
     WEAK_WEIGHT,
     WEAK_WORDS,
     WORDS_FLOOR,
     fuse,
+    meaning_floor,
     normalised,
 )
 
@@ -92,6 +94,25 @@ def test_a_record_matches_when_a_leg_vouches_for_it() -> None:
     assert [f.memory_id for f in ranked][:2] == ["w", "m"]
     # Nothing held, nothing near: no match at all.
     assert not any(f.matches for f in fuse([], [("far", 0.2)], ideal=IDEAL))
+
+
+def test_the_meaning_floor_is_set_in_the_model_s_scale() -> None:
+    """The same share of the way from the query's baseline to 1 whatever the model: a
+    model whose unrelated text sits at 0.8 floors at 0.88, and a cosine of 0.85 there is
+    no match, as 0.2 is none for a model whose baseline is 0; the shown score is on one
+    scale."""
+    assert meaning_floor(None) == MEANING_FLOOR  # too little to sample
+    low, high = meaning_floor((0.0, 0.1)), meaning_floor((0.8, 0.05))
+    assert low == pytest.approx(MEANING_LIFT)
+    assert high == pytest.approx(0.8 + MEANING_LIFT * 0.2)
+    for floor, near, far in ((low, 0.7, 0.2), (high, 0.94, 0.85)):
+        ranked = fuse([], [("near", near), ("far", far)], ideal=IDEAL, semantic_only=True,
+                      meaning_floor=floor)
+        assert {f.memory_id: f.matches for f in ranked} == {"near": True, "far": False}
+    # Half of the way past each floor shows the same score.
+    scores = [fuse([], [("m", f + (1 - f) / 2)], ideal=IDEAL, semantic_only=True,
+                   meaning_floor=f)[0].score for f in (low, high)]
+    assert scores == pytest.approx([0.5, 0.5])
 
 
 def test_a_stored_memory_outranks_a_turn_that_matches_as_well() -> None:

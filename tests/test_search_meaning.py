@@ -4,6 +4,7 @@ both legs, and the fall back to words when meaning cannot be had."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,10 +12,18 @@ from pytest_console_scripts import ScriptRunner
 
 from memvault.embed.base import EmbeddingsError
 from memvault.embed.builtin import load
+from memvault.index.fusion import MEANING_FLOOR
+from memvault.index.vectors import SAMPLE_MIN
 from memvault.model.records import Filters
 from memvault.ops import embed, recall, remember
 from memvault.vault.vault import Vault
 from tests.conftest import mem, one_error_line
+from tests.test_embed_providers import (  # noqa: F401 (the fixtures of the test server)
+    Server,
+    endpoint_config,
+    server,
+    server_process,
+)
 
 HERBS = "I grow basil and mint on the balcony, and cherry tomatoes in the garden"
 
@@ -121,3 +130,37 @@ def test_a_damaged_vector_store_falls_back_to_words(vault: Vault) -> None:
     assert result.mode == "lexical"
     assert result.notice is not None and "vector store is unreadable" in result.notice
     assert [h.memory_id for h in result.results] == [ids[HERBS]]
+
+
+# What fills a memory beside the test's records: everyday notes about other things.
+SUBJECTS = ("The quarterly budget", "Our office move", "The printer on floor two",
+            "Tomorrow's flight to Lisbon", "The invoice from the plumber", "Grandma's birthday",
+            "The bicycle's back tyre", "The library book on Roman history")
+STATES = ("is due on Friday", "was postponed again", "needs a new part",
+          "leaves at seven in the morning", "must be paid this month",
+          "is planned for the weekend", "came back from the shop", "is overdue by a week")
+
+
+def test_the_meaning_floor_follows_a_model_of_another_scale(
+        request: pytest.FixtureRequest, vault: Vault, config_dir: Path,
+        script_runner: ScriptRunner) -> None:
+    """A model whose cosines all sit high (unrelated text near 0.8, as many hosted models
+    put it), served over HTTP: the built-in model's cosine floor would let every record
+    match by meaning; the floor set in the model's own scale, from the query's baseline
+    in the memory, refuses what is unrelated and still finds what shares no word."""
+    endpoint: Server = request.getfixturevalue("server")
+    ids = fill(vault, embedded=False)
+    for i in range(SAMPLE_MIN):
+        remember.add(vault, f"{SUBJECTS[i % 8]} {STATES[i // 8 % 8]} (note {i})", "fact")
+    endpoint_config(config_dir, endpoint.url, model="anisotropic-test", timeout=10.0,
+                    max_wait=30.0)
+    assert mem(script_runner, "embed").returncode == 0
+    weak = found(script_runner, "zebra unicorn", "--mode", "semantic", "--all")["results"]
+    assert weak and all(h["weak"] for h in weak)
+    assert min(h["semantic_score"] for h in weak) > MEANING_FLOOR  # the other scale
+    for mode in ("semantic", "hybrid"):
+        assert found(script_runner, "zebra unicorn", "--mode", mode)["results"] == []
+    for mode in ("semantic", "hybrid"):
+        doc = found(script_runner, "what vegetables do I cultivate", "--mode", mode)
+        assert [h["memory_id"] for h in doc["results"]][:1] == [ids[HERBS]], mode
+        assert doc["results"][0]["semantic_score"] > MEANING_FLOOR

@@ -18,6 +18,11 @@ closed with no answer), trickle (a valid answer whose body comes one byte every
 message in one FORM of `echoed()` (upper-cased, percent-encoded, base64, ...). With a
 `key`, a request without `Authorization: Bearer <key>` is answered 401, its key echoed
 in the message as some endpoints do. `GET /log` lists what was asked (never the key).
+
+A model named `anisotropic…` answers on another scale, as many hosted models do: every
+vector shares one direction (ANISOTROPY × a fixed unit vector added, then normalised), so
+unrelated texts' cosines sit near 0.8 instead of near 0, the order of any one query's
+cosines unchanged in kind.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from urllib.parse import quote, quote_plus
 from memvault.embed import builtin
 
 DIMS = builtin.MODEL.dims
+ANISOTROPY = 2.0
 
 
 class State:
@@ -201,6 +207,9 @@ class Handler(BaseHTTPRequestHandler):
         import numpy as np
 
         vectors = builtin.load().embed(texts)[:, :dims]
+        if model.startswith("anisotropic"):
+            shared = np.ones(dims, np.float32) / np.sqrt(dims)
+            vectors = vectors + ANISOTROPY * shared * vectors.any(axis=1, keepdims=True)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
         if behaviour == "dims":

@@ -14,13 +14,17 @@ once, at an average length), which is about the share of the question's words a 
 holds, weighted by rarity (a word the memory does not hold weighs most); plus, with
 vectors, the meaning's min-max share × (1 - weight) / weight × the candidates' spread of
 words' relevance (so the order is exactly the fusion's). By meaning alone, how far the cosine
-is above MEANING_FLOOR on the rest of the way to 1. A stored memory (a preference,
+is above the meaning's floor on the rest of the way to 1. A stored memory (a preference,
 instruction, correction, fact: anything but a transcript turn or a summary) counts
 1 + TYPED_BOOST times, a session's summary 1 + SUMMARY_BOOST. Shown capped at 1.
 
-A record matches when its words' relevance reaches WORDS_FLOOR or its cosine
-MEANING_FLOOR (a leg that did not return it does not vouch for it); the others are weak:
-left out unless asked for, and after every match.
+A record matches when its words' relevance reaches WORDS_FLOOR or its cosine the meaning's
+floor (a leg that did not return it does not vouch for it); the others are weak: left out
+unless asked for, and after every match. The meaning's floor is set in the model's own
+scale (`meaning_floor`): MEANING_LIFT of the way from the query's baseline (its mean
+cosine with the memory's text, index/vectors.py `baseline`) to 1, so that a model whose
+cosines all sit high (many hosted models put unrelated text at 0.7) is floored where the
+built-in model is, relative to what is unrelated for it.
 """
 
 from __future__ import annotations
@@ -44,6 +48,11 @@ CANDIDATES = 50  # each leg's top this many are fused
 # 0.53); another model's cosines lie elsewhere: measure with bench/relevance_study.py.
 WORDS_FLOOR = 0.15
 MEANING_FLOOR = 0.44
+# The meaning's floor in any model's scale: this share of the way from the query's
+# baseline to 1, the 95th percentile of the unrelated pairs' best (bench/RANKING.md,
+# "The meaning's floor, whatever the model"): 0.44 for the built-in model's typical
+# baseline. A memory too small to sample (index/vectors.py SAMPLE_MIN) keeps MEANING_FLOOR.
+MEANING_LIFT = 0.42
 # What a record's type adds to its score (× 1 + this): a memory stored deliberately (a
 # preference, instruction, correction, fact) outranks a transcript turn that matches as
 # well; a session's summary outranks the turns it summarises, not what was stated.
@@ -68,8 +77,17 @@ def words_relevance(bm25: float, ideal: float) -> float:
     return bm25 / ideal if ideal > 0 else 0.0
 
 
-def meaning_relevance(cosine: float) -> float:
-    return max(0.0, (cosine - MEANING_FLOOR) / (1 - MEANING_FLOOR))
+def meaning_floor(baseline: tuple[float, float] | None) -> float:
+    """The cosine a record's meaning must reach, given the query's baseline (the mean
+    and spread of its cosine with a sample of the memory; None: too few to tell)."""
+    if baseline is None:
+        return MEANING_FLOOR
+    mean = min(max(baseline[0], -1.0), 0.99)
+    return mean + MEANING_LIFT * (1 - mean)
+
+
+def meaning_relevance(cosine: float, floor: float = MEANING_FLOOR) -> float:
+    return max(0.0, (cosine - floor) / (1 - floor))
 
 
 def boost(kind: str) -> float:
@@ -90,7 +108,7 @@ def normalised(scores: Mapping[str, float]) -> dict[str, float]:
 def fuse(lexical: Sequence[tuple[str, float]], semantic: Sequence[tuple[str, float]], *,
          ideal: float, lexical_scores: Mapping[str, float] | None = None,
          semantic_only: bool = False, kinds: Mapping[str, str] | None = None,
-         floor: bool = True) -> list[Fused]:
+         floor: bool = True, meaning_floor: float = MEANING_FLOOR) -> list[Fused]:
     """Both rankings (id, score, best first) fused into one: the matches best first, then
     the weak ones (the module's rule).
 
@@ -101,7 +119,8 @@ def fuse(lexical: Sequence[tuple[str, float]], semantic: Sequence[tuple[str, flo
     among those words alone decide and a second pass over the store is spared; but no
     cosine for the floor. With no semantic list, words alone decide; `semantic_only`,
     meaning alone. `kinds`: each record's type (missing: a transcript turn).
-    Without `floor`, every candidate matches (what `--mode words` lists)."""
+    Without `floor`, every candidate matches (what `--mode words` lists); `meaning_floor`:
+    the query's (`meaning_floor()`)."""
     lex_rank = {m: i + 1 for i, (m, _) in enumerate(lexical)}
     sem_rank = {m: i + 1 for i, (m, _) in enumerate(semantic)}
     words: dict[str, float] = {**(lexical_scores or {}), **dict(lexical)}
@@ -118,12 +137,12 @@ def fuse(lexical: Sequence[tuple[str, float]], semantic: Sequence[tuple[str, flo
     out = []
     for m in ids:
         if semantic_only:
-            score = meaning_relevance(meaning[m]) if m in meaning else 0.0
-            matches = m in meaning and meaning[m] >= MEANING_FLOOR
+            score = meaning_relevance(meaning[m], meaning_floor) if m in meaning else 0.0
+            matches = m in meaning and meaning[m] >= meaning_floor
         else:
             score = relevance[m] + share * near.get(m, 0.0) * spread
             matches = relevance[m] >= WORDS_FLOOR or (m in meaning
-                                                      and meaning[m] >= MEANING_FLOOR)
+                                                      and meaning[m] >= meaning_floor)
         score *= 1 + boost((kinds or {}).get(m, "message"))
         out.append(Fused(m, score, lex_rank.get(m), sem_rank.get(m),
                          words.get(m) if m in lex_rank or words.get(m) else None,

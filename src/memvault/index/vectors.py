@@ -72,6 +72,10 @@ CACHE_BYTES = 288 << 20
 POOL_MIN, POOL_PER_HIT, POOL_SHARE = 4096, 256, 128
 RERANK_MIN, RERANK_PER_HIT = 1024, 64
 NAME_LEN = 32  # hex characters of a segment's random name
+# A query's baseline (what its cosine with unrelated text is, in the model's own scale):
+# the stored vectors of SAMPLE_CHUNKS chunks spread evenly over the store; fewer than
+# SAMPLE_MIN vectors stored say nothing (index/fusion.py then keeps the built-in floor).
+SAMPLE_CHUNKS, SAMPLE_MIN = 8, 128
 
 ARCHIVED = 1  # flag bit: the record is an archived original (left the active set)
 
@@ -1025,6 +1029,36 @@ class VectorStore:
         else:
             best = np.argsort(-scores, kind="stable")
         return [VectorHit(view.ids[candidates[i]].decode(), float(scores[i])) for i in best]
+
+    def baseline(self, query: Any) -> tuple[float, float] | None:
+        """The mean and the standard deviation of the query's cosine with a sample of the
+        stored vectors (SAMPLE_CHUNKS chunks, evenly spaced: most of any memory is
+        unrelated to one question): where this model puts text that does not match, so
+        that a floor can be set in it whatever the model. None: too few vectors."""
+        import numpy as np
+
+        doc = self._readable()
+        if doc is None or int(doc["count"]) < SAMPLE_MIN:
+            return None
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        norm = float(np.linalg.norm(q))
+        if norm == 0.0 or q.shape[0] != int(doc["model"]["dims"]):
+            return None
+        try:
+            view = self._view(doc)
+            chunks = len(view.chunk_start)
+            picked = np.linspace(0, chunks - 1, min(SAMPLE_CHUNKS, chunks)).astype(np.int64)
+            wanted = np.zeros(chunks, bool)
+            wanted[picked] = True
+            rows = np.flatnonzero(wanted[view.row_chunk])
+            vecs = self._vectors_of(view, rows).astype(np.float32)
+        except (IndexUnavailable, FileNotFoundError):
+            return None
+        norms = np.sqrt(np.einsum("ij,ij->i", vecs, vecs))
+        cos = np.einsum("ij,j->i", vecs, q / norm) / np.where(norms > 0, norms, 1.0)
+        if len(cos) < SAMPLE_MIN // 2:
+            return None
+        return float(cos.mean()), float(cos.std())
 
     def _vectors_of(self, view: _View, rows: Any) -> Any:
         """The int8 vectors of these rows (of the view), from what was decrypted before

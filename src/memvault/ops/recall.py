@@ -243,7 +243,7 @@ def _fused(vault: Vault, text: str, filters: Filters, state: UserState,
     most recent items are listed, as by words). Both legs see the same filters: the
     semantic leg's candidates pass through the index, which scores their words (and
     their time, for a time phrase) and says where they live."""
-    from memvault.index.fusion import CANDIDATES, fuse
+    from memvault.index.fusion import CANDIDATES, fuse, meaning_floor
 
     n = max(filters.limit, CANDIDATES)
     for attempt in (1, 2):
@@ -263,11 +263,13 @@ def _fused(vault: Vault, text: str, filters: Filters, state: UserState,
                 hits.update((h.memory_id, h) for h in _scored(index, text, filters, now,
                                                              others, _names(vault)))
             semantic = [(h.memory_id, h.score) for h in near if h.memory_id in hits]
+            # Where this model puts what does not match this query: the floor's origin.
+            floor = meaning_floor(store.baseline(vector))
             fused = fuse([(h.memory_id, h.score) for h in lexical], semantic,
                          ideal=index.ideal(stems),
                          lexical_scores={m: hits[m].score for m in others if m in hits},
                          semantic_only=semantic_only,
-                         kinds={m: h.kind for m, h in hits.items()})
+                         kinds={m: h.kind for m, h in hits.items()}, meaning_floor=floor)
             top = _kept(fused, filters.limit, weak)
             located = {f.memory_id: loc for f in top
                        if (loc := hits[f.memory_id].location) is not None}

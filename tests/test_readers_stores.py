@@ -491,6 +491,9 @@ def test_a_damaged_store_is_one_line_and_exit_65(script_runner: ScriptRunner, tm
                                                  fmt: str, name: str,
                                                  build: Callable[[Path], Path], add: Any,
                                                  session: str, count: int) -> None:
+    """Named with --format (found by its shape, a damaged one is no store): SQLite's
+    reason, in one line, not a suggestion to give the path that was given."""
+    label = {"goose": "Goose", "crush": "Crush", "cursor": "Cursor chat"}[fmt]
     garbage = tmp_path / "in" / name
     garbage.parent.mkdir()
     garbage.write_bytes(b"SQLite format 3\x00" + b"x" * 200)
@@ -499,5 +502,5 @@ def test_a_damaged_store_is_one_line_and_exit_65(script_runner: ScriptRunner, tm
     for path in (garbage, truncated):
         result = mem(script_runner, "ingest", str(path), "--format", fmt)
         assert result.returncode == 65, result.stderr
-        one_error_line(result.stderr)
+        assert f"cannot read the {label} database" in one_error_line(result.stderr)
     assert not list((tmp_path / "vault").rglob("*.jsonl"))  # nothing stored

@@ -79,6 +79,7 @@ from memvault.text.transcripts.gemini import (
     _refuse_gemini_log,
 )
 from memvault.text.transcripts.generic import JSONL_SHAPE, _jsonl
+from memvault.text.transcripts.stores import is_sqlite
 
 __all__ = ["BY_NAME", "FORMATS", "MAX_LINE", "REGISTRY", "STREAM_BATCH", "TOOL_CALL",
            "CodexReader", "Format", "LongLine", "Transcript", "detect", "detect_path",
@@ -160,6 +161,8 @@ def read_path(path: Path, fmt: str = "auto") -> Transcript | None:
     if found is None or found.read is None:
         return None
     if fmt != "auto" and not (found.sniff_path and found.sniff_path(path)):
+        if path.is_file() and (found.parse is None or is_sqlite(path)):
+            return _scrub(found.read(path))  # its database, damaged: the reader says how
         return None  # a file of the format's, read as text
     return _scrub(found.read(path))
 

@@ -19,10 +19,12 @@ or of its conversation and text (LoCoMo), not alternate questions.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import pickle
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,6 +59,19 @@ class Q:
     fts5: list[str]
     qvec: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    ideal: float = 0.0  # the query's (index/keyed.py `ideal`): the fusion's weak-words rule
+
+
+def lexical_top(vault: Any, text: str, filters: Any, now: datetime) -> tuple[
+        list[tuple[str, float]], float]:
+    """mem's lexical candidates (BM25, the floor's weak ones too) and the query's ideal."""
+    from memvault.ops.recall import search
+
+    doc = search(vault, text, filters, now=now, audit=False, mode="lexical", weak=True)
+    index = vault.ready_index(vault.state())
+    _, stems = index.build_query(text, filters, now, names=(vault.user,))
+    return ([(r.message_id or "", r.lexical_score or 0.0) for r in doc.results],
+            index.ideal(stems))
 
 
 def half_of(key: str) -> int:
@@ -72,7 +87,6 @@ def collect(dataset: str) -> tuple[list[Memory], list[Q]]:
     from memvault.config import resolve
     from memvault.embed.builtin import load
     from memvault.model.records import Filters
-    from memvault.ops.recall import search
     from memvault.vault.vault import Vault
 
     model = load()
@@ -90,12 +104,10 @@ def collect(dataset: str) -> tuple[list[Memory], list[Q]]:
                                texts, np.asarray(model.embed(texts), dtype=np.float32)))
         pairs = [(t.dia_id, t.text) for t in conv.turns]
         for q in conv.questions:
-            doc = search(vault, q.text, Filters(limit=TOP), now=now, audit=False,
-                         mode="lexical")
+            lexical, ideal = lexical_top(vault, q.text, Filters(limit=TOP), now)
             qs.append(Q("locomo", locomo.CATEGORIES[q.category],
                         half_of(conv.sample_id + q.text), q.text, len(memories) - 1,
-                        [(r.message_id or "", r.score) for r in doc.results], q.evidence,
-                        fts5(pairs, q.text)))
+                        lexical, q.evidence, fts5(pairs, q.text), ideal=ideal))
     base = RESULTS / f"longmemeval-{longmemeval.data_hash()}"
     os.environ.update(MEM_VAULT=str(base / "vault"), MEM_CONFIG_DIR=str(base / "config"))
     for q in longmemeval.load() if dataset == "lme" else ():
@@ -103,11 +115,11 @@ def collect(dataset: str) -> tuple[list[Memory], list[Q]]:
         texts = [t.text for t in q.turns]
         memories.append(Memory([t.turn_id for t in q.turns], [str(t.session) for t in q.turns],
                                texts, np.asarray(model.embed(texts), dtype=np.float32)))
-        doc = search(vault, q.text, Filters(limit=TOP, before=q.asked_at), now=q.asked_at,
-                     audit=False, mode="lexical")
+        lexical, ideal = lexical_top(vault, q.text, Filters(limit=TOP, before=q.asked_at),
+                                     q.asked_at)
         qs.append(Q("lme", q.kind, half_of(q.question_id), q.text, len(memories) - 1,
-                    [(r.message_id or "", r.score) for r in doc.results], q.gold_turns,
-                    fts5([(t.turn_id, t.text) for t in q.turns], q.text)))
+                    lexical, q.gold_turns, fts5([(t.turn_id, t.text) for t in q.turns],
+                                                q.text), ideal=ideal))
     vecs = model.embed([q.text for q in qs])
     for q, v in zip(qs, vecs, strict=True):
         q.qvec = np.asarray(v, dtype=np.float32)
@@ -336,9 +348,24 @@ def _fused(q: Q, cos: dict[str, float], weight: float, rerank: int = 0) -> list[
     else:
         semantic = sorted(cos.items(), key=lambda kv: -kv[1])[:N]
     scores = dict(q.lexical)
-    out = fuse(lexical, semantic, lexical_scores={m: scores.get(m, 0.0) for m, _ in semantic},
-               weight=weight)
+    # `weight`: the words' share where they are strong (the product's LEXICAL_WEIGHT);
+    # the weak-words rule as the product has it.
+    with _weight(weight):
+        out = fuse(lexical, semantic, ideal=q.ideal,
+                   lexical_scores={m: scores.get(m, 0.0) for m, _ in semantic}, floor=False)
     return [f.memory_id for f in out]
+
+
+@contextlib.contextmanager
+def _weight(weight: float) -> Iterator[None]:
+    from memvault.index import fusion
+
+    saved = fusion.LEXICAL_WEIGHT
+    fusion.LEXICAL_WEIGHT = weight
+    try:
+        yield
+    finally:
+        fusion.LEXICAL_WEIGHT = saved
 
 
 def evaluate(qs: list[Q], ranked: list[list[str]]) -> dict[str, float]:

@@ -45,6 +45,8 @@ class Case:
     gold_sessions: set[int] = field(default_factory=set)
     cover: dict[str, float] = field(default_factory=dict)  # message id -> coverage
     unseen: int = 0  # how many of the question's stems no record of the memory holds
+    exact: dict[str, float] = field(default_factory=dict)  # message id -> cosine, every candidate
+    base: tuple[float, float] | None = None  # the query's cosine with the store's sample
 
 
 def coverage(index: Any, stems: list[str], hits: list[Any]) -> dict[str, float]:
@@ -75,7 +77,7 @@ def coverage(index: Any, stems: list[str], hits: list[Any]) -> dict[str, float]:
 
 def _legs(vault: object, text: str, filters: object, now: datetime) -> tuple[
         list[tuple[str, float]], float, list[tuple[str, float]], dict[str, float],
-        dict[str, float], int]:
+        dict[str, float], int, dict[str, float], tuple[float, float] | None]:
     from memvault.ops import recall
 
     v: object = vault
@@ -102,17 +104,21 @@ def _legs(vault: object, text: str, filters: object, now: datetime) -> tuple[
     located.update(index.locate([h.memory_id for h in near]))
     records, _ = v.read_located(located, state)  # type: ignore[attr-defined]
     mid = {m: (r.message_id or m) for m, r in records.items()}
+    every = list(dict.fromkeys([h.memory_id for h in lexical] + [h.memory_id for h in near]))
+    exact = {h.memory_id: h.score for h in store.search(vector, len(every), allowed=every)}
+    base = store.baseline(vector)
     return ([(mid.get(h.memory_id, h.memory_id), h.score) for h in lexical], ideal,
             [(mid.get(h.memory_id, h.memory_id), h.score) for h in near],
             {mid.get(m, m): s for m, s in scored.items()},
-            {mid.get(m, m): s for m, s in cover.items()}, unseen)
+            {mid.get(m, m): s for m, s in cover.items()}, unseen,
+            {mid.get(m, m): s for m, s in exact.items()}, base)
 
 
 def case(dataset: str, kind: str, half: int, legs: tuple[object, ...], gold: set[str],
          gold_sessions: set[int] | None = None) -> Case:
-    lexical, ideal, semantic, words, cover, unseen = legs
+    lexical, ideal, semantic, words, cover, unseen, exact, base = legs
     return Case(dataset, kind, half, lexical, ideal, semantic, words,  # type: ignore[arg-type]
-                gold, gold_sessions or set(), cover, unseen)  # type: ignore[arg-type]
+                gold, gold_sessions or set(), cover, unseen, exact, base)  # type: ignore[arg-type]
 
 
 def collect() -> tuple[list[Case], list[Case]]:
@@ -286,6 +292,40 @@ def mixed(c: Case, w: float, c0: float, fw: float, cap: float = 0.0) -> Ranked:
     return [(m, s, ok) for m, s, ok, _ in out]
 
 
+def lifted(c: Case, m: str) -> float:
+    """How far the record's cosine is from the query's baseline (its mean cosine with
+    the store's sample) towards 1: the meaning's relevance in any model's scale."""
+    if c.base is None or m not in c.exact:
+        return -1.0
+    return (c.exact[m] - c.base[0]) / (1 - c.base[0])
+
+
+def zscore(c: Case, m: str) -> float:
+    if c.base is None or m not in c.exact or c.base[1] <= 0:
+        return -99.0
+    return (c.exact[m] - c.base[0]) / c.base[1]
+
+
+def coverage_near(c: Case, fc: float, near: float, unseen_only: bool = False,
+                  lexical_only: bool = False, lift: float = 0.42) -> Ranked:
+    """Today's order (the weak-words fusion, or BM25's); a record matches by words when
+    BM25 / ideal ≥ 0.15 and it holds at least `fc` of the question's idf (with
+    `unseen_only`, asked only of a question holding a word no record holds), or else is
+    near by meaning (z-score of its exact cosine against the query's baseline ≥ `near`);
+    or by meaning alone (lifted ≥ `lift`)."""
+    words = {**c.words, **dict(c.lexical)}
+    order = [m for m, _ in c.lexical] if lexical_only else weak_words(c, 0.85, 0.7)
+    out = []
+    for m in order:
+        rw = words.get(m, 0.0) / c.ideal if c.ideal > 0 else 0.0
+        asked = not unseen_only or c.unseen > 0
+        held = not asked or c.cover.get(m, 0.0) >= fc
+        close = not lexical_only and zscore(c, m) >= near
+        out.append((m, 0.0, (rw >= 0.15 and (held or close))
+                    or (not lexical_only and lifted(c, m) >= lift)))
+    return out
+
+
 def recall_at(ranked: list[str], gold: set[str]) -> float:
     return 100 * len(gold & set(ranked[:K])) / len(gold) if gold else 0.0
 
@@ -357,6 +397,10 @@ def main(argv: list[str] | None = None) -> None:
                                            if c.lexical and c.ideal > 0] or [0.0])
     quantiles("words: best coverage", [max(c.cover.values()) for c in null if c.cover])
     quantiles("meaning: best cosine", [c.semantic[0][1] for c in null if c.semantic])
+    quantiles("meaning: best lifted (cos - base) / (1 - base)",
+              [max(lifted(c, m) for m, _ in c.semantic) for c in null if c.semantic])
+    quantiles("meaning: best z-score", [max(zscore(c, m) for m, _ in c.semantic)
+                                        for c in null if c.semantic])
     print("Related pairs: each gold turn's scores where a leg returned it")
     lex_gold = [dict(c.lexical)[g] / c.ideal for c in true for g in c.gold
                 if g in dict(c.lexical) and c.ideal > 0]
@@ -365,6 +409,8 @@ def main(argv: list[str] | None = None) -> None:
                                        if g in c.cover])
     quantiles("meaning: gold cosine", [dict(c.semantic)[g] for c in true for g in c.gold
                                        if g in dict(c.semantic)])
+    quantiles("meaning: gold lifted", [lifted(c, g) for c in true for g in c.gold
+                                       if g in c.exact])
     print(f"questions holding a word no record of the memory holds: related "
           f"{sum(1 for c in true if c.unseen)} / {len(true)}, unrelated "
           f"{sum(1 for c in null if c.unseen)} / {len(null)}")
@@ -412,6 +458,27 @@ def main(argv: list[str] | None = None) -> None:
     for t, w in ((0.85, 0.7), (1.0, 0.7)):
         rows.append((f"hybrid, words {w} when the best < {t}, against lexical",
                      lambda c, t=t, w=w: weak_words(c, t, w), "lexical"))
+    # The meaning's floor in the model's own scale (what a user's model is floored by).
+    for lift in (0.38, 0.4, 0.42, 0.45):
+        rows.append((f"semantic, lifted ≥ {lift}", lambda c, lift=lift: [
+            (m, 0.0, lifted(c, m) >= lift) for m, _ in c.semantic], "semantic"))
+    for z in (4.0, 4.75):
+        rows.append((f"semantic, z-score ≥ {z}", lambda c, z=z: [
+            (m, 0.0, zscore(c, m) >= z) for m, _ in c.semantic], "semantic"))
+    # What a match is: how much of the question a record holds, or its meaning near.
+    rows.append(("hybrid, weak words, ≥ 0.15 or lifted ≥ 0.42 (the product)",
+                 lambda c: coverage_near(c, 0.0, 99.0), "lexical"))
+    for fc in (0.3, 0.4, 0.5):
+        rows.append((f"lexical, ≥ 0.15 and coverage ≥ {fc}",
+                     lambda c, fc=fc: coverage_near(c, fc, 99.0, lexical_only=True),
+                     "lexical"))
+        for near in (1.0, 2.0, 3.0):
+            rows.append((f"hybrid, coverage ≥ {fc} or z ≥ {near}",
+                         lambda c, fc=fc, near=near: coverage_near(c, fc, near), "lexical"))
+    for near in (1.0, 2.0, 2.5):
+        rows.append((f"hybrid, a word unseen: coverage ≥ 0.4 or z ≥ {near}",
+                     lambda c, near=near: coverage_near(c, 0.4, near, unseen_only=True),
+                     "lexical"))
     bases: dict[str, dict[str, float]] = {}
     for name, rank, mode in rows:
         out = report(name, true, null, rank, args.detail, bases.get(mode))

@@ -184,8 +184,11 @@ def test_what_the_memory_does_not_hold_finds_nothing(memory: tuple[Vault, dict[s
     """Goal: all 20 find nothing. By meaning alone all do; with words, a question that
     shares a common word with the memory ("go", "type", "team", "prefer") still finds
     what holds it as strongly as the dev sets' answers hold theirs (bench/RANKING.md,
-    "What a match is"): at least 12 of the 20 find nothing, the others are what remains
-    of the goal. Nothing at all was refused before the floor."""
+    "What a match is" and "What a match is, again": refusing them by how much of the
+    question they hold costs the dev sets' goals, and the built-in model's meaning does
+    not tell them from the planted answers found by as little): at least 12 of the 20
+    find nothing, the others are what remains of the goal. Nothing at all was refused
+    before the floor."""
     vault, _ = memory
     found = {q: [h.content[:60] for h in recall.search(
         vault, q, Filters(limit=10), audit=False, mode=mode).results] for q in ABSENT}

@@ -630,3 +630,79 @@ def test_clines_own_loader_and_client_run_the_server_mem_wrote(
                            str(settings), "mem", "x"], env=client_env(home),
                           capture_output=True, text=True, timeout=TIMEOUT, check=False)
     assert json.loads(done.stdout.splitlines()[-1]) == {"names": ["docs"]}
+
+
+# --- OpenCode's plugin, in a real session against a model on 127.0.0.1 ----------------------
+
+
+@pytest.fixture
+def model_server() -> Iterator[str]:
+    """tests/servers/openai_chat.py: an OpenAI-compatible model; its base URL."""
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "tests.servers.openai_chat"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    try:
+        port = int(proc.stdout.readline())
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=TIMEOUT)
+
+
+def test_opencode_runs_mems_plugin_briefing_the_session_and_keeping_it(
+        script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path,
+        model_server: str) -> None:
+    import time
+    import urllib.request
+
+    opencode = client("opencode")
+    home = tmp_path / "home"
+    config = home / ".config" / "opencode" / "opencode.jsonc"
+    config.parent.mkdir(parents=True)
+    config.write_text('{\n  // a model of my own\n  "provider": {"local": {"npm": '
+                      '"@ai-sdk/openai-compatible", "name": "Local", "options": {"baseURL": '
+                      f'"{model_server}/v1", "apiKey": "x"}}, "models": {{"test-model": '
+                      '{"name": "Test"}}}},\n  "model": "local/test-model",\n'
+                      '  "autoupdate": false,\n}\n')
+    assert mem(script_runner, "add", "--type", "preference",
+               "Prefers uv to pip for installs").returncode == 0
+    assert mem(script_runner, "setup", "-y", "--agent=opencode").returncode == 0
+    plugin = home / ".config" / "opencode" / "plugins" / "mem.js"
+    assert plugin.is_file()
+    env = {**client_env(home), "OPENCODE_DISABLE_AUTOUPDATE": "1",
+           "OPENCODE_DISABLE_MODELS_FETCH": "1"}
+    # OpenCode loads the plugin (its resolved config lists it, nothing failed to load).
+    shown = subprocess.run([str(opencode), "debug", "config", "--print-logs"], env=env,
+                           cwd=elsewhere, capture_output=True, text=True, timeout=TIMEOUT,
+                           check=False)
+    assert shown.returncode == 0 and plugin.as_uri() in shown.stdout, shown.stdout
+    assert "failed to load plugin" not in shown.stderr, shown.stderr
+    # A session, offline: the model on 127.0.0.1 answers.
+    done = subprocess.run([str(opencode), "run", "Which port does staging use?"], env=env,
+                          cwd=elsewhere, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0 and "port 6543" in done.stdout, done.stdout + done.stderr
+    with urllib.request.urlopen(f"{model_server}/log", timeout=TIMEOUT) as answer:
+        asked = json.loads(answer.read())
+    system = [m["content"] for r in asked for m in r["messages"] if m["role"] == "system"]
+    # The brief reached the model, in mem's frame, in the session's system prompt.
+    assert any("Prefers uv to pip for installs" in s and "<mem-memory" in s for s in system)
+    # The session went idle: kept, for bob, in the vault the setup resolved.
+    for _ in range(300):
+        if stored_for(script_runner, "staging port 6543"):
+            break
+        time.sleep(0.1)
+    assert any("port 6543" in t for t in stored_for(script_runner, "staging port 6543"))
+    log = (tmp_path / "logs" / "hooks.log").read_text()
+    assert "opencode session.start" in log and "opencode session.idle" in log
+
+    # OpenCode adds its "$schema" to the file as it runs: the undo takes out mem's alone.
+    from memvault.integrations import jsonedit
+
+    assert mem(script_runner, "setup", "--undo", "-y", "--agent=opencode").returncode == 0
+    assert not plugin.exists() and not plugin.parent.exists()
+    after = jsonedit.loads(config.read_text())
+    assert "mcp" not in after and after["model"] == "local/test-model"
+    assert "// a model of my own" in config.read_text()

@@ -90,7 +90,8 @@ def test_setup_finds_each_agent_by_its_folder_and_wires_it_where_it_reads(
     agents = by_name(plan)
     assert set(agents) == set(NEW) and all(a["found"] for a in agents.values())
     planned = {c["file"] for a in agents.values() for c in a["changes"]}
-    assert planned == {str(p) for p in agents_here.values()}
+    plugin = home(tmp_path) / ".config" / "opencode" / "plugins" / "mem.js"  # mem's own
+    assert planned == {str(p) for p in agents_here.values()} | {str(plugin)}
     assert {n: p.read_bytes() for n, p in agents_here.items()} == before  # a dry run
 
     code, done, _ = setup(script_runner, "-y")
@@ -136,6 +137,7 @@ def test_setup_finds_each_agent_by_its_folder_and_wires_it_where_it_reads(
     code, undone, _ = setup(script_runner, "--undo", "-y")
     assert code == 0 and all(a["error"] is None for a in undone["agents"])
     assert {n: p.read_bytes() for n, p in agents_here.items()} == before
+    assert not plugin.parent.exists()
 
 
 def test_a_file_that_is_not_valid_is_left_untouched_and_the_others_are_set_up(

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 # named here so that the command's help does not import the readers.
 FORMATS = ("auto", "claude-code", "codex", "gemini", "opencode", "cursor", "copilot", "qwen",
            "aider", "cline", "pi", "droid", "goose", "crush", "jsonl")
-AGENTS = ("claude-code", "codex", "gemini")
+# The agents that run hooks: `mem hooks install` and `mem hook` know each.
+AGENTS = ("claude-code", "codex", "gemini", "opencode", "cursor", "qwen")
 SCOPES = ("user", "project")
 
 
@@ -279,6 +280,7 @@ def _hook_command(module: str, label: str) -> Callable[..., None]:
 for _name, _module, _label in (("claude-code", "claude_code", "Claude Code"),
                                ("codex", "codex", "Codex CLI"),
                                ("gemini", "gemini", "Gemini CLI"),
+                               ("opencode", "opencode", "OpenCode"),
                                ("cursor", "cursor", "Cursor"),
                                ("qwen", "qwen", "Qwen Code")):
     hook_app.command(_name)(_hook_command(_module, _label))
@@ -286,13 +288,15 @@ for _name, _module, _label in (("claude-code", "claude_code", "Claude Code"),
 
 hooks_app = typer.Typer(help="Install mem's hooks into an agent's settings.",
                         no_args_is_help=True)
-AgentArg = Annotated[str, typer.Argument(help="The agent: claude-code, codex or gemini.",
-                                         autocompletion=complete_agent)]
+AgentArg = Annotated[str, typer.Argument(
+    help="The agent: claude-code, codex, gemini, opencode, cursor or qwen.",
+    autocompletion=complete_agent)]
 ScopeOpt = Annotated[str, typer.Option(
     help="user (your home) or project (this directory; committed files name `mem` from "
     "PATH).", autocompletion=complete_scope)]
 SettingsOpt = Annotated[Optional[Path], typer.Option(  # noqa: UP045
-    "--settings", help="A hooks settings file to edit instead.", show_default=False)]
+    "--settings", help="A hooks settings file to edit instead (OpenCode: the config that "
+    "takes the server; its plugin goes in plugins/).", show_default=False)]
 McpOpt = Annotated[bool, typer.Option(
     "--mcp", help="Register mem's MCP server (`mem mcp`) with the agent too.")]
 

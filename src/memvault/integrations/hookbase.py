@@ -70,6 +70,13 @@ class Agent:
     # Events whose stdout the agent feeds to its model elsewhere (PreCompact's into the
     # compaction prompt): they print nothing.
     quiet_events: frozenset[str] = field(default_factory=frozenset)
+    # Where the transcript is when the event names none (OpenCode's store), from the
+    # event: its path, or None.
+    transcript: Callable[[dict[str, Any]], str | None] | None = None
+    # Whether the transcript holds this session alone. A store of every session (OpenCode's
+    # database) names each message's session and project itself: the ingest is given
+    # neither, or every session in it would be stored under this one.
+    one_session: bool = True
 
 
 def hook_specific(event: str, context: str) -> dict[str, Any]:
@@ -430,6 +437,8 @@ def _session_start(agent: Agent, settings: Settings, event: str,
 def _spawn_ingest(agent: Agent, settings: Settings, payload: dict[str, Any], event: str,
                   session: str | None) -> None:
     path = payload.get("transcript_path")
+    if (not isinstance(path, str) or not path) and agent.transcript is not None:
+        path = agent.transcript(payload)
     if not isinstance(path, str) or not path:
         log(settings, agent.name, event, "ignored: no transcript_path", session)
         return
@@ -442,13 +451,16 @@ def _spawn_ingest(agent: Agent, settings: Settings, payload: dict[str, Any], eve
     argv = [*mem_command(), "ingest", f"--format={agent.ingest_format}", "--quiet",
             "--embed-now",
             f"--vault={settings.vault}", f"--org={settings.org}", f"--user={settings.user}"]
-    name = session_name(session) if session else None
+    if settings.key_file is not None:  # the hook's own --key-file: the agent's env lacks it
+        argv.append(f"--key-file={settings.key_file}")
+    name = session_name(session) if session and agent.one_session else None
     if name:
         # The agent's id made a valid name (a path, NUL or 200 characters are not), as a
         # scan of the same transcript would name it: its session is found under one name.
         argv.append(f"--session={name}")
     cwd = payload.get("cwd")
-    if isinstance(cwd, str) and os.path.isabs(cwd) and os.path.isdir(cwd):
+    if agent.one_session and isinstance(cwd, str) and os.path.isabs(cwd) and \
+            os.path.isdir(cwd):
         argv.append(f"--project={cwd}")  # the ingest tags the messages with its keyed id
     if settings.sync["auto"] and settings.sync["remote"]:
         argv.append("--then-sync")  # in this background child, never the hook's time

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memvault.errors import DataError, NotFound
+from memvault.errors import DataError, MemError, NotFound
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 T = TypeVar("T")
@@ -36,9 +36,18 @@ def tables(path: Path) -> set[str]:
 
     try:
         with opened(path) as db:
-            return table_names(db)
+            found = table_names(db)
     except sqlite3.Error:
-        return set()
+        found = set()
+    wal = path.with_name(path.name + "-wal")
+    if not found and wal.is_file() and wal.stat().st_size:
+        # A new database whose tables are still all in its write-ahead log (OpenCode's
+        # after its first session): as the agent sees it.
+        try:
+            return read_store(path, "SQLite", table_names)
+        except MemError:
+            return set()
+    return found
 
 
 def table_names(db: Any) -> set[str]:

@@ -132,8 +132,9 @@ def test_completion_offers_the_fixed_choices(script_runner: ScriptRunner) -> Non
     def offered(words: str) -> list[str]:
         return complete(script_runner, words)
 
-    assert offered("mem hooks install ") == ["claude-code", "codex", "gemini"]
-    assert offered("mem hooks uninstall c") == ["claude-code", "codex"]
+    assert offered("mem hooks install ") == ["claude-code", "codex", "gemini", "opencode",
+                                             "cursor", "qwen"]
+    assert offered("mem hooks uninstall c") == ["claude-code", "codex", "cursor"]
     assert offered("mem hooks install codex --scope ") == ["user", "project"]
     assert offered("mem add note --type p") == ["preference", "pattern"]
     assert offered("mem search --category ") == list(CATEGORIES)

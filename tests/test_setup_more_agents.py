@@ -120,3 +120,104 @@ def test_hooks_install_knows_every_agent_that_runs_hooks(
     done = mem(script_runner, "hooks", "uninstall", agent)
     assert done.returncode == 0 and "removed from" in done.stderr
     assert not path.exists() or " hook " not in path.read_text()
+
+
+# --- Goose and Crush --------------------------------------------------------------------------
+
+GOOSE_YAML = """\
+# Goose, by hand
+GOOSE_PROVIDER: openai   # my provider
+extensions:
+  developer:
+    bundled: true
+    enabled: true
+    name: developer
+    timeout: 300
+    type: builtin
+  # the docs server
+  docs:
+    cmd: docs-mcp
+    args: []
+    enabled: true
+    envs: {}
+    name: docs
+    type: stdio
+GOOSE_MODEL: gpt-4o
+"""
+CRUSH_JSON = '{\n  // mine\n  "mcp": {"docs": {"type": "stdio", "command": "docs-mcp"},},\n}\n'
+# Goose's ExtensionConfig::Stdio (crates/goose/src/agents/extension.rs) and the entry's
+# `enabled` (ExtensionEntry): the fields it requires and the type each must have.
+GOOSE_STDIO = {"type": str, "name": str, "cmd": str, "args": list, "enabled": bool}
+GOOSE_OPTIONAL = {"description": str, "envs": dict, "env_keys": list, "timeout": int,
+                  "bundled": (bool, type(None)), "available_tools": list}
+
+
+def test_goose_and_crush_are_set_up_and_undone_byte_for_byte(
+        script_runner: ScriptRunner, vault_here: None, tmp_path: Path) -> None:
+    import yaml
+
+    from memvault.integrations import jsonedit
+
+    goose = home(tmp_path) / ".config" / "goose" / "config.yaml"
+    crush = home(tmp_path) / ".config" / "crush" / "crush.json"
+    for path, text in ((goose, GOOSE_YAML), (crush, CRUSH_JSON)):
+        path.parent.mkdir(parents=True)
+        path.write_text(text)
+    code, plan, _ = setup(script_runner, "--dry-run", "--agent=goose", "--agent=crush")
+    assert code == 0 and {c["file"] for a in plan["agents"] for c in a["changes"]} == \
+        {str(goose), str(crush)}
+    assert goose.read_text() == GOOSE_YAML and crush.read_text() == CRUSH_JSON
+    code, done, _ = setup(script_runner, "-y", "--agent=goose", "--agent=crush")
+    assert code == 0, done
+
+    text = goose.read_text()
+    assert text.startswith(GOOSE_YAML.split("GOOSE_MODEL")[0])  # every line before, as is
+    assert text.endswith("GOOSE_MODEL: gpt-4o\n") and "# the docs server" in text
+    doc = yaml.safe_load(text)
+    before = yaml.safe_load(GOOSE_YAML)
+    assert {k: v for k, v in doc["extensions"].items() if k != "mem"} == before["extensions"]
+    entry = doc["extensions"]["mem"]
+    for field, kind in GOOSE_STDIO.items():  # held to Goose's own schema
+        assert isinstance(entry[field], kind), field
+    assert set(entry) <= set(GOOSE_STDIO) | set(GOOSE_OPTIONAL)
+    for field, kind in GOOSE_OPTIONAL.items():
+        assert field not in entry or isinstance(entry[field], kind), field
+    assert entry["type"] == "stdio" and entry["enabled"] is True
+    assert "mcp" in entry["args"] and "--user=alice" in entry["args"]
+    assert entry["envs"]["MEM_CONFIG_DIR"] == str(tmp_path / "config")
+    server = jsonedit.loads(crush.read_text())["mcp"]
+    assert server["docs"] == {"type": "stdio", "command": "docs-mcp"}
+    assert server["mem"]["type"] == "stdio" and "--user=alice" in server["mem"]["args"]
+    assert "// mine" in crush.read_text()
+
+    again = {p: p.read_bytes() for p in (goose, crush)}
+    assert setup(script_runner, "-y", "--agent=goose", "--agent=crush")[0] == 0
+    assert {p: p.read_bytes() for p in (goose, crush)} == again  # nothing to do
+    checked = json.loads(mem(script_runner, "doctor", "--json").stdout)["findings"]
+    for name in ("goose", "crush"):
+        (finding,) = [f for f in checked if f["check"] == f"agent:{name}"]
+        assert finding["severity"] == "ok", finding
+
+    code, undone, _ = setup(script_runner, "--undo", "-y", "--agent=goose", "--agent=crush")
+    assert code == 0 and goose.read_text() == GOOSE_YAML and crush.read_text() == CRUSH_JSON
+
+
+def test_a_goose_config_mem_cannot_edit_is_left_as_it_is(
+        script_runner: ScriptRunner, vault_here: None, tmp_path: Path) -> None:
+    goose = home(tmp_path) / ".config" / "goose" / "config.yaml"
+    goose.parent.mkdir(parents=True)
+    for text in ("extensions: {developer: {enabled: true, type: builtin, name: d}}\n",
+                 "extensions:\n  - not a mapping\n", "GOOSE_MODEL: [unclosed\n"):
+        goose.write_text(text)
+        code, doc, _ = setup(script_runner, "-y", "--agent=goose")
+        (agent,) = doc["agents"]
+        assert code == 2 and "\n" not in agent["error"] and goose.read_text() == text, agent
+    # A config with no extensions yet gets them; the undo gives back the file.
+    goose.write_text("GOOSE_MODEL: gpt-4o")  # no newline at its end
+    assert setup(script_runner, "-y", "--agent=goose")[0] == 0
+    server = subprocess.run([os.sys.executable, "-c", "import sys, yaml; print(yaml.safe_load("
+                             "open(sys.argv[1]))['extensions']['mem']['cmd'])", str(goose)],
+                            capture_output=True, text=True, check=True)
+    assert server.stdout.strip()
+    assert setup(script_runner, "--undo", "-y", "--agent=goose")[0] == 0
+    assert goose.read_text() == "GOOSE_MODEL: gpt-4o\n"

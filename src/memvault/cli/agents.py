@@ -273,7 +273,9 @@ def _hook_command(module: str, label: str) -> Callable[..., None]:
         run = importlib.import_module(f"memvault.integrations.{module}").run
         run(lambda: context.settings(vault, org, user, key_file, embeddings_optional=True))
 
-    hook.__doc__ = f"Read a {label} hook event on stdin and act on it; never fails the agent."
+    article = "an" if label[0] in "AEIOU" else "a"
+    hook.__doc__ = f"Read {article} {label} hook event on stdin and act on it; never fails " \
+        "the agent."
     return hook
 
 

@@ -1,6 +1,6 @@
 """The agents on this machine: which of Claude Code, Codex CLI, Gemini CLI, OpenCode,
-Cursor, Copilot CLI, Qwen Code and Cline are here, which release each is, and what that
-release asks of mem's hooks.
+Cursor, Copilot CLI, Qwen Code, Cline, Goose and Crush are here, which release each is,
+and what that release asks of mem's hooks.
 
 An agent is found when its command is on PATH or its settings folder exists (an agent
 installed off PATH still reads its settings). Its release is what `AGENT --version`
@@ -80,7 +80,12 @@ QWEN = Spec("qwen", "Qwen Code", "qwen", "qwen", "@qwen-code/qwen-code",
             "npm install -g @qwen-code/qwen-code@latest")
 CLINE = Spec("cline", "Cline", "cline", "cline", "cline", "npm install -g cline@latest",
              ("CLINE_DIR", "CLINE_DATA_DIR", "CLINE_MCP_SETTINGS_PATH"))
-AGENTS: tuple[Spec, ...] = (CLAUDE, CODEX, GEMINI, OPENCODE, CURSOR, COPILOT, QWEN, CLINE)
+# Goose is published on neither npm nor PyPI (its releases are GitHub's): --version tells.
+GOOSE = Spec("goose", "Goose", "goose", "goose", "", "goose update", ("XDG_CONFIG_HOME",))
+CRUSH = Spec("crush", "Crush", "crush", "crush", "@charmland/crush",
+             "npm install -g @charmland/crush@latest", ("XDG_CONFIG_HOME",))
+AGENTS: tuple[Spec, ...] = (CLAUDE, CODEX, GEMINI, OPENCODE, CURSOR, COPILOT, QWEN, CLINE,
+                            GOOSE, CRUSH)
 BY_NAME = {spec.name: spec for spec in AGENTS}
 
 

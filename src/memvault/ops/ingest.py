@@ -90,6 +90,11 @@ def ingest_file(vault: Vault, path: Path, fmt: str = "auto", session: str | None
                                          tags, progress)
     if live is not None:
         return _with_subagents(vault, path, live, strict, tags, session)
+    lines = None if dry_run else _read_on_lines(vault, path, fmt, session, strict,
+                                                fallback_name, tags, progress)
+    if lines is not None:
+        return _with_cursor_subagents(vault, path, lines, strict, tags) \
+            if lines.format == "cursor" else lines
     parent = _cursor_parent(path)
     if parent is not None and session is None:
         fallback_name = fallback_name or parent.stem  # a subagent's: its parent's session
@@ -221,7 +226,7 @@ def _read_twice(vault: Vault, path: Path, fh: IO[bytes], size: int, session: str
     own write, so an interruption keeps every message stored so far, whole. The result
     and the position to keep; None when it is no such file (a subagent's, one with
     nothing of Claude Code's: the caller reads it whole)."""
-    from memvault.storage.streams import line_blocks
+    from memvault.storage.streams import freed_to_system, line_blocks
     from memvault.text.transcripts import claude_code
     from memvault.text.transcripts.base import _scrub
 
@@ -229,6 +234,7 @@ def _read_twice(vault: Vault, path: Path, fh: IO[bytes], size: int, session: str
     end = _whole_end(fh, size)
     if end <= 0:
         return None
+    freed_to_system()
     progress.start(2 * end, "bytes")
     line_starts: list[int] = []  # the offsets of the lines of the block read last
 
@@ -312,6 +318,184 @@ def _read_lines(vault: Vault, path: Path, whole: bytearray, start: int,
     return ingested, {"end": end, "pin": pin, "session": ingested.session_id,
                       "tail": hashlib.sha256(whole[pin - start:]).hexdigest(),
                       "resume": resume_doc}
+
+
+def _read_on_lines(vault: Vault, path: Path, fmt: str, session: str | None, strict: bool,
+                   fallback_name: str | None, tags: tuple[str, ...], progress: Progress
+                   ) -> IngestResult | None:
+    """A JSON-lines file another agent appends to as it goes (resume.LINE_FORMATS: Codex,
+    Copilot CLI, Cursor, Qwen Code, Pi, Droid) read from where the last ingest of it
+    stopped, by the rule Claude Code's follow (_read_on): a position sealed in the state
+    under a keyed mark of the path and what was asked, holding the end of the last whole
+    line read, the line a read on starts at and digests of the file's start and of the
+    lines from there; a file no longer the one read (shorter, replaced, changed where
+    read) is read whole. The reader is given the file's first line and the lines' numbers
+    (its messages' ids are made of them); a linked format's read starts at its last turn,
+    and a rewind to before it is read whole. None: not such a file (the caller reads it)."""
+    import stat
+
+    from memvault.storage.fsio import open_regular
+    from memvault.text.transcripts import MAX_LINE, detect
+    from memvault.text.transcripts.resume import LINE_FORMATS
+
+    if (fmt != "auto" and fmt not in LINE_FORMATS) or path.name.endswith(ZSTD_SUFFIX) \
+            or _cursor_parent(path) is not None:
+        return None
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None
+        with open_regular(path) as fh:
+            head = fh.read(HEAD)
+            known = fmt
+            if fmt == "auto":
+                cut = head[:head.rfind(b"\n") + 1] or head
+                try:
+                    known = detect(cut.decode("utf-8", "replace"))
+                except MemError:
+                    return None
+            if known not in LINE_FORMATS or (strict and known == "codex"):
+                return None  # --strict screens a rollout whole before storing: read whole
+            key = vault.path_mark(b"\0".join([b"read-on", known.encode(),
+                                               os.fsencode(path.resolve()),
+                                               (session or "").encode(),
+                                               (fallback_name or "").encode(),
+                                               *(t.encode() for t in tags)]))
+            identity = os.fstat(fh.fileno())
+            before = _position(vault, key)
+            if before is not None and (before.get("format") != known or
+                                       not _still(before, identity, head, fh)):
+                before = None
+            end = _whole_end(fh, identity.st_size)
+            if end <= 0:
+                return None
+            if before is not None and end <= int(before["end"]):
+                return IngestResult(session_id=str(before["session"]), format=known,
+                                    messages_added=0,
+                                    messages_skipped=int(before.get("held", 0)),
+                                    lines_ignored=0, withheld=0, redactions=())
+            start = int(before["pin"]) if before is not None else 0
+            line = int(before["line"]) if before is not None else 0
+            fh.seek(0)
+            first = fh.readline(MAX_LINE) if start else b""
+            fh.seek(start)
+            progress.start(end - start, "bytes")
+            on = _codex_on if known == "codex" else _text_on
+            read = on(vault, path, fh, known, start, end, line, first, before, session,
+                      strict, fallback_name, tags, progress)
+            if read is None:
+                if before is not None and _drop(vault, key):
+                    return _read_on_lines(vault, path, fmt, session, strict, fallback_name,
+                                          tags, progress)
+                return None
+            ingested, position = read
+            fh.seek(int(position["pin"]))
+            tail = hashlib.sha256()
+            left = end - int(position["pin"])
+            while left > 0 and (block := fh.read(min(1 << 20, left))):
+                tail.update(block)
+                left -= len(block)
+    except OSError:
+        return None  # the caller opens it and says why
+    position.update(format=known, end=end, session=ingested.session_id,
+                    tail=tail.hexdigest(),
+                    held=int((before or {}).get("held", 0)) + ingested.messages_added)
+    return _kept(vault, key, ingested, position, identity, head[:end])
+
+
+def _text_on(vault: Vault, path: Path, fh: IO[bytes], fmt: str, start: int, end: int,
+             line: int, first: bytes, before: dict[str, Any] | None, session: str | None,
+             strict: bool, fallback_name: str | None, tags: tuple[str, ...],
+             progress: Progress) -> tuple[IngestResult, dict[str, Any]] | None:
+    """The lines from `start` (line `line` + 1) to `end` of a file read whole by its
+    format's reader, after the file's first line; the result and where to start next.
+    None: these lines cannot be read on from (a linked format rewound: read whole)."""
+    from memvault.text.transcripts.resume import goes_on, leaf, prelude
+
+    if end - start > MAX_TRANSCRIPT:
+        return None  # read whole, it is refused as too large: the caller says so
+    data = fh.read(end - start)
+    progress.advance(len(data))
+    text = decode(data, str(path))
+    if not start:
+        text = text.removeprefix("\ufeff")
+    if before is not None and not goes_on(text, fmt, before.get("leaf")):
+        return None
+    last = leaf(text, fmt)
+    whole = prelude(decode(first, str(path)).removeprefix("\ufeff"), line) + text \
+        if start else text
+    del text
+    ingested = ingest_text(vault, whole, path.stem, fmt, session, False, strict,
+                           fallback_name, tags, progress)
+    # A linked format starts again at its last turn (its branch is followed back to it);
+    # the others where this read ended.
+    if last is not None:
+        offsets = _line_starts(data)
+        pin, held_leaf = start + offsets[last[0] - 1], last[1]
+    elif before is not None and before.get("leaf"):
+        pin, held_leaf = start, before["leaf"]
+    else:
+        pin, held_leaf = end, None
+    return ingested, {"pin": pin, "line": line + data.count(b"\n", 0, pin - start),
+                      "leaf": held_leaf}
+
+
+def _codex_on(vault: Vault, path: Path, fh: IO[bytes], fmt: str, start: int, end: int,
+              line: int, first: bytes, before: dict[str, Any] | None, session: str | None,
+              strict: bool, fallback_name: str | None, tags: tuple[str, ...],
+              progress: Progress) -> tuple[IngestResult, dict[str, Any]] | None:
+    """A Codex rollout's lines from `start` to `end` read as a stream (gigabytes), after
+    its first line (the session's meta); the next read starts after the last line where
+    no record waited for its twin (so the two records of one message are read together)."""
+    from memvault.text.transcripts import STREAM_BATCH, CodexReader, LongLine, Transcript
+    from memvault.text.transcripts.base import _nothing
+
+    reader = CodexReader()
+    if start:
+        reader.feed(first.decode("utf-8", "replace"))
+        reader.resume_at(line)
+    left = end - start
+
+    def bounded(n: int) -> bytes:
+        nonlocal left
+        data = fh.read(min(n, left))
+        left -= len(data)
+        progress.advance(len(data))
+        return data
+
+    settled = {"pin": start, "line": line}
+
+    def batches() -> Iterator[Transcript]:
+        offset, number = start, line
+        ready: list[NewMessage] = []
+        for raw in read_lines(bounded):
+            if isinstance(raw, LongLine):
+                reader.skip("line too long")
+                offset += raw.size
+            else:
+                offset += len(raw)
+                try:
+                    text = raw.decode("utf-8", "strict" if raw.endswith(b"\n") else "replace")
+                except UnicodeDecodeError:
+                    reader.skip("not utf-8")
+                else:
+                    reader.feed(text)
+            number += 1
+            if reader.settled:
+                settled.update(pin=offset, line=number)
+            ready += reader.take()
+            if len(ready) >= STREAM_BATCH and reader.session is not None:
+                yield Transcript("codex", reader.session, ready)
+                ready = []
+        last = reader.finish()
+        if reader.lines and not reader.messages and not last.summaries \
+                and not reader.recognised:
+            raise DataError(_nothing("codex", last))  # not a rollout, as parse_stream says
+        yield Transcript("codex", last.session_id, [*ready, *last.messages], last.summaries,
+                         last.ignored)
+
+    ingested = ingest_batches(vault, batches(), path.stem, session, False, strict,
+                              fallback_name, tags=tags, progress=progress, streamed=True)
+    return ingested, dict(settled)
 
 
 def _whole_end(fh: IO[bytes], size: int) -> int:
@@ -722,17 +906,20 @@ class _Admission:
         relpath = session_file(session)
         try:
             validate_name("session", session)
-            existing: list[Record] = []
-            if vault.exists():
+            exists = vault.exists()
+            if forgotten is None:
+                forgotten = vault.state().forgotten
+            # The session's marks tell what is stored; only a message that grew (rare)
+            # needs the session itself.
+            plan = _plan_marked(vault, session, messages, forgotten, self.probe) \
+                if exists else _plan(vault, session, [], messages, forgotten)
+            if plan is None:
                 path = vault.layout.path(relpath)
                 before = _identity(path)
                 scan = vault.store.read_scan(relpath)
                 if before is not None and _identity(path) == before:
                     self._read = (relpath, path, before, scan)
-                existing = scan.records
-            if forgotten is None:
-                forgotten = vault.state().forgotten
-            plan = _plan(vault, session, existing, messages, forgotten)
+                plan = _plan(vault, session, scan.records, messages, forgotten)
         except MemError:
             return  # the write itself reads again under the lock and reports it
         new = [*plan.fresh, *plan.grown.values()]
@@ -830,6 +1017,12 @@ def store_messages(tx: Transaction, session: str, messages: list[NewMessage],
     file as read before the lock: used when the file is still the same."""
     vault = tx.vault
     relpath = session_file(session)
+    # What is stored is told by the session's marks: the new messages are appended, and
+    # the session file is neither read nor sealed again (its last turns are read for
+    # their context). A message that grew rewrites the file, below.
+    marked = _plan_marked(vault, session, messages, tx.state.forgotten, probe or admit)
+    if marked is not None:
+        return _append(tx, session, marked, admit, agent)
     scan = seen(relpath) if seen else None
     if scan is None:
         scan = tx.store.read_scan(relpath)
@@ -838,14 +1031,7 @@ def store_messages(tx: Transaction, session: str, messages: list[NewMessage],
                  _archived(tx.store, session))
     fresh = admit(plan.fresh) if admit else plan.fresh
     grown = _admit_grown(existing, plan.grown, admit, probe or admit)
-    new = [Record(
-        memory_id=uuid7(), org_id=vault.org, user_id=vault.user, type="message",
-        content=m.content, content_hash=content_hash(m.content), category="conversation",
-        tags=clean_tags(m.tags), session_id=session, message_id=m.message_id,
-        channel=m.channel, role=m.role, name=m.name, agent=agent,
-        created_at=m.created_at or "",
-        updated_at=m.created_at or "", key_version=tx.epoch,
-    ) for m in fresh]
+    new = _records(tx, session, fresh, agent)
     updated = _grow(existing, plan.grown, grown, tx.epoch)
     plan.skipped += len(plan.grown) - len(updated)
     turns = [*existing, *new]
@@ -867,6 +1053,83 @@ def store_messages(tx: Transaction, session: str, messages: list[NewMessage],
                  [tx.hash_of(r.content_hash) for r in [*new, *updated]], durable=False,
                  session_file=relpath, skipped=plan.skipped, updated=len(updated))
     return Added(len(new), len(updated), plan.skipped, [])
+
+
+def _records(tx: Transaction, session: str, fresh: list[NewMessage],
+             agent: str | None) -> list[Record]:
+    vault = tx.vault
+    return [Record(
+        memory_id=uuid7(), org_id=vault.org, user_id=vault.user, type="message",
+        content=m.content, content_hash=content_hash(m.content), category="conversation",
+        tags=clean_tags(m.tags), session_id=session, message_id=m.message_id,
+        channel=m.channel, role=m.role, name=m.name, agent=agent,
+        created_at=m.created_at or "",
+        updated_at=m.created_at or "", key_version=tx.epoch,
+    ) for m in fresh]
+
+
+def _append(tx: Transaction, session: str, plan: _Plan, admit: Admit | None,
+            agent: str | None) -> Added:
+    """Store the new messages of a plan made from the session's marks: appended, with
+    their marks, and indexed next to the session's last turns (which gain them as
+    context), read from the file's end."""
+    relpath = session_file(session)
+    fresh = admit(plan.fresh) if admit else plan.fresh
+    new = _records(tx, session, fresh, agent)
+    if not new:
+        return Added(0, 0, plan.skipped, [])
+    marks = tx.store.marks(relpath)  # as the plan read them (under this lock)
+    tail, tail_at = tx.store.tail_records(relpath, 2 * CONTEXT_NEIGHBOURS)
+    locations = tx.append(relpath, new)
+    tx.store.note_appended(marks, new, int(locations[0].offset or 0))
+    turns = [*tail, *new]
+    tx.index(file_entries(turns, [*tail_at, *locations],
+                          range(max(0, len(tail) - CONTEXT_NEIGHBOURS), len(turns))),
+             created=[r.memory_id for r in new])
+    tx.state.count("message", len(new))
+    tx.touch()
+    tx.audit("ingest", [r.memory_id for r in new],
+             [tx.hash_of(r.content_hash) for r in new], durable=False,
+             session_file=relpath, skipped=plan.skipped, updated=0)
+    return Added(len(new), 0, plan.skipped, [])
+
+
+def _plan_marked(vault: Vault, session: str, messages: list[NewMessage],
+                 forgotten: set[str], probe: Admit | None) -> _Plan | None:
+    """_plan from the marks of the session's messages (live and archived) instead of the
+    messages: proportional to the transcript's messages, not the session's. None when a
+    stored message grew (its line is rewritten: the caller reads the session)."""
+    store = vault.store
+    live = store.marks(session_file(session))
+    archived = store.marks(session_file(session, archived=True))
+    plan = _Plan()
+    seen: set[bytes] = set()
+    for n, m in enumerate(messages, start=1):
+        if not m.content.strip() or (m.message_id and forgotten and
+                                     vault.message_mark(session, m.message_id) in forgotten):
+            plan.skipped += 1
+            continue
+        try:
+            stamp = normalise_time(m.created_at) if m.created_at else now_iso()
+        except UsageError:
+            raise DataError(f"message {m.message_id or n} has an invalid time "
+                            f"{m.created_at!r}; nothing was stored") from None
+        digest = content_hash(m.content)
+        mark = store.message_mark(m.message_id, m.role, digest, stamp)
+        held = None if mark in seen else live.kept.get(mark)
+        if held is not None and m.message_id and held != store.content_mark(digest):
+            # Stored with other content: grown, unless it differs only by what
+            # admission masks or cleans (a stored message is its admitted form).
+            admitted = probe([m.evolve(created_at=stamp)]) if probe else [m]
+            if admitted and store.content_mark(content_hash(admitted[0].content)) != held:
+                return None
+        if mark in seen or held is not None or mark in archived.kept:
+            plan.skipped += 1
+            seen.add(mark)
+            continue
+        seen.add(mark)
+        plan.fresh.append(m.evolve(created_at=stamp))
+    return plan
 
 
 @dataclass
@@ -1060,8 +1323,11 @@ def scan_dir(vault: Vault, directory: Path, fmt: str = "auto", strict: bool = Fa
         (large if big else small).append(item)
     progress.start(len(large) + len(small), "transcripts")
     for item in large:
+        # A large file's own progress (bytes read, messages stored) shows beside the
+        # scan's count of transcripts, which moves once the file is done.
         scan.one(vault, item, partial(ingest_file, vault, item.path, fmt, strict=strict,
-                                      fallback_name=item.fallback))
+                                      fallback_name=item.fallback,
+                                      progress=_Within(progress, item.path.name)))
     # The small ones are read (and those not seen before screened) ahead of storing.
     batch: list[_Parsed] = []
     messages = size = 0  # the batch's
@@ -1276,6 +1542,43 @@ class _Scan:
     def _done(self, n: int) -> None:
         self.progress.advance(n)
         self.progress.keep(n)
+
+
+class _Within:
+    """The progress of one large transcript within a scan's: the scan counts transcripts;
+    what the file's ingest counts (bytes read, messages stored for good) is told as the
+    note beside the scan's bar, so that it moves while a file of gigabytes is read."""
+
+    def __init__(self, outer: Progress, name: str) -> None:
+        self.outer, self.name = outer, name
+        self.total: int | None = None
+        self.unit = ""
+        self.done = self.kept = 0
+
+    def start(self, total: int | None, unit: str) -> None:
+        self.total, self.unit, self.done = total, unit, 0
+        self._say()
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        self._say()
+
+    def keep(self, n: int = 1) -> None:
+        self.kept += n
+        self._say()
+
+    def note(self, label: str) -> None:
+        pass  # the file's own words ("storing"): the counts say more here
+
+    def _say(self) -> None:
+        if self.unit == "bytes":
+            read = (f"{min(100, self.done * 100 // self.total)}% read" if self.total
+                    else f"{self.done >> 20} MiB read")
+        else:
+            read = f"{self.done:,} of {self.total:,} {self.unit}" if self.total is not None \
+                else counted(self.done, self.unit.removesuffix("s"), grouped=True)
+        stored = f", {counted(self.kept, 'message', grouped=True)} stored" if self.kept else ""
+        self.outer.note(f"{self.name}: {read}{stored}")
 
 
 def _scanned(path: Path) -> bool:

@@ -271,6 +271,25 @@ class Replay:
 LINE_BLOCK = 8 << 20
 
 
+def freed_to_system() -> None:
+    """Have large buffers go back to the system when freed, for a long read in blocks.
+    glibc raises its mmap threshold to the largest buffer freed (up to 32 MiB), and
+    serves the next ones from a heap that never shrinks: a file read a block at a time
+    (the block, its text, its parsed lines) would keep the largest of each. Fixing the
+    threshold keeps memory at what is in use. Elsewhere (another libc), nothing."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return  # not glibc
+    mallopt(-3, 128 << 10)  # M_MMAP_THRESHOLD, glibc's default, no longer raised
+
+
 def line_blocks(fh: IO[bytes], end: int, size: int = LINE_BLOCK) -> Iterator[bytes]:
     """The bytes of `fh` from where it is to `end` (the end of a whole line), in blocks
     of whole lines of about `size` bytes (a longer line is a block of its own)."""

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 from collections.abc import Container, Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -36,6 +37,11 @@ def _compact_json(doc: object) -> bytes:
 
 
 DOC_FORMAT = 1
+# Beside each line file, the keyed marks of the messages it holds (see Marks).
+MARKS_SUFFIX = ".marks"
+MARK_LEN = 16
+_MARKS_HEAD = ">QQ32s"  # the line file's inode, the bytes covered, a digest of their end
+_MARKS_TAIL = 64  # the last bytes covered, checked again before the marks are trusted
 
 
 class StateMissing(DataError):
@@ -64,6 +70,29 @@ class LineScan:
         return [Location.line(relpath, o) for o in self.offsets]
 
 
+@dataclass
+class Marks:
+    """What an ingest asks of a stored session, without decrypting it: a keyed mark of
+    each message a line file holds (its id, else who said what when) and a keyed digest
+    of its content (so a message that grew is told from one stored already).
+
+    Kept beside the file (`<file>.marks`) as sealed frames, each the marks of one append
+    with the bytes of the file they cover; derived data, checked against the file before
+    it is trusted (the same file, no shorter, the same bytes where they end) and carried
+    on over what was appended since (only those lines decrypted). A rewrite of the file
+    writes them whole; a frame lost or torn is only a few lines read again."""
+
+    relpath: str
+    kept: dict[bytes, bytes] = field(default_factory=dict)  # mark -> content digest
+    end: int = 0  # bytes of the line file covered (whole lines)
+    ino: int = 0
+    tail: bytes = b""  # digest of the last bytes covered
+    size: int = 0  # bytes of the marks file read or written (-1: it must be written whole)
+
+    def holds(self, mark: bytes) -> bool:
+        return mark in self.kept
+
+
 @dataclass(frozen=True, slots=True)  # compaction plans with one per live line
 class LineHeader:
     memory_id: str
@@ -81,6 +110,8 @@ class UserStore:
         self.meta_key = master.meta_key(layout.org, layout.user)
         self._deks: dict[int, bytes] = {}
         self._record_keys: dict[int, bytes] = {}
+        self._marks: dict[str, Marks] = {}
+        self._mark_keys: tuple[bytes, bytes] | None = None
 
     @property
     def dir(self) -> Path:
@@ -361,8 +392,10 @@ class UserStore:
         """Replace a line file atomically with these records (sealed under their own key
         versions); an empty list removes the file. Returns the new locations."""
         path = self.layout.path(relpath)
+        self._marks.pop(relpath, None)
         if not records:
             fsio.remove(path)
+            fsio.remove(self._marks_path(relpath))  # nothing of a forgotten session stays
             return []
         lines = [self.seal_record(relpath, r) for r in records]
         fsio.atomic_write(path, b"".join(lines))
@@ -370,7 +403,231 @@ class UserStore:
         for line in lines:
             out.append(Location.line(relpath, offset))
             offset += len(line)
+        # The marks of what the file holds now: a forgotten message's go with it.
+        marks = Marks(relpath, {self.record_mark(r): self.content_mark(r.content_hash)
+                                for r in records}, size=-1)
+        with suppress(OSError, StorageError):  # derived: the next read makes them again
+            self._cover(marks, path)
+            self._write_marks(marks)
         return out
+
+    # --- the keyed marks of a line file's messages (Marks) -----------------------------
+
+    def _keys(self) -> tuple[bytes, bytes]:
+        if self._mark_keys is None:
+            self._mark_keys = (envelope.hkdf(self.meta_key, "mem/v1/message-marks"),
+                               envelope.hkdf(self.meta_key, "mem/v1/message-marks-seal"))
+        return self._mark_keys
+
+    def message_mark(self, message_id: str | None, role: str | None, content_hash: str,
+                     created_at: str) -> bytes:
+        """A message's mark: its id, else who said what when (the key ingest stores a
+        message once by), keyed with the user's metadata key."""
+        import hmac
+
+        data = (b"id\0" + message_id.encode() if message_id else
+                "\0".join(("content", role or "", content_hash, created_at)).encode())
+        return hmac.digest(self._keys()[0], data, "sha256")[:MARK_LEN]
+
+    def content_mark(self, content_hash: str) -> bytes:
+        import hmac
+
+        return hmac.digest(self._keys()[0], b"content\0" + content_hash.encode(),
+                           "sha256")[:MARK_LEN]
+
+    def record_mark(self, record: Record) -> bytes:
+        return self.message_mark(record.message_id, record.role, record.content_hash,
+                                 record.created_at)
+
+    def marks(self, relpath: str) -> Marks:
+        """The marks of the messages a line file holds now: those kept beside it, when
+        they are still the file's, carried on over the lines appended since (only these
+        are decrypted); made from the whole file otherwise. A bad line other than a torn
+        tail is a DataError, as read_scan reports it."""
+        path = self.layout.path(relpath)
+        try:
+            fh = _open(path, self._name(relpath))
+        except FileNotFoundError:
+            self._marks.pop(relpath, None)
+            return Marks(relpath, size=-1)
+        with fh:
+            st = os.fstat(fh.fileno())
+            marks = self._marks.get(relpath) or self._load_marks(relpath)
+            if marks is None or not self._still(marks, st, fh):
+                marks = Marks(relpath, ino=st.st_ino, size=-1)
+            self._marks[relpath] = marks
+            if marks.end < st.st_size:
+                self._read_on(marks, fh)
+        return marks
+
+    def _still(self, marks: Marks, st: os.stat_result, fh: BinaryIO) -> bool:
+        if marks.ino != st.st_ino or marks.end > st.st_size:
+            return False
+        return self._tail_of(fh, marks.end) == marks.tail
+
+    @staticmethod
+    def _tail_of(fh: BinaryIO, end: int) -> bytes:
+        import hashlib
+
+        fh.seek(max(0, end - _MARKS_TAIL))
+        return hashlib.sha256(fh.read(min(end, _MARKS_TAIL))).digest()
+
+    def _read_on(self, marks: Marks, fh: BinaryIO) -> None:
+        """Add the marks of the lines after those covered: a line at a time."""
+        fh.seek(marks.end)
+        offset = marks.end
+        for raw in fh:
+            if not raw.endswith(b"\n"):
+                # No newline: torn by an interrupted append (skipped, as read_scan skips
+                # it), or a whole record that lost its newline: stored, not covered.
+                with suppress(DataError):
+                    record = self._open_line(marks.relpath, raw)
+                    marks.kept[self.record_mark(record)] = self.content_mark(
+                        record.content_hash)
+                    marks.size = -1
+                break
+            try:
+                record = self._open_line(marks.relpath, raw[:-1])
+            except DataError as exc:
+                raise DataError(f"{self._name(marks.relpath)} at byte {offset}: "
+                                f"{exc.message}") from None
+            marks.kept[self.record_mark(record)] = self.content_mark(record.content_hash)
+            offset += len(raw)
+        if offset != marks.end:
+            marks.end = offset
+            marks.tail = self._tail_of(fh, offset)
+            marks.size = -1  # what was read on is not in the file of marks yet
+
+    def note_appended(self, marks: Marks, records: list[Record], at: int) -> None:
+        """Keep the marks of records just appended to the file at `at` (caller holds the
+        lock): a frame appended to the marks, or the marks written whole when those on
+        disk do not cover the file up to the append. Derived data: a failure leaves the
+        next read to make them again."""
+        for record in records:
+            marks.kept[self.record_mark(record)] = self.content_mark(record.content_hash)
+        path = self.layout.path(marks.relpath)
+        with suppress(OSError, StorageError):
+            start, ours = marks.end, self._marks.get(marks.relpath) is marks
+            self._cover(marks, path)
+            if marks.size < 0 or at != start or not ours:
+                self._write_marks(marks)
+            else:
+                self._write_marks(marks, [self.record_mark(r) for r in records], start)
+
+    def _cover(self, marks: Marks, path: Path) -> None:
+        """Say that the marks cover the whole file as it is now."""
+        with _open(path, self._name(marks.relpath)) as fh:
+            st = os.fstat(fh.fileno())
+            if marks.ino != st.st_ino:
+                marks.size = -1
+            marks.ino, marks.end = st.st_ino, st.st_size
+            marks.tail = self._tail_of(fh, st.st_size)
+        self._marks[marks.relpath] = marks
+
+    def _marks_path(self, relpath: str) -> Path:
+        return self.layout.path(relpath.removesuffix(".jsonl") + MARKS_SUFFIX)
+
+    def _frame(self, relpath: str, at: int, marks: Marks, keys: list[bytes]) -> bytes:
+        import struct
+
+        plain = struct.pack(_MARKS_HEAD, marks.ino, marks.end, marks.tail) + b"".join(
+            k + marks.kept[k] for k in keys)
+        aad = f"marks\0{self.org}\0{self.user}\0{relpath}\0{at}".encode()
+        return envelope.seal_token(self._keys()[1], plain, aad).encode() + b"\n"
+
+    def _write_marks(self, marks: Marks, keys: list[bytes] | None = None,
+                     start: int = 0) -> None:
+        """Write the marks whole, or (`keys`) append a frame of those to the file of
+        marks: its frames are read in order, the last one's coverage holding."""
+        path = self._marks_path(marks.relpath)
+        if keys is None or marks.size < 0 or start <= 0:
+            data = self._frame(marks.relpath, 0, marks, list(marks.kept))
+            if not path.exists():
+                # A new session's: made by its first append (no rename, no fsync).
+                at = fsio.append_line(path, data, sync=False)
+                if at == 0:
+                    marks.size = len(data)
+                    return
+            fsio.atomic_write(path, data)
+            marks.size = len(data)
+            return
+        data = self._frame(marks.relpath, marks.size, marks, keys)
+        # Not synced: the marks follow the file they mark, which is.
+        at = fsio.append_line(path, data, sync=False)
+        marks.size = at + len(data) if at == marks.size else -1
+
+    def _load_marks(self, relpath: str) -> Marks | None:
+        """The marks kept beside a line file, as far as their frames open in order;
+        None when there are none."""
+        import struct
+
+        from memvault.crypto.envelope import AuthError, open_token
+
+        try:
+            with _open(self._marks_path(relpath), self._name(relpath)) as fh:
+                data = fh.read()
+        except (OSError, DataError):
+            return None
+        marks: Marks | None = None
+        at = 0
+        head = struct.calcsize(_MARKS_HEAD)
+        pair = 2 * MARK_LEN
+        for line in data.split(b"\n")[:-1]:
+            aad = f"marks\0{self.org}\0{self.user}\0{relpath}\0{at}".encode()
+            try:
+                plain = open_token(self._keys()[1], line.decode("ascii"), aad)
+            except (AuthError, UnicodeDecodeError):
+                break  # a frame torn or changed: the ones before hold
+            ino, end, tail = struct.unpack_from(_MARKS_HEAD, plain)
+            if marks is None:
+                marks = Marks(relpath)
+            marks.kept.update((plain[i:i + MARK_LEN], plain[i + MARK_LEN:i + pair])
+                              for i in range(head, len(plain) - pair + 1, pair))
+            marks.ino, marks.end, marks.tail = ino, end, tail
+            at += len(line) + 1
+            marks.size = at
+        if marks is not None and at != len(data):
+            marks.size = -1  # frames after a bad one: written whole next time
+        return marks
+
+    def tail_records(self, relpath: str, count: int) -> tuple[list[Record], list[Location]]:
+        """The last `count` records of a line file and their locations, read from its
+        end (a torn tail skipped): the turns new ones are indexed next to."""
+        path = self.layout.path(relpath)
+        try:
+            fh = _open(path, self._name(relpath))
+        except FileNotFoundError:
+            return [], []
+        with fh:
+            size = fh.seek(0, os.SEEK_END)
+            step = 64 << 10
+            while True:
+                start = max(0, size - step)
+                fh.seek(start)
+                data = fh.read(size - start)
+                lines = data.split(b"\n")
+                # The first piece may be cut (unless the read began at the file's start).
+                whole = lines if start == 0 else lines[1:]
+                if start == 0 or len(whole) > count + 1:
+                    break
+                step *= 4
+        offsets, at = [], (start if start == 0 else start + len(lines[0]) + 1)
+        for raw in whole:
+            offsets.append(at)
+            at += len(raw) + 1
+        records: list[Record] = []
+        locations: list[Location] = []
+        for raw, offset in list(zip(whole, offsets, strict=True))[-(count + 1):]:
+            if not raw:
+                continue
+            try:
+                record = self._open_line(relpath, raw)
+            except DataError:
+                continue  # torn: an interrupted append, skipped
+            record.archived = relpath.startswith(ARCHIVE + "/")
+            records.append(record)
+            locations.append(Location.line(relpath, offset))
+        return records[-count:], locations[-count:]
 
     def read_at(self, location: Location, memory_id: str) -> Record | None:
         """The record `memory_id` at `location`; None when it is not there (the index that

@@ -146,6 +146,16 @@ class CodexReader:
         if reason:
             self.ignored[reason] += 1
 
+    def resume_at(self, number: int) -> None:
+        """Go on as if the file's lines up to `number` were read (a read on from a later
+        line, after the first: the lines keep the numbers their messages' ids are made of)."""
+        self._number = max(self._number, number)
+
+    @property
+    def settled(self) -> bool:
+        """No record waits for its twin: a later read may start after this line."""
+        return not self._unpaired
+
     def take(self) -> list[NewMessage]:
         if self.session is None:
             return []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field, replace
@@ -125,6 +125,10 @@ LIVE_MIN = 256 << 10
 LIVE_WINDOW = 8 << 20
 LIVE_KEEP = 256
 HEAD = 64 << 10  # the start of the file a position checks again
+# The two records of one Codex message are written next to each other: a record waiting
+# for its twin within this many last lines is read again next time (an older one is one
+# whose twin never comes: older rollouts write none).
+TWIN_LINES = 64
 
 
 def _read_on(vault: Vault, path: Path, fmt: str, session: str | None, strict: bool,
@@ -462,12 +466,17 @@ def _codex_on(vault: Vault, path: Path, fh: IO[bytes], fmt: str, start: int, end
         progress.advance(len(data))
         return data
 
-    settled = {"pin": start, "line": line}
+    # The start of each of the last TWIN_LINES lines read: a record there may still wait
+    # for its twin (written next to it), and the next read starts at the first such.
+    recent: deque[tuple[int, int]] = deque(maxlen=TWIN_LINES)
+    counted = {"lines": line}
 
     def batches() -> Iterator[Transcript]:
         offset, number = start, line
         ready: list[NewMessage] = []
         for raw in read_lines(bounded):
+            number += 1
+            recent.append((number, offset))
             if isinstance(raw, LongLine):
                 reader.skip("line too long")
                 offset += raw.size
@@ -479,13 +488,11 @@ def _codex_on(vault: Vault, path: Path, fh: IO[bytes], fmt: str, start: int, end
                     reader.skip("not utf-8")
                 else:
                     reader.feed(text)
-            number += 1
-            if reader.settled:
-                settled.update(pin=offset, line=number)
             ready += reader.take()
             if len(ready) >= STREAM_BATCH and reader.session is not None:
                 yield Transcript("codex", reader.session, ready)
                 ready = []
+        counted["lines"] = number
         last = reader.finish()
         if reader.lines and not reader.messages and not last.summaries \
                 and not reader.recognised:
@@ -495,7 +502,11 @@ def _codex_on(vault: Vault, path: Path, fh: IO[bytes], fmt: str, start: int, end
 
     ingested = ingest_batches(vault, batches(), path.stem, session, False, strict,
                               fallback_name, tags=tags, progress=progress, streamed=True)
-    return ingested, dict(settled)
+    waiting = reader.waiting_since(recent[0][0]) if recent else None
+    at = dict(recent)
+    if waiting is None or waiting not in at:
+        return ingested, {"pin": end, "line": counted["lines"]}
+    return ingested, {"pin": at[waiting], "line": waiting - 1}
 
 
 def _whole_end(fh: IO[bytes], size: int) -> int:

@@ -113,6 +113,7 @@ class CodexReader:
         self._summaries: list[_Draft] = []
         # (source, kind, key) → how many records of that source still wait for a twin.
         self._unpaired: dict[tuple[str, ...], int] = {}
+        self._since: dict[tuple[str, ...], int] = {}  # → the line of the first waiting
 
     def skip(self, reason: str) -> None:
         """A line the caller could not read (too long, not UTF-8): counted under `reason`."""
@@ -151,10 +152,11 @@ class CodexReader:
         line, after the first: the lines keep the numbers their messages' ids are made of)."""
         self._number = max(self._number, number)
 
-    @property
-    def settled(self) -> bool:
-        """No record waits for its twin: a later read may start after this line."""
-        return not self._unpaired
+    def waiting_since(self, line: int) -> int | None:
+        """The first line, from `line` on, of a record still waiting for its twin: a later
+        read must start there for the two to be read as one message (a record older than
+        that is taken for one whose twin never comes, as older rollouts write none)."""
+        return min((n for n in self._since.values() if n >= line), default=None)
 
     def take(self) -> list[NewMessage]:
         if self.session is None:
@@ -256,11 +258,12 @@ class CodexReader:
     def _keep(self, source: str,
               pairs: list[tuple[_Draft, tuple[str, ...] | None]]) -> str | None:
         """Keep the drafts whose key has no waiting twin from the other source."""
-        kept = [draft for draft, key in pairs if key is None or not self._pair(source, key)]
+        kept = [draft for draft, key in pairs
+                if key is None or not self._pair(source, key, draft.line)]
         self._drafts += kept
         return None if kept else "duplicate item"
 
-    def _pair(self, source: str, key: tuple[str, ...]) -> bool:
+    def _pair(self, source: str, key: tuple[str, ...], line: int = 0) -> bool:
         """True when a record of the other source waits with this key (the two are one
         message: the twin is used up); else this record waits for its own twin."""
         twin = ("event" if source == "response" else "response", *key)
@@ -268,13 +271,17 @@ class CodexReader:
         if waiting:
             if waiting == 1:
                 del self._unpaired[twin]
+                self._since.pop(twin, None)
             else:
                 self._unpaired[twin] = waiting - 1
             return True
         mine = (source, *key)
         self._unpaired[mine] = self._unpaired.pop(mine, 0) + 1  # the newest goes last
+        self._since.setdefault(mine, line)
         if len(self._unpaired) > CODEX_PAIRING:
-            del self._unpaired[next(iter(self._unpaired))]
+            oldest = next(iter(self._unpaired))
+            del self._unpaired[oldest]
+            self._since.pop(oldest, None)
         return False
 
 

@@ -68,6 +68,8 @@ def goes_on(text: str, fmt: str, before: str | None) -> bool:
     if tree is None or before is None:
         return True
     entries = [obj for _, obj in _objects(text, Counter()) if obj.get("type") != tree.meta]
+    if not any(isinstance(e.get(tree.parent_key), str) for e in entries):
+        return True  # not linked: the file's order is the conversation's
     where = {e[tree.id_key]: i for i, e in enumerate(entries)
              if isinstance(e.get(tree.id_key), str)}
     last = next((i for i in range(len(entries) - 1, -1, -1) if tree.turn(entries[i])), None)

@@ -3,6 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Aider, from PyPI: its pins clash with mem's, so it lives in a virtualenv of its own.
+AIDER_VENV := tests/agents/aider-venv
+AIDER_VERSION := 0.86.2
+# It runs on Python 3.10 to 3.12 only: the first of these that does.
+AIDER_PYTHONS ?= python3 python3.12 python3.11 python3.10
 
 .DEFAULT_GOAL := help
 .PHONY: help demo test test-long test-fast test-scale test-faults test-sync-faults lint bench completions screenshots docs clean agents
@@ -38,7 +43,7 @@ test-long: $(STAMP) ## The whole suite with every property example and the long 
 	TEST_LONG=1 $(BIN)/python -m pytest -q -n auto -m "not scale and not faults" --basetemp=$$tmp; \
 	status=$$?; rm -rf $$tmp; exit $$status
 
-agents: ## Install the agents' CLIs that tests/test_clients.py checks mem against (npm)
+agents: ## Install the agents' CLIs that tests/test_clients.py checks mem against (npm, PyPI)
 	@# No install scripts (node-pty, keytar: Gemini CLI's terminal extras, compiled): only
 	@# Claude Code's and OpenCode's, which put their native binaries in place.
 	@# install, not ci: the lock pins every package, but npm cannot record the other
@@ -50,6 +55,22 @@ agents: ## Install the agents' CLIs that tests/test_clients.py checks mem agains
 	@# reached its test says so and skips, the others still run.
 	cd tests/agents/node_modules/@charmland/crush && node install.js \
 	    || echo "warning: Crush's binary could not be fetched (github.com); its test will skip" >&2
+	@# Aider: skipped when its virtualenv already has the pinned release.
+	@have=$$($(AIDER_VENV)/bin/python -c 'import importlib.metadata as m; \
+	    print(m.version("aider-chat"))' 2>/dev/null || true); \
+	if [ "$$have" = "$(AIDER_VERSION)" ]; then \
+	    echo "aider-chat $(AIDER_VERSION) is in $(AIDER_VENV)"; \
+	else \
+	    for py in $(AIDER_PYTHONS) ""; do \
+	        $$py -c 'import sys; sys.exit(not (3, 10) <= sys.version_info < (3, 13))' \
+	            2>/dev/null && break; \
+	    done; \
+	    [ -n "$$py" ] || { echo "aider-chat $(AIDER_VERSION) needs Python 3.10 to 3.12:" \
+	        "make agents AIDER_PYTHONS=/path/to/python3.12" >&2; exit 1; }; \
+	    set -e; $$py -m venv $(AIDER_VENV); \
+	    $(AIDER_VENV)/bin/python -m pip install --quiet --no-input --disable-pip-version-check \
+	        "aider-chat==$(AIDER_VERSION)"; \
+	fi
 
 test-scale: $(STAMP) ## The long runs at scale (a gigabyte rollout in flat memory)
 	$(BIN)/python -m pytest -q -m scale

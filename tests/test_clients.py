@@ -12,6 +12,8 @@ its tools and calls one, and `copilot mcp get` reads the entry mem wrote. Cline'
 no check that runs without a terminal: its library (@cline/core, which the CLI runs on)
 reads mem's entry and starts the server (tests/agents/cline_check.mjs). Cursor's agent is
 not on npm: mem's entries for it are held to the server's own start as it starts it.
+Aider (PyPI, in tests/agents/aider-venv) has neither MCP nor hooks: it runs a session
+offline against a model on 127.0.0.1, and the history file it writes is ingested.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from tests.conftest import mem
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENTS = ROOT / "tests" / "agents" / "node_modules" / ".bin"
+# Aider is on PyPI, in a virtualenv of its own (`make agents`): its pins are not mem's.
+AIDER = ROOT / "tests" / "agents" / "aider-venv" / "bin" / "aider"
 TOOLS = {"memory_store", "memory_search", "memory_brief", "memory_get", "memory_delete"}
 # Codex's default allow-list for an MCP server's environment (rmcp-client).
 CODEX_KEPT = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "LANG", "LC_ALL", "TERM", "TMPDIR",
@@ -42,8 +46,8 @@ GEMINI_DROPPED = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|AUTH|CREDENTIAL|C
 TIMEOUT = 60
 
 
-def client(name: str) -> Path:
-    path = CLIENTS / name
+def client(name: str, path: Path | None = None) -> Path:
+    path = path or CLIENTS / name
     if not path.exists():
         if os.environ.get("AGENT_CLIS_REQUIRED"):  # CI installs them: a miss is a failure
             pytest.fail(f"{name} is not installed: run `make agents`")
@@ -706,3 +710,101 @@ def test_opencode_runs_mems_plugin_briefing_the_session_and_keeping_it(
     after = jsonedit.loads(config.read_text())
     assert "mcp" not in after and after["model"] == "local/test-model"
     assert "// a model of my own" in config.read_text()
+
+
+# --- Aider: no MCP or hooks; the history it writes offline, ingested --------------------
+
+
+@pytest.fixture
+def no_way_out() -> Iterator[tuple[str, list[str]]]:
+    """A proxy on 127.0.0.1 that answers nothing: its URL, and who tried it. An agent given
+    it for every scheme cannot reach past this machine unseen (nor wait on a network)."""
+    import socket
+    import threading
+
+    tried: list[str] = []
+    trap = socket.create_server(("127.0.0.1", 0))
+    trap.settimeout(0.1)  # a closed socket does not wake a thread blocked in accept
+    over = threading.Event()
+
+    def refuse() -> None:
+        while not over.is_set():
+            try:
+                conn, _ = trap.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                try:
+                    tried.append(conn.recv(512).decode(errors="replace").split("\r\n")[0])
+                except OSError:
+                    tried.append("?")
+
+    thread = threading.Thread(target=refuse, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{trap.getsockname()[1]}", tried
+    finally:
+        over.set()
+        thread.join(timeout=TIMEOUT)
+        trap.close()
+
+
+def test_aiders_history_written_offline_is_ingested_and_found(
+        script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path, model_server: str,
+        no_way_out: tuple[str, list[str]]) -> None:
+    aider = client("aider", AIDER)
+    proxy, tried = no_way_out
+    # Aider's model is the one on 127.0.0.1; every other way out goes to the trap. Its
+    # sizes of known models come from the metadata file (not GitHub), litellm's from its
+    # own copy; no analytics, no update check, no release notes (a browser).
+    metadata = tmp_path / "model.metadata.json"
+    metadata.write_text(json.dumps({"openai/test-model": {
+        "max_input_tokens": 32768, "max_output_tokens": 4096, "input_cost_per_token": 0,
+        "output_cost_per_token": 0, "litellm_provider": "openai", "mode": "chat"}}))
+    env = {**client_env(tmp_path / "home"), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           **{name: proxy for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                                       "http_proxy", "https_proxy", "all_proxy")},
+           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    env = {k: v for k, v in env.items() if not k.startswith(("AIDER_", "OPENAI_"))}
+
+    def session(message: str) -> None:
+        done = subprocess.run(
+            [str(aider), "--message", message, "--model", "openai/test-model",
+             "--openai-api-base", f"{model_server}/v1", "--openai-api-key", "x",
+             "--model-metadata-file", str(metadata), "--no-git", "--yes-always",
+             "--no-check-update", "--no-show-release-notes", "--no-analytics",
+             "--no-show-model-warnings", "--no-pretty", "--no-fancy-input"],
+            env=env, cwd=elsewhere, stdin=subprocess.DEVNULL, capture_output=True,
+            text=True, timeout=120, check=False)
+        assert done.returncode == 0 and "port 6543" in done.stdout, done.stdout + done.stderr
+
+    session("Which port does the staging database listen on?")
+    history = elsewhere / ".aider.chat.history.md"
+    assert history.is_file()
+    # Told no format: the file says it is Aider's. Aider's own lines (its banner, the
+    # command line with its key, the token counts) are its harness, not the session.
+    result = mem(script_runner, "ingest", str(history), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["format"] == "aider" and report["messages_added"] == 2, report
+    assert report["ignored"].get("harness text", 0) > 0, report
+    found = mem(script_runner, "search", "staging database port", "--json")
+    assert found.returncode == 0, found.stderr
+    hits = {r["content"]: r for r in json.loads(found.stdout)["results"]}
+    asked, answered = ("Which port does the staging database listen on?",
+                       "The staging database listens on port 6543.")
+    assert {asked, answered} <= set(hits), hits
+    assert {hits[asked]["agent"], hits[answered]["agent"]} == {"aider"}
+    assert hits[asked]["session_id"] == hits[answered]["session_id"] == report["session_id"]
+    assert not any("Tokens:" in text or "Aider v" in text for text in hits)
+
+    # Aider appends the next session to the same file; a scan of the repository finds the
+    # file and takes the new session alone.
+    session("And which one does production use?")
+    scanned = mem(script_runner, "ingest", "--scan", str(elsewhere), "--json")
+    assert scanned.returncode == 0, scanned.stderr
+    summary = json.loads(scanned.stdout)
+    assert summary["files_ingested"] == 1 and summary["messages_added"] == 2, summary
+    assert "And which one does production use?" in stored_for(script_runner, "production")
+    assert tried == [], tried  # nothing went past this machine

@@ -256,6 +256,9 @@ def _read_twice(vault: Vault, path: Path, fh: IO[bytes], size: int, session: str
     chosen = claude_code.choose(texts())
     if chosen is None or (chosen.resume.leaf is None and not chosen.branch):
         return None
+    # Only the branch from the earliest line a later read may start at is kept for it.
+    chosen.branch = [(n, u) for n, u in chosen.branch
+                     if chosen.pins and n >= min(chosen.pins)]
     # The offset of each line a later read may have to start at.
     at: dict[int, int] = {}
     pins = set(chosen.pins)

@@ -29,8 +29,9 @@ need specific details…", "Please continue the conversation…"), with its own 
 from __future__ import annotations
 
 import re
+from array import array
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,21 +232,96 @@ _LINKS = ("type", "subtype", "uuid", "parentUuid", "logicalParentUuid", "isSidec
           "isMeta", "isApiErrorMessage", "sessionId")
 
 
-def _links(obj: dict[str, Any]) -> dict[str, Any]:
-    """A line without its words: its type, links and ids (of its tool calls and results)."""
-    out = {k: obj[k] for k in _LINKS if k in obj}
-    if isinstance(obj.get("content"), str):
-        out["content"] = ""  # a local command's line: a turn (its words read in pass two)
-    message = obj.get("message")
-    if isinstance(message, dict):
-        kept = {k: message[k] for k in ("id", "model") if k in message}
-        content = message.get("content")
-        if isinstance(content, list):
-            kept["content"] = [{k: b[k] for k in ("type", "id", "tool_use_id") if k in b}
-                               for b in content if isinstance(b, dict)
-                               and b.get("type") in ("tool_use", "tool_result")]
-        out["message"] = kept
-    return out
+class _Link:
+    """A line without its words: its type, links and ids (of its tool calls and results),
+    read through `get` as the line's dict is (the first pass keeps one a line, so these
+    are slots and shared strings: about a tenth of a dict's memory)."""
+
+    __slots__ = ("kind", "subtype", "uuid", "parent", "logical", "session", "flags", "mid",
+                 "model", "uses", "results")
+
+    def __init__(self, obj: dict[str, Any], shared: dict[str, str], known: Any) -> None:
+        self.kind = _shared(obj.get("type"), shared)
+        self.subtype = _shared(obj.get("subtype"), shared)
+        self.uuid = obj.get("uuid")
+        self.parent = known(obj.get("parentUuid"))
+        self.logical = known(obj.get("logicalParentUuid"))
+        self.session = _shared(obj.get("sessionId"), shared)
+        message = obj.get("message")
+        flags = ((obj.get("isSidechain") is True) | bool(obj.get("isMeta")) << 1
+                 | bool(obj.get("isApiErrorMessage")) << 2
+                 | isinstance(obj.get("content"), str) << 3 | isinstance(message, dict) << 4)
+        self.flags = flags
+        self.mid = self.model = None
+        self.uses: tuple[str, ...] = ()
+        self.results: tuple[str, ...] = ()
+        if isinstance(message, dict):
+            self.mid = _shared(message.get("id"), shared)
+            self.model = _shared(message.get("model"), shared)
+            content = message.get("content")
+            if isinstance(content, list):
+                blocks = [b for b in content if isinstance(b, dict)]
+                self.uses = tuple(i for b in blocks if b.get("type") == "tool_use"
+                                  and (i := _str(b.get("id"))))
+                self.results = tuple(i for b in blocks if b.get("type") == "tool_result"
+                                     and (i := _str(b.get("tool_use_id"))))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value: Any
+        if key == "type":
+            value = self.kind
+        elif key == "uuid":
+            value = self.uuid
+        elif key == "parentUuid":
+            value = self.parent
+        elif key == "logicalParentUuid":
+            value = self.logical
+        elif key == "isSidechain":
+            value = True if self.flags & 1 else None
+        elif key == "message":
+            value = None if not self.flags & 16 else {
+                "id": self.mid, "model": self.model,
+                "content": [*({"type": "tool_use", "id": i} for i in self.uses),
+                            *({"type": "tool_result", "tool_use_id": i}
+                              for i in self.results)]}
+        elif key == "subtype":
+            value = self.subtype
+        elif key == "sessionId":
+            value = self.session
+        elif key == "isMeta":
+            value = True if self.flags & 2 else None
+        elif key == "isApiErrorMessage":
+            value = True if self.flags & 4 else None
+        elif key == "content":
+            value = "" if self.flags & 8 else None  # a local command's words: pass two
+        else:
+            value = None
+        return default if value is None else value
+
+    def __getitem__(self, key: str) -> Any:
+        return self.get(key)
+
+
+def _shared(value: Any, shared: dict[str, str]) -> Any:
+    """One string object for a value many lines repeat (a type, the session, a model)."""
+    return shared.setdefault(value, value) if isinstance(value, str) else value
+
+
+class _Lines:
+    """A set of line numbers as one byte a line of the file (the branch's lines: most of
+    a file's, which a set of ints would hold at 40 bytes each)."""
+
+    __slots__ = ("_bits",)
+
+    def __init__(self, numbers: Iterable[int]) -> None:
+        self._bits = bytearray()
+        for n in numbers:
+            if n >= len(self._bits):
+                self._bits.extend(bytes(n + 1 - len(self._bits) + (n >> 3)))
+            self._bits[n] = 1
+
+    def __contains__(self, n: object) -> bool:
+        return isinstance(n, int) and 0 <= n < len(self._bits) and self._bits[n] == 1
 
 
 @dataclass
@@ -255,7 +331,7 @@ class Chosen:
     (`Blocks`), in memory bounded by the block, not by the file. Line numbers are the
     file's (1-based)."""
 
-    lines: set[int]  # the lines on the conversation's branch
+    lines: Container[int]  # the lines on the conversation's branch
     twice: set[int]  # the lines of an entry written again (its uuid seen before)
     last: dict[str, int]  # API message id → the number of its last line
     session: str | None
@@ -269,10 +345,17 @@ def choose(blocks: Iterable[tuple[int, str]]) -> Chosen | None:
     number of the line before it. None for a subagent's file (read whole: a subagent's
     file is the parent session's, read with it)."""
     ignored: Counter[str] = Counter()
-    entries: list[dict[str, Any]] = []
-    numbers: list[int] = []
+    entries: list[Any] = []  # each line's _Link, read as its dict is
+    numbers = array("q")
     where: dict[str, int] = {}
     twice: set[int] = set()
+    shared: dict[str, str] = {}
+
+    def known(uuid: Any) -> Any:
+        """A link to a line read before: that line's uuid, the same string object."""
+        at = where.get(uuid) if isinstance(uuid, str) else None
+        return entries[at].uuid if at is not None else uuid
+
     for base, text in blocks:
         for number, obj in _objects(text, ignored):
             uuid = obj.get("uuid")
@@ -280,8 +363,10 @@ def choose(blocks: Iterable[tuple[int, str]]) -> Chosen | None:
                 if uuid in where:
                     twice.add(base + number)
                     continue
+            link = _Link(obj, shared, known)
+            if isinstance(uuid, str):
                 where[uuid] = len(entries)
-            entries.append(_links(obj))
+            entries.append(link)
             numbers.append(base + number)
     turns = [e for e in entries if _claude_turn(e)]
     if turns and all(e.get("isSidechain") is True for e in turns):
@@ -320,7 +405,7 @@ def choose(blocks: Iterable[tuple[int, str]]) -> Chosen | None:
              if _claude_ids(entries[i], "assistant", "tool_use", "id") - answered]
     resume = Resume(leaf=_str(entries[leaf].get("uuid")) if leaf is not None else None,
                     sub=False if turns else None, linked=linked, session=session)
-    return Chosen({numbers[i] for i in branch}, twice,
+    return Chosen(_Lines(numbers[i] for i in branch), twice,
                   {mid: n for mid, n in last.items() if n != first[mid]}, session, resume,
                   sorted(set(pins)), [(numbers[i], u) for i in sorted(branch)
                                       if (u := _str(entries[i].get("uuid"))) is not None])

@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 BENCHES = ["startup", "retrieval", "longmemeval", "search", "redact", "sanitize", "lifecycle",
-           "ingest", "scan", "scale", "compact", "agents", "brief", "vectors", "embed",
+           "ingest", "live", "scan", "scale", "compact", "agents", "brief", "vectors", "embed",
            "hybrid", "sync", "sync_peers", "browse"]
 
 

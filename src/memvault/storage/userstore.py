@@ -42,6 +42,7 @@ MARKS_SUFFIX = ".marks"
 MARK_LEN = 16
 _MARKS_HEAD = ">QQ32s"  # the line file's inode, the bytes covered, a digest of their end
 _MARKS_TAIL = 64  # the last bytes covered, checked again before the marks are trusted
+MARKS_HELD = 8  # line files whose marks a process keeps in memory
 
 
 class StateMissing(DataError):
@@ -455,10 +456,17 @@ class UserStore:
             marks = self._marks.get(relpath) or self._load_marks(relpath)
             if marks is None or not self._still(marks, st, fh):
                 marks = Marks(relpath, ino=st.st_ino, size=-1)
-            self._marks[relpath] = marks
+            self._hold(marks)
             if marks.end < st.st_size:
                 self._read_on(marks, fh)
         return marks
+
+    def _hold(self, marks: Marks) -> None:
+        """Keep the marks of the files used last (a scan goes through thousands)."""
+        self._marks.pop(marks.relpath, None)
+        self._marks[marks.relpath] = marks
+        while len(self._marks) > MARKS_HELD:
+            del self._marks[next(iter(self._marks))]
 
     def _still(self, marks: Marks, st: os.stat_result, fh: BinaryIO) -> bool:
         if marks.ino != st.st_ino or marks.end > st.st_size:
@@ -522,7 +530,7 @@ class UserStore:
                 marks.size = -1
             marks.ino, marks.end = st.st_ino, st.st_size
             marks.tail = self._tail_of(fh, st.st_size)
-        self._marks[marks.relpath] = marks
+        self._hold(marks)
 
     def _marks_path(self, relpath: str) -> Path:
         return self.layout.path(relpath.removesuffix(".jsonl") + MARKS_SUFFIX)

@@ -61,7 +61,7 @@ def test_a_grown_session_is_appended_to_without_reading_what_it_holds(
 def test_marks_lost_or_stale_still_store_each_message_once(
         vault: Vault, tmp_path: Path, change: str) -> None:
     v, path, raw, relpath = _grown(tmp_path, f"m{abs(hash(change)) % 10**8}")
-    marks = v.layout.path(relpath).with_suffix(".marks")
+    marks = (v.layout.dir / "marks" / relpath).with_suffix(".marks")
     assert marks.is_file()
     kept = tmp_path / "kept.marks"
     shutil.copyfile(marks, kept)
@@ -76,7 +76,7 @@ def test_marks_lost_or_stale_still_store_each_message_once(
         with marks.open("ab") as fh:
             fh.write(b"garbage without its newline")
     else:
-        other = v.layout.path(session_file("another")).with_suffix(".marks")
+        other = (v.layout.dir / "marks" / session_file("another")).with_suffix(".marks")
         shutil.copyfile(marks, other)
         shutil.copyfile(kept, marks)
         other.rename(marks)

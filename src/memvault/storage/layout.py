@@ -24,6 +24,7 @@ VAULT_FILE = "vault.json"
 KEYS = "keys"
 INDEX = "index"
 VECTORS = "vectors"
+MARKS = "marks"  # derived: the keyed marks of each line file's messages (userstore.Marks)
 STATE = "state.json"
 READS = "reads.json"
 AUDIT = "audit.jsonl"
@@ -115,7 +116,8 @@ class UserLayout:
     def temp_dirs(self) -> list[Path]:
         """Every folder a writer puts its temp files in (fsio: a temp beside the file)."""
         return [self.dir, self.dir / SESSIONS, self.dir / ARCHIVE, self.keys_dir,
-                self.index_dir, self.vectors_dir]
+                self.index_dir, self.vectors_dir, self.dir / MARKS / SESSIONS,
+                self.dir / MARKS / ARCHIVE]
 
     def written(self) -> list[str]:
         """What shows that the user has written before: documents, session or archive

@@ -24,7 +24,7 @@ from memvault.errors import DataError, StorageError
 from memvault.model.location import Location
 from memvault.model.records import ARCHIVE, SESSIONS, Record
 from memvault.storage import fsio
-from memvault.storage.layout import UserLayout
+from memvault.storage.layout import MARKS, UserLayout
 from memvault.storage.state import STATE_FORMAT, UserState
 
 
@@ -533,7 +533,9 @@ class UserStore:
         self._hold(marks)
 
     def _marks_path(self, relpath: str) -> Path:
-        return self.layout.path(relpath.removesuffix(".jsonl") + MARKS_SUFFIX)
+        """marks/sessions/<session>.marks for sessions/<session>.jsonl: beside the line
+        files' folders, not in them (those hold line envelopes only)."""
+        return self.layout.dir / MARKS / (relpath.removesuffix(".jsonl") + MARKS_SUFFIX)
 
     def _frame(self, relpath: str, at: int, marks: Marks, keys: list[bytes]) -> bytes:
         import struct
@@ -551,6 +553,7 @@ class UserStore:
         if keys is None or marks.size < 0 or start <= 0:
             data = self._frame(marks.relpath, 0, marks, list(marks.kept))
             if not path.exists():
+                fsio.ensure_dir(path.parent)
                 # A new session's: made by its first append (no rename, no fsync).
                 at = fsio.append_line(path, data, sync=False)
                 if at == 0:

@@ -1,20 +1,32 @@
 """A large pull: stored a batch at a time in flat memory, in the order its pages were
-written, and resumed after a kill without fetching again what it had learned."""
+written, and resumed after a kill without fetching again what it had learned; its index
+built as the files are written, never left half built for a search, and answering as
+the first machine's does."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from memvault.model.records import Filters, NewMessage
 from memvault.ops import sync as sync_ops
-from memvault.ops.ingest import ingest_text
+from memvault.ops.ingest import add_messages, ingest_text
+from memvault.ops.recall import search
 from memvault.ops.remember import add
+from memvault.ops.verify import verify
 from memvault.storage.remote import FolderRemote
 from memvault.vault.vault import Vault
 from tests.test_sync import contents, machine
+
+BENCH = Path(__file__).resolve().parents[2] / "shared" / "bench-data"
 
 
 class Counting(FolderRemote):
@@ -78,11 +90,11 @@ def test_a_pull_killed_after_a_batch_resumes_without_fetching_again(
     stored = sync_ops._add_records
     calls: list[int] = []
 
-    def killed(vault: Vault, items: list[Any]) -> int:
+    def killed(vault: Vault, items: list[Any], *held: Any) -> int:
         if calls:
             raise KeyboardInterrupt  # a kill between two batches
         calls.append(len(items))
-        return stored(vault, items)
+        return stored(vault, items, *held)
 
     monkeypatch.setattr(sync_ops, "_add_records", killed)
     remote.fetched.clear()
@@ -117,3 +129,170 @@ def test_a_pull_past_the_kept_budget_fetches_what_it_dropped(
     assert contents(a) == contents(b)
     adds = [n for n in remote.fetched if "/o/" in n]
     assert len(adds) == 2 * len(set(adds))  # each page: once to learn it, once to store
+
+
+# --- the second machine answers as the first ------------------------------------------
+
+
+def locomo(v: Vault) -> list[str]:
+    """LoCoMo dev's conversations stored as sessions (speakers, times, turn ids as the
+    transcript gives them); 50 of its questions, ten of each conversation."""
+    questions: list[str] = []
+    for c in json.loads((BENCH / "locomo_dev.json").read_text()):
+        conv, n = c["conversation"], 1
+        while f"session_{n}" in conv:
+            start = datetime.strptime(conv[f"session_{n}_date_time"].strip(),
+                                      "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+            add_messages(v, f"{c['sample_id']}-{n}", [
+                NewMessage(t["text"], role="user", name=t["speaker"], message_id=t["dia_id"],
+                           created_at=(start + timedelta(seconds=i)).isoformat())
+                for i, t in enumerate(conv[f"session_{n}"])])
+            n += 1
+        questions += [q["question"] for q in c["qa"][:10]]
+    return questions
+
+
+def ranked(v: Vault, questions: list[str], limit: int = 10) -> list[list[tuple[str, float]]]:
+    return [[(h.memory_id, h.score) for h in search(v, q, Filters(limit=limit),
+                                                    audit=False).results]
+            for q in questions]
+
+
+def same_ranking(here: list[tuple[str, float]], there: list[tuple[str, float]]) -> bool:
+    """The same ids, in the same order wherever their scores differ: an index's word
+    statistics count the documents it replaced until a merge, so two indexes of the same
+    records score a few thousandths apart, and hits that close may trade places."""
+    if {i for i, _ in here} != {i for i, _ in there}:
+        return False
+    score = dict(there)
+    return all(score[a] >= score[b] - 0.01 for n, (a, _) in enumerate(here)
+               for b, _ in here[n + 1:])
+
+
+@pytest.mark.skipif(not BENCH.is_dir(), reason="the bench data is not beside the project")
+def test_a_second_machine_verifies_as_the_first_and_answers_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pages and batches small enough that the pull is many transactions, each committing
+    # what its files fed the index.
+    monkeypatch.setattr(sync_ops, "PAGE", 300)
+    monkeypatch.setattr(sync_ops, "BATCH", 1000)
+    (tmp_path / "remote").mkdir()
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    questions = locomo(a)
+    assert len(questions) == 50
+    remote = FolderRemote(str(tmp_path / "remote"), tmp_path / "remote")
+    pushed = sync_ops.sync(a, remote).pushed
+    assert sync_ops.sync(b, remote).pulled == pushed > 2500
+    first, second = verify(a), verify(b)
+    assert first.ok and second.ok, second.problems
+    assert (second.files_checked, second.records_checked) == \
+        (first.files_checked, first.records_checked)
+    assert (b.state().live, b.state().archived) == (a.state().live, a.state().archived)
+    b = Vault(b.settings)  # as a new process finds it: the index current, never rebuilt
+    assert b.search_index(b.state().key_version).is_current()
+    there = ranked(a, questions)
+    assert sum(map(len, there)) > 400
+    here = ranked(b, questions)
+    assert [q for q, x, y in zip(questions, here, there, strict=True)
+            if not same_ranking(x, y)] == []
+    assert sum([i for i, _ in x] == [i for i, _ in y]
+               for x, y in zip(here, there, strict=True)) >= 45
+
+
+# --- killed inside the index build ------------------------------------------------------
+
+
+KILLER = """
+import os, signal, sys
+from pathlib import Path
+from memvault.index import keyed
+from memvault.ops import sync as sync_ops
+from memvault.storage.remote import FolderRemote
+from tests.test_sync import machine
+
+sync_ops.PAGE, sync_ops.BATCH = 7, 10
+point, at = sys.argv[1], int(sys.argv[2])
+calls = [0]
+
+def killing(owner, name):
+    real = getattr(owner, name)
+    def call(*args, **kwargs):
+        calls[0] += 1
+        if point.startswith("after-"):
+            out = real(*args, **kwargs)
+        if calls[0] == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs) if not point.startswith("after-") else out
+    setattr(owner, name, call)
+
+owner, name = {"feed": (keyed.SearchIndex, "feed"),
+               "commit": (keyed.IndexWriter, "commit"),
+               "after-commit": (keyed.IndexWriter, "commit"),
+               "mark": (keyed.SearchIndex, "mark_current"),
+               "fsync": (sync_ops._Syncs, "wait")}[point]
+killing(owner, name)
+root = Path(sys.argv[3])
+sync_ops.sync(machine(root, "b"), FolderRemote(str(root / "remote"), root / "remote"))
+"""
+
+
+@pytest.mark.parametrize(("point", "at"), [("feed", 1), ("feed", 4), ("commit", 2),
+                                           ("after-commit", 2), ("mark", 3), ("fsync", 2)])
+def test_a_pull_killed_inside_the_index_build_never_leaves_a_partial_index(
+        tmp_path: Path, small: None, point: str, at: int) -> None:
+    (tmp_path / "remote").mkdir()
+    a = machine(tmp_path, "a")
+    fill(a)
+    remote = FolderRemote(str(tmp_path / "remote"), tmp_path / "remote")
+    sync_ops.sync(a, remote)
+    machine(tmp_path, "b")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", KILLER, point, str(at), str(tmp_path)],
+                          env=env, cwd=Path(__file__).parents[1], capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    b = Vault(machine(tmp_path, "b").settings)
+    held = set(sync_ops.scan_local(b))
+    assert 0 < len(held) < 41 or point == "mark"
+    index = b.search_index(b.state().key_version)
+    if index.is_current():  # a stamp says it holds what the files hold, no more, no less
+        assert index.matching(index.build_query("", Filters(limit=100))[0]) == held
+    # A search finds what the files hold (an index without its stamp is built again).
+    found = {h.memory_id for h in search(b, "session turn", Filters(limit=100)).results}
+    assert found == {i for i, c in contents(b).items() if "session" in c}
+    sync_ops.sync(b, remote)
+    assert contents(a) == contents(b) and verify(b).ok
+    b = Vault(b.settings)
+    index = b.search_index(b.state().key_version)
+    assert index.is_current()
+    assert index.matching(index.build_query("", Filters(limit=100))[0]) == set(contents(a))
+    for asked in ("session 1 turn 3", "fact 2", "turn 11"):  # every match, both machines
+        assert {h.memory_id for h in search(b, asked, Filters(limit=100)).results} == \
+            {h.memory_id for h in search(a, asked, Filters(limit=100)).results}
+
+
+def test_a_write_between_two_batches_of_a_pull_is_indexed(
+        tmp_path: Path, small: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process writes while a pull holds its index writer between batches: its
+    record is stored (its index change waits for no one) and found after the pull."""
+    (tmp_path / "remote").mkdir()
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    fill(a)
+    remote = FolderRemote(str(tmp_path / "remote"), tmp_path / "remote")
+    sync_ops.sync(a, remote)
+    stored = sync_ops._add_records
+    done: list[str] = []
+
+    def between(vault: Vault, items: list[Any], *held: Any) -> int:
+        if len(done) == 2:  # after the second batch: a hook's add, in another vault object
+            done.append(add(Vault(vault.settings), "an okapi seen between batches",
+                            "fact").record.memory_id)
+        done.append("batch")
+        return stored(vault, items, *held)
+
+    monkeypatch.setattr(sync_ops, "_add_records", between)
+    assert sync_ops.sync(b, remote).pulled == 41
+    b = Vault(b.settings)
+    hits = search(b, "okapi", Filters(limit=5)).results
+    assert [h.memory_id for h in hits] == [done[2]]
+    assert len(search(b, "session turn", Filters(limit=100)).results) == 36
+    assert verify(b).ok

@@ -31,11 +31,13 @@ from memvault.model.location import Location, session_of
 from memvault.model.records import ARCHIVE, CONTEXT_NEIGHBOURS, TYPE_HOME, Filters, parse_time
 from memvault.storage import fsio
 
-INDEX_FORMAT = 7  # 2: `loc` sealed (it names the session); 3: token digests stored;
+INDEX_FORMAT = 8  # 2: `loc` sealed (it names the session); 3: token digests stored;
 # 4: a line's offset and the archived flag stored, so a rewrite opens no location;
 # 5: the assistant's turns without context, `who` spoke indexed on its own;
 # 6: a record's own words in a field of their own (`own`, with the positions phrases use);
-# 7: the agent a session came from (`agent`, keyed like the session)
+# 7: the agent a session came from (`agent`, keyed like the session);
+# 8: `loc` stored as bytes and not indexed (each was a unique term, a third of the cost
+# of a segment's term dictionary, and never searched)
 META_FILE = "mem-index.json"
 WRITER_HEAP = 32_000_000
 # A write indexes on one thread: each indexing thread makes its own segment at a commit,
@@ -236,6 +238,11 @@ class SearchIndex:
         self.analyzer = Analyzer(key)
         self._loc_key = location_key(key)
         self._index: Any = None
+        # The writer feed() added to as a transaction wrote its files, and apply() commits;
+        # while held (hold()), kept open from one transaction to the next.
+        self._fed: IndexWriter | None = None
+        self._fed_ids: set[str] = set()
+        self.held = False
         self._days: dict[int, str] = {}
         self._assistant = self.analyzer.digests("assistant")  # a role's first digest
         self.stamp = Stamp(path)
@@ -262,16 +269,63 @@ class SearchIndex:
               created: Collection[str] = ()) -> None:
         """Replace the documents of `upserts` and drop `deletes`; a record in `created`
         is new to the index, and only added."""
-        if not upserts and not deletes:
+        if not upserts and not deletes and self._fed is None:
             return
         with self.writer() as w:
+            fed, self._fed_ids = self._fed_ids, set()
             for memory_id in deletes:
                 w.delete(memory_id)
             for entry in upserts:
-                if entry.record.memory_id in created:
+                memory_id = entry.record.memory_id
+                if memory_id in fed and memory_id in created:
+                    continue  # added as its file was written
+                if memory_id in created:
                     w.add(entry)
                 else:
                     w.upsert(entry)
+
+    def feed(self, entries: Iterable[Entry]) -> None:
+        """Add new records' documents now, while the transaction that wrote them goes on
+        writing its other files, so Tantivy indexes on its own thread meanwhile; the
+        transaction's apply() commits them (and skips them). Only records this write made
+        (no document to replace), and only in a transaction that found the index current
+        (one that did not is rebuilt whole, and drops them). Nothing fed is visible before
+        that commit: a kill leaves the index as it was, and without its stamp."""
+        w = self._open_writer()
+        for entry in entries:
+            w.add(entry)
+            self._fed_ids.add(entry.record.memory_id)
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """One writer for a run of transactions (a large pull's batches), each committing
+        what it added: one indexing thread and its memory for the run, where a writer a
+        transaction grew memory by each thread's heap. Released (and what no transaction
+        committed dropped) at the end."""
+        self.held = True
+        try:
+            yield
+        finally:
+            self.held = False
+            self.drop_fed()
+
+    def _open_writer(self) -> IndexWriter:
+        if self._fed is not None and self._fed.ino != _inode(self.path):
+            self.drop_fed()  # another process rebuilt the index since: not this one's
+        if self._fed is None:
+            index = self.open()
+            self._fed = IndexWriter(self, index.writer(heap_size=WRITER_HEAP, num_threads=1),
+                                    _inode(self.path))
+        return self._fed
+
+    def drop_fed(self) -> None:
+        """Forget what was fed and not committed (the transaction failed, or the index is
+        being rebuilt from the files, which hold it), and close the writer."""
+        w, self._fed, self._fed_ids = self._fed, None, set()
+        if w is not None:
+            with contextlib.suppress(Exception):
+                w.raw.rollback()
+            w.close()
 
     def rebuild(self, entries: Iterable[Entry]) -> int:
         count = self.build(entries)
@@ -331,8 +385,8 @@ class SearchIndex:
         # session's turns without opening their sealed locations. The offsets are no
         # news: the line file shows them to anyone who can read the index.
         sb.add_unsigned_field("pos", stored=True, indexed=False)
-        # Stored only (sealed); never searched, so its terms need no index.
-        sb.add_text_field("loc", stored=True, tokenizer_name="raw", index_option="basic")
+        # Stored only (sealed: nonce and ciphertext); never searched.
+        sb.add_bytes_field("loc", stored=True, indexed=False)
         # Stored only: the digests of a record's words and speaker, in order, so that a
         # rewrite carries a document over without decrypting or analysing it again (the
         # order is no news: `body` is indexed with positions).
@@ -348,17 +402,20 @@ class SearchIndex:
         return {"format": INDEX_FORMAT, "analyzer": "simple+lowercase+asciifold+stem-en",
                 "token": "hmac-sha256-128-hex", "loc": "aes-256-gcm"}
 
-    def seal_loc(self, memory_id: str, location: Location) -> str:
+    def seal_loc(self, memory_id: str, location: Location) -> bytes:
         """Where a record lives, sealed: the session id in a file name is not the index's
         to show. The record id is the AAD, so a location cannot be moved to another doc."""
-        return envelope.seal_token(self._loc_key, str(location).encode(), memory_id.encode())
+        nonce, sealed = envelope.seal_raw(self._loc_key, str(location).encode(),
+                                          memory_id.encode())
+        return nonce + sealed
 
     def open_loc(self, memory_id: str, sealed: Any) -> Location | None:
         """The location of a hit; None when it does not open (the caller rebuilds)."""
-        if not isinstance(sealed, str):
+        if not isinstance(sealed, bytes) or len(sealed) <= envelope.NONCE_LEN:
             return None
         try:
-            plain = envelope.open_token(self._loc_key, sealed, memory_id.encode())
+            plain = envelope.open_raw(self._loc_key, sealed[:envelope.NONCE_LEN],
+                                      sealed[envelope.NONCE_LEN:], memory_id.encode())
             return Location.parse(plain.decode())
         except (envelope.AuthError, UnicodeDecodeError):
             return None
@@ -462,17 +519,17 @@ class SearchIndex:
 
     @contextlib.contextmanager
     def writer(self) -> Iterator[IndexWriter]:
-        """Batch index changes and commit them once (caller holds the user's lock)."""
-        index = self.open()
-        w = IndexWriter(self, index.writer(heap_size=WRITER_HEAP, num_threads=1))
+        """Batch index changes and commit them once (caller holds the user's lock); the
+        writer feed() added to, when there is one, kept open while held."""
+        w = self._open_writer()
         try:
             yield w
             w.commit()
         except BaseException:
-            with contextlib.suppress(Exception):
-                w.raw.rollback()
+            self.drop_fed()
             raise
-        finally:
+        if not self.held:
+            self._fed = None
             w.close()
 
     def build(self, entries: Iterable[Entry]) -> int:
@@ -558,6 +615,7 @@ class SearchIndex:
 
     def _replace(self, fill: Callable[[Any], int]) -> int:
         """Write a new index beside the old one with `fill(writer)`, then swap it in."""
+        self.drop_fed()  # the files hold what was fed: the new index is built from them
         # What a killed rebuild left beside the index may hold forgotten terms: gone first.
         for leftover in self.path.parent.glob(f"{self.path.name}.[no][el][wd]-*"):
             shutil.rmtree(leftover, ignore_errors=True)
@@ -595,6 +653,7 @@ class SearchIndex:
         return count
 
     def remove(self) -> None:
+        self.drop_fed()
         self._index = None
         shutil.rmtree(self.path, ignore_errors=True)
 
@@ -803,9 +862,10 @@ class SearchIndex:
 
 
 class IndexWriter:
-    def __init__(self, index: SearchIndex, raw: Any) -> None:
+    def __init__(self, index: SearchIndex, raw: Any, ino: int = 0) -> None:
         self.index = index
         self.raw = raw
+        self.ino = ino  # the index folder it writes to (a rebuild puts another in place)
         self.changed = False
 
     def upsert(self, entry: Entry) -> None:
@@ -831,6 +891,13 @@ class IndexWriter:
             self.raw.wait_merging_threads()
         private(self.index.path)  # segments written by merges after the commit
         self.index._index = None
+
+
+def _inode(path: Path) -> int:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return -1
 
 
 def _damaged(exc: BaseException) -> bool:

@@ -11,6 +11,7 @@ Pulled operations go through the vault's Transaction; derived data is rebuilt he
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -19,18 +20,21 @@ from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memvault.crypto import syncseal
 from memvault.errors import EX_TEMPFAIL, Busy, DataError, MemError, NotFound, Refused
 from memvault.index.base import file_entries
 from memvault.model.location import session_file
-from memvault.model.records import DOC_FILES, Record, born, now_iso
+from memvault.model.records import CONTEXT_NEIGHBOURS, DOC_FILES, Record, born, now_iso
 from memvault.model.results import SyncAllResult, SyncResult, UserProblem
 from memvault.storage import fsio
 from memvault.storage.remote import Remote, Unreadable
 from memvault.storage.state import Superseded
 from memvault.vault.vault import Transaction, Vault
+
+if TYPE_CHECKING:
+    from memvault.index.keyed import SearchIndex
 
 # A record on its way out: id, archived, its JSON as sealed here, its version.
 Item = tuple[str, bool, bytes, str]
@@ -193,12 +197,19 @@ def _summary(body: dict[str, Any]) -> dict[str, Any]:
     kind = str(body.get("kind"))
     out: dict[str, Any] = {"kind": kind, "at": str(body.get("at", ""))}
     if kind == "add":
-        out["ids"] = [str(item["r"]["memory_id"]) for item in body["records"]]
-        out["archived"] = [str(item["r"]["memory_id"]) for item in body["records"]
-                           if item.get("a")]
-        versions = {str(item["r"]["memory_id"]): version(item["r"])
-                    for item in body["records"]}
-        out["v"] = {i: v for i, v in versions.items() if v}
+        ids: list[str] = []
+        archived: list[str] = []
+        versions: dict[str, str] = {}
+        for item in body["records"]:  # one pass: a first pull summarises every record
+            record = item["r"]
+            i = str(record["memory_id"])
+            ids.append(i)
+            if item.get("a"):
+                archived.append(i)
+            updated = record.get("updated_at")
+            if updated and str(updated) > str(record.get("created_at")):
+                versions[i] = str(updated)
+        out["ids"], out["archived"], out["v"] = ids, archived, versions
     elif kind in ("archive", "forget"):
         out["ids"] = [str(i) for i in body["ids"]]
         if kind == "forget":
@@ -379,10 +390,13 @@ class Session:
         except (NotFound, DataError, KeyError, TypeError):
             return None, blob
 
-    def open_blob(self, name: str, blob: bytes) -> dict[str, Any]:
+    def open_blob(self, name: str, blob: bytes, check: bool = True) -> dict[str, Any]:
+        """An object's body; `check`: its shape too (not again for one checked when it
+        was fetched, kept sealed since)."""
         kid, _, oid = name.rsplit("/", 1)[1].partition("-")
         body = syncseal.open_object(self.keys[kid][0], self.ns, kid, oid, blob)
-        _summary(body)
+        if check:
+            _summary(body)
         return body
 
     def fetch_new(self, names: list[str]) -> Iterator[tuple[str, dict[str, Any] | None,
@@ -479,7 +493,7 @@ class Fetched:
         blob = self.sealed.get(name)
         if blob is not None:
             try:
-                return self.s.open_blob(name, blob)
+                return self.s.open_blob(name, blob, check=False)
             except (syncseal.SyncAuthError, DataError, KeyError, TypeError):
                 return None
         return self.s.read(name)
@@ -603,7 +617,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
     tombs = remote_tombs | dead | deleted_here | (state.erased if state else set())
 
     # --- pull ---------------------------------------------------------------------------
-    pulled = _pull_adds(s, bodies, current, remote_ids, local0.keys(), tombs)
+    pulled = _pull_adds(s, bodies, current, remote_ids, local0.keys(), tombs, memo)
     updated = _pull_updates(s, bodies, current, remote_ids, local0, tombs, memo)
     local = scan_local(vault, memo) if pulled else local0
     archive_here = {i for i, a in local.items() if not a} & remote_archived - tombs
@@ -883,7 +897,8 @@ BATCH = 20_000  # records stored per transaction by a pull
 
 
 def _pull_adds(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
-               remote_ids: dict[str, str], local: AbstractSet[str], tombs: set[str]) -> int:
+               remote_ids: dict[str, str], local: AbstractSet[str], tombs: set[str],
+               memo: dict[str, Any] | None = None) -> int:
     """Add the records the remote holds and this machine lacks (never a forgotten one):
     object by object in the order they were written (a machine's pages in its files'
     order), stored a batch at a time, each batch one transaction. Memory stays flat
@@ -892,25 +907,61 @@ def _pull_adds(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
     wanted = remote_ids.keys() - local - tombs
     if not wanted:
         return 0
+    with _no_cycle_collection():
+        return _pull_wanted(s, bodies, current, remote_ids, wanted, memo)
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Python's cycle collector off while a pull makes its records: they hold no cycles
+    (refcounts free them), and a full collection walks every object alive, so with a
+    batch of records held it ran again and again over them (a fifth of a pull's CPU)."""
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@dataclass
+class _Run:
+    """What the batches of one pull share: the index's writer, held from one to the
+    next, and the scan's memo (relpath -> [size, mtime_ns, ids]), where each file a batch
+    makes is entered as it is written, so the scan after the pull reads no header."""
+
+    held: contextlib.ExitStack
+    memo: dict[str, Any] | None = None
+
+
+def _pull_wanted(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
+                 remote_ids: dict[str, str], wanted: set[str],
+                 memo: dict[str, Any] | None) -> int:
     added = 0
     batch: dict[str, tuple[Record, bool]] = {}
-    for name in sorted({remote_ids[i] for i in wanted},
-                       key=lambda n: (str(current[n].get("at", "")), n)):
-        body = bodies.get(name)
-        if body is None:
-            continue
-        for item in body["records"]:
-            i = item["r"]["memory_id"]
-            if i in wanted and remote_ids[i] == name:
-                batch[i] = (Record.from_stored(item["r"]), bool(item["a"]))
-        del body
-        if len(batch) >= BATCH:
-            added += _add_records(s.vault, list(batch.values()))
-            batch = {}
-    return added + _add_records(s.vault, list(batch.values()))
+    with contextlib.ExitStack() as held:
+        run = _Run(held, memo)
+        for name in sorted({remote_ids[i] for i in wanted},
+                           key=lambda n: (str(current[n].get("at", "")), n)):
+            body = bodies.get(name)
+            if body is None:
+                continue
+            for item in body["records"]:
+                i = item["r"]["memory_id"]
+                if i in wanted and remote_ids[i] == name:
+                    batch[i] = (Record.from_stored(item["r"]), bool(item["a"]))
+            del body
+            if len(batch) >= BATCH:
+                added += _add_records(s.vault, list(batch.values()), run)
+                batch = {}
+        return added + _add_records(s.vault, list(batch.values()), run)
 
 
-def _add_records(vault: Vault, items: list[tuple[Record, bool]]) -> int:
+def _add_records(vault: Vault, items: list[tuple[Record, bool]],
+                 run: _Run | None = None) -> int:
     """Store pulled records with their ids, through one transaction. They were admitted
     on the machine that made them (same owner, same key): screening them again would
     change their content and part them from their id. A transcript message that is
@@ -920,15 +971,63 @@ def _add_records(vault: Vault, items: list[tuple[Record, bool]]) -> int:
         return 0
     added = 0
     with vault.transaction(allow_frozen=True) as tx:
-        by_home: dict[str, list[Record]] = {}
-        for record, archived in items:
-            record.org_id, record.user_id = vault.org, vault.user
-            record.key_version = tx.epoch
-            home = record.home if record.home in DOC_FILES else \
-                session_file(str(record.session_id), archived)
-            record.archived = archived
-            by_home.setdefault(home, []).append(record)
-        new: list[Record] = []
+        # Each file's documents go to the index as soon as it is written: Tantivy indexes
+        # them on its own thread while the next files are sealed here, and the
+        # transaction's end commits them. An index that was not current is rebuilt
+        # from the files instead.
+        index = vault.search_index(tx.epoch) if tx.fresh else None
+        if index is not None and run is not None and not index.held:
+            run.held.enter_context(index.hold())
+        try:
+            added = _store_batch(tx, items, index, run.memo if run is not None else None)
+        except BaseException:
+            if index is not None:
+                index.drop_fed()
+            raise
+    return added
+
+
+class _Syncs:
+    """The new files of a batch fsynced on a few threads while the next ones are sealed
+    (fsync waits on the disk, not the CPU), and each folder once: all of it before the
+    batch's audit entry says the records are in."""
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(4, "mem-fsync")
+        self.pending: list[Future[None]] = []
+        self.dirs: set[Path] = set()
+
+    def __call__(self, path: Path) -> None:
+        self.pending.append(self.pool.submit(fsio.fsync_file, path))
+        self.dirs.add(path.parent)
+
+    def wait(self) -> None:
+        try:
+            for done in self.pending:
+                done.result()
+            for folder in sorted(self.dirs):
+                fsio.fsync_dir(folder)
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _store_batch(tx: Transaction, items: list[tuple[Record, bool]],
+                 index: SearchIndex | None, memo: dict[str, Any] | None) -> int:
+    """The records of one pull batch into their files, the index and the state."""
+    vault = tx.vault
+    by_home: dict[str, list[Record]] = {}
+    for record, archived in items:
+        record.org_id, record.user_id = vault.org, vault.user
+        record.key_version = tx.epoch
+        home = record.home if record.home in DOC_FILES else \
+            session_file(str(record.session_id), archived)
+        record.archived = archived
+        by_home.setdefault(home, []).append(record)
+    new: list[Record] = []
+    syncs = _Syncs()
+    try:
         for home, records in sorted(by_home.items()):
             if home in DOC_FILES:
                 tx.add_to_doc(home, records)
@@ -936,18 +1035,34 @@ def _add_records(vault: Vault, items: list[tuple[Record, bool]]) -> int:
                 continue
             records = _merge_duplicates(tx, home, records)
             records.sort(key=lambda r: (r.created_at, r.memory_id))
-            locations = tx.append(home, records)
-            tx.index(file_entries(records, locations), created=[r.memory_id for r in records])
+            path = tx.store.layout.path(home)
+            made = not path.exists()
+            # A session that grew here (or in an earlier batch): its last turns are its
+            # new ones' context, and gain them as theirs, as an ingest indexes them.
+            tail, tail_at = ([], []) if made else \
+                tx.store.tail_records(home, 2 * CONTEXT_NEIGHBOURS)
+            locations = tx.append_new(home, records, syncs)
+            if made and memo is not None:  # what it holds is known: under the lock, only this
+                st = path.stat()
+                memo[home] = [st.st_size, st.st_mtime_ns, [r.memory_id for r in records]]
+            turns = [*tail, *records]
+            entries = file_entries(turns, [*tail_at, *locations],
+                                   range(max(0, len(tail) - CONTEXT_NEIGHBOURS), len(turns)))
+            tx.index(entries, created=[r.memory_id for r in records])
+            if index is not None and tx.fresh:
+                index.feed(entries[len(entries) - len(records):])
             new += records
-        present = {r.memory_id for r in new}
-        for r in new:
-            tx.state.count(r.type, +1, archived=r.archived)
-            if r.supersedes and (r.supersedes in present or
-                                 tx.store.layout.path(r.home).exists()):
-                tx.state.superseded[r.supersedes] = Superseded(r.memory_id, False)
-        added = len(new)
-        tx.touch()
-        tx.audit("sync.pull", sorted(present), pulled=added)
+    finally:
+        syncs.wait()
+    present = {r.memory_id for r in new}
+    for r in new:
+        tx.state.count(r.type, +1, archived=r.archived)
+        if r.supersedes and (r.supersedes in present or
+                             tx.store.layout.path(r.home).exists()):
+            tx.state.superseded[r.supersedes] = Superseded(r.memory_id, False)
+    added = len(new)
+    tx.touch()
+    tx.audit("sync.pull", sorted(present), pulled=added)
     return added
 
 

@@ -576,6 +576,24 @@ class Transaction:
         self._changing()
         return self.store.append_records(relpath, records)
 
+    def append_new(self, relpath: str, records: list[Record],
+                   synced: Callable[[Path], None]) -> list[Location]:
+        """`append` to a line file this write creates, its fsync left to `synced` (a bulk
+        write fsyncs many files at once, and each folder once, before its audit entry);
+        a file that is there already is appended to as `append` does."""
+        path = self.store.layout.path(relpath)
+        if not records or path.exists():
+            return self.append(relpath, records)
+        self._changing()
+        lines = [self.store.seal_record(relpath, r) for r in records]
+        offset = fsio.append_line(path, b"".join(lines), sync=False)
+        synced(path)
+        out = []
+        for line in lines:
+            out.append(Location.line(relpath, offset))
+            offset += len(line)
+        return out
+
     def rewrite(self, relpath: str, records: list[Record]) -> list[Location]:
         self._changing()
         return self.store.rewrite_lines(relpath, records)

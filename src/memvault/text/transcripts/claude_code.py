@@ -126,7 +126,7 @@ class Read:
     transcript: Transcript
     resume: Resume
     pins: list[int]
-    branch: list[tuple[int, str]]  # (line number, uuid) of the branch's lines
+    branch: list[tuple[int, str]]  # (line number, uuid) of the branch's turns
 
 
 def _claude(text: str) -> Transcript:
@@ -214,9 +214,10 @@ def read_on(text: str, before: Resume | None = None) -> Read | None:
         leaf=leaf_uuid or (before.leaf if before is not None else None), sub=(
             sub if turns or (before is not None and before.sub is not None) else None),
         channel=channel, linked=linked, session=session)
+    # The branch's turns (a line that is no turn yields no message, on the branch or not).
     return Read(transcript, resume, sorted(set(pins)),
                 [(numbers[i], u) for i in sorted(branch)
-                 if (u := _str(entries[i].get("uuid"))) is not None])
+                 if _claude_turn(entries[i]) and (u := _str(entries[i].get("uuid")))])
 
 
 def _said(messages: list[NewMessage], summaries: list[NewMessage],
@@ -337,7 +338,7 @@ class Chosen:
     session: str | None
     resume: Resume
     pins: list[int]
-    branch: list[tuple[int, str]]  # (line number, uuid) of the branch's lines
+    branch: list[tuple[int, str]]  # (line number, uuid) of the branch's turns
 
 
 def choose(blocks: Iterable[tuple[int, str]]) -> Chosen | None:
@@ -354,14 +355,25 @@ def choose(blocks: Iterable[tuple[int, str]]) -> Chosen | None:
     def known(uuid: Any) -> Any:
         """A link to a line read before: that line's uuid, the same string object."""
         at = where.get(uuid) if isinstance(uuid, str) else None
-        return entries[at].uuid if at is not None else uuid
+        held = entries[at].uuid if at is not None else None
+        return held if held == uuid else uuid
 
+    hops = False  # a line kept only as a hop had links
     for base, text in blocks:
         for number, obj in _objects(text, ignored):
             uuid = obj.get("uuid")
             if isinstance(uuid, str):
                 if uuid in where:
                     twice.add(base + number)
+                    continue
+                # A line that is no turn (progress, most of a long session's lines) and
+                # links to a line read before is only a hop on the way back: its uuid
+                # leads where its parent does, and it is not kept (its words are no
+                # message, on the branch or not). Any other is kept, in its place.
+                parent = obj.get("parentUuid") or obj.get("logicalParentUuid")
+                if isinstance(parent, str) and parent in where and not _claude_turn(obj):
+                    where[uuid] = where[parent]
+                    hops = True
                     continue
             link = _Link(obj, shared, known)
             if isinstance(uuid, str):
@@ -371,8 +383,8 @@ def choose(blocks: Iterable[tuple[int, str]]) -> Chosen | None:
     turns = [e for e in entries if _claude_turn(e)]
     if turns and all(e.get("isSidechain") is True for e in turns):
         return None
-    linked = any(isinstance(e.get("parentUuid"), str) or isinstance(e.get("logicalParentUuid"),
-                                                                      str) for e in entries)
+    linked = hops or any(isinstance(e.get("parentUuid"), str) or
+                         isinstance(e.get("logicalParentUuid"), str) for e in entries)
     if linked:
         found = _claude_branch(entries, where, False)
         assert found is not None  # read from the first line: always found
@@ -408,7 +420,8 @@ def choose(blocks: Iterable[tuple[int, str]]) -> Chosen | None:
     return Chosen(_Lines(numbers[i] for i in branch), twice,
                   {mid: n for mid, n in last.items() if n != first[mid]}, session, resume,
                   sorted(set(pins)), [(numbers[i], u) for i in sorted(branch)
-                                      if (u := _str(entries[i].get("uuid"))) is not None])
+                                      if _claude_turn(entries[i])
+                                      and (u := _str(entries[i].get("uuid")))])
 
 
 class Blocks:

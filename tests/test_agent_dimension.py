@@ -135,7 +135,8 @@ def test_an_old_record_without_the_field_reads_and_indexes_as_before(
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "format": 6}))
     doc = mem_json(script_runner, "search", "", "--agent", "codex", "--limit", "5")
     assert doc["results"] and {r["agent"] for r in doc["results"]} == {"codex"}
-    assert json.loads(meta.read_text())["format"] == 7
+    from memvault.index.keyed import INDEX_FORMAT
+    assert json.loads(meta.read_text())["format"] == INDEX_FORMAT
 
 
 def test_export_then_import_keeps_the_agent(vault: Vault, real: dict[str, Path],

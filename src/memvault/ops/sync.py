@@ -376,19 +376,29 @@ class Session:
 
     def _fetch(self, name: str) -> tuple[dict[str, Any] | None, bytes]:
         """An object's body (None: it does not open) and the sealed bytes fetched."""
-        kid, _, oid = name.rsplit("/", 1)[1].partition("-")
-        if kid not in self.keys:
-            return None, b""
-        blob = b""
+        blob = self._get(name)
+        return self._opened(name, blob), blob
+
+    def _get(self, name: str) -> bytes:
+        """An object's sealed bytes (b"": under no key held here, gone or unreadable)."""
+        if name.rsplit("/", 1)[1].partition("-")[0] not in self.keys:
+            return b""
         try:
-            blob = self.remote.get(name)
-            return self.open_blob(name, blob), blob
+            return self.remote.get(name)
+        except (NotFound, DataError):
+            return b""
+
+    def _opened(self, name: str, blob: bytes) -> dict[str, Any] | None:
+        if not blob:
+            return None
+        try:
+            return self.open_blob(name, blob)
         except syncseal.SyncAuthError:
             if syncseal.of_known_format(blob):
                 self.broken.append(name)
-            return None, blob
-        except (NotFound, DataError, KeyError, TypeError):
-            return None, blob
+            return None
+        except (DataError, KeyError, TypeError):
+            return None
 
     def open_blob(self, name: str, blob: bytes, check: bool = True) -> dict[str, Any]:
         """An object's body; `check`: its shape too (not again for one checked when it
@@ -401,17 +411,21 @@ class Session:
 
     def fetch_new(self, names: list[str]) -> Iterator[tuple[str, dict[str, Any] | None,
                                                             bytes]]:
-        """(name, body or None, sealed bytes) of each object, a few at a time (on the
-        workers): a first pull never holds every object opened at once."""
+        """(name, body or None, sealed bytes) of each object: fetched a few at a time on
+        the workers, opened here one at a time as the caller takes them, so a first pull
+        holds one object opened (an add's page parsed is ten times its JSON), and its
+        pages are parsed on this thread, not in a memory pool of each worker's."""
         step = 2 * self.remote.workers
         for at in range(0, len(names), step):
             chunk = names[at:at + step]
-            got = list(self.pool.map(self._fetch, chunk) if self.pool is not None and
-                       len(chunk) > 1 else map(self._fetch, chunk))
-            for name, (body, blob) in zip(chunk, got, strict=True):
+            got = list(self.pool.map(self._get, chunk) if self.pool is not None and
+                       len(chunk) > 1 else map(self._get, chunk))
+            for name, blob in zip(chunk, got, strict=True):
+                body = self._opened(name, blob)
                 if body is None:
                     self.damaged += 1
                 yield name, body, blob
+                del body
 
     def write(self, kid: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         import orjson

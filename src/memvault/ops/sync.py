@@ -1002,9 +1002,10 @@ def _add_records(vault: Vault, items: list[tuple[Record, bool]],
 
 
 class _Syncs:
-    """The new files of a batch fsynced on a few threads while the next ones are sealed
-    (fsync waits on the disk, not the CPU), and each folder once: all of it before the
-    batch's audit entry says the records are in."""
+    """The new files of a batch created, written and fsynced on a few threads while the
+    next ones are sealed here (making a file and waiting for the disk are the kernel's
+    work, not this thread's), and each folder fsynced once: all of it before the batch's
+    audit entry says the records are in."""
 
     def __init__(self) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -1013,8 +1014,8 @@ class _Syncs:
         self.pending: list[Future[None]] = []
         self.dirs: set[Path] = set()
 
-    def __call__(self, path: Path) -> None:
-        self.pending.append(self.pool.submit(fsio.fsync_file, path))
+    def __call__(self, path: Path, data: bytes) -> None:
+        self.pending.append(self.pool.submit(_write_new, path, data))
         self.dirs.add(path.parent)
 
     def wait(self) -> None:
@@ -1025,6 +1026,11 @@ class _Syncs:
                 fsio.fsync_dir(folder)
         finally:
             self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    fsio.append_line(path, data, sync=False)
+    fsio.fsync_file(path)
 
 
 def _store_batch(tx: Transaction, items: list[tuple[Record, bool]],
@@ -1040,6 +1046,7 @@ def _store_batch(tx: Transaction, items: list[tuple[Record, bool]],
         record.archived = archived
         by_home.setdefault(home, []).append(record)
     new: list[Record] = []
+    made: list[tuple[str, list[str]]] = []  # the files this batch creates, and their ids
     syncs = _Syncs()
     try:
         for home, records in sorted(by_home.items()):
@@ -1049,16 +1056,14 @@ def _store_batch(tx: Transaction, items: list[tuple[Record, bool]],
                 continue
             records = _merge_duplicates(tx, home, records)
             records.sort(key=lambda r: (r.created_at, r.memory_id))
-            path = tx.store.layout.path(home)
-            made = not path.exists()
+            fresh = not tx.store.layout.path(home).exists()
             # A session that grew here (or in an earlier batch): its last turns are its
             # new ones' context, and gain them as theirs, as an ingest indexes them.
-            tail, tail_at = ([], []) if made else \
+            tail, tail_at = ([], []) if fresh else \
                 tx.store.tail_records(home, 2 * CONTEXT_NEIGHBOURS)
             locations = tx.append_new(home, records, syncs)
-            if made and memo is not None:  # what it holds is known: under the lock, only this
-                st = path.stat()
-                memo[home] = [st.st_size, st.st_mtime_ns, [r.memory_id for r in records]]
+            if fresh:
+                made.append((home, [r.memory_id for r in records]))
             turns = [*tail, *records]
             entries = file_entries(turns, [*tail_at, *locations],
                                    range(max(0, len(tail) - CONTEXT_NEIGHBOURS), len(turns)))
@@ -1068,6 +1073,10 @@ def _store_batch(tx: Transaction, items: list[tuple[Record, bool]],
             new += records
     finally:
         syncs.wait()
+    if memo is not None:  # what each new file holds is known: under the lock, only that
+        for home, ids in made:
+            st = tx.store.layout.path(home).stat()
+            memo[home] = [st.st_size, st.st_mtime_ns, ids]
     present = {r.memory_id for r in new}
     for r in new:
         tx.state.count(r.type, +1, archived=r.archived)

@@ -577,18 +577,18 @@ class Transaction:
         return self.store.append_records(relpath, records)
 
     def append_new(self, relpath: str, records: list[Record],
-                   synced: Callable[[Path], None]) -> list[Location]:
-        """`append` to a line file this write creates, its fsync left to `synced` (a bulk
-        write fsyncs many files at once, and each folder once, before its audit entry);
-        a file that is there already is appended to as `append` does."""
+                   write: Callable[[Path, bytes], None]) -> list[Location]:
+        """`append` to a line file this write creates, sealed here and handed whole to
+        `write` (a bulk write creates, writes and fsyncs many files at once on other
+        threads, and must have them all durable before its audit entry); a file that is
+        there already is appended to as `append` does."""
         path = self.store.layout.path(relpath)
         if not records or path.exists():
             return self.append(relpath, records)
         self._changing()
         lines = [self.store.seal_record(relpath, r) for r in records]
-        offset = fsio.append_line(path, b"".join(lines), sync=False)
-        synced(path)
-        out = []
+        write(path, b"".join(lines))
+        out, offset = [], 0
         for line in lines:
             out.append(Location.line(relpath, offset))
             offset += len(line)

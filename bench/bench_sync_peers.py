@@ -1,10 +1,10 @@
 """`mem sync` beside what a user would pick instead to carry a store between machines:
 restic (an encrypted, deduplicated backup of the vault folder) and rclone (a plain copy of
-the vault's files, which are ciphertext already), to a folder, in one run, on the same
-vault: the first sync, an incremental one after one 200-message session, and a second
-machine (the transfer, then the first answered `mem search`). Wall time, CPU (user +
-system of the command and what it waited for) and peak RSS, medians of interleaved runs
-on this machine; the bytes each leaves at the remote.
+the vault's files, which are ciphertext already), to a folder and to S3 (moto's server on
+127.0.0.1), in one run, on the same vault: the first sync, an incremental one after one
+200-message session, and a second machine (the transfer, then the first answered `mem
+search`). Wall time, CPU (user + system of the command and what it waited for) and peak
+RSS, medians of interleaved runs on this machine; the bytes each leaves at the remote.
 
     SYNC_PEERS_RECORDS=20000,100000 SYNC_PEERS_RUNS=3 python bench/bench_sync_peers.py
 
@@ -30,6 +30,7 @@ from common import report
 
 SIZES = [int(n) for n in os.environ.get("SYNC_PEERS_RECORDS", "20000,100000").split(",")]
 RUNS = int(os.environ.get("SYNC_PEERS_RUNS", "3"))
+KINDS = os.environ.get("SYNC_PEERS_REMOTES", "folder,s3").split(",")
 USER = "big"
 QUERY = "dinner with the family"
 MEM = str(Path(sys.executable).parent / "mem")
@@ -83,11 +84,54 @@ def session_file(path: Path, run: int) -> Path:
     return path
 
 
-def one_size(base: Path, records: int) -> dict[str, object]:
+class Remotes:
+    """Where each tool's copy goes in one run: a folder, or a prefix of moto's bucket."""
+
+    def __init__(self, base: Path, endpoint: str | None) -> None:
+        self.base, self.endpoint = base, endpoint
+
+    def mem(self, kind: str, run: int) -> list[str]:
+        if kind == "folder":
+            return ["--remote", str(self.base / f"run{run}" / "mem-remote")]
+        return ["--remote", f"s3://bench/run{run}/mem", "--endpoint-url", str(self.endpoint)]
+
+    def restic(self, kind: str, run: int) -> str:
+        if kind == "folder":
+            return str(self.base / f"run{run}" / "restic-remote")
+        return f"s3:{self.endpoint}/bench/run{run}/restic"
+
+    def rclone(self, kind: str, run: int) -> str:
+        if kind == "folder":
+            return str(self.base / f"run{run}" / "rclone-remote")
+        return f"moto:bench/run{run}/rclone"
+
+    def size(self, kind: str, tool: str, run: int) -> int:
+        if kind == "folder":
+            return size_of(self.base / f"run{run}" / f"{tool}-remote")
+        import boto3
+
+        client = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="bench",
+                              aws_secret_access_key="bench", region_name="us-east-1")
+        total = 0
+        for page in client.get_paginator("list_objects_v2").paginate(
+                Bucket="bench", Prefix=f"run{run}/{tool}"):
+            total += sum(int(item["Size"]) for item in page.get("Contents", []))
+        return total
+
+
+def one_size(base: Path, records: int, endpoint: str | None) -> dict[str, object]:
     env = {**os.environ, "MEM_CONFIG_DIR": str(base / "config"), "MEM_USER": USER,
            "MEM_EMBEDDINGS_PROVIDER": "none", "RESTIC_PASSWORD": "bench",
-           "RCLONE_CONFIG": str(base / "rclone.conf")}
-    for var in ("MEM_KEY_FILE", "MEM_KEY_COMMAND", "MEM_ORG", "MEM_SYNC_REMOTE"):
+           "RCLONE_CONFIG": str(base / "rclone.conf"),
+           # moto's server as rclone and restic reach it (mem and boto3 read the same keys)
+           "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+           "AWS_DEFAULT_REGION": "us-east-1", "RCLONE_CONFIG_MOTO_TYPE": "s3",
+           "RCLONE_CONFIG_MOTO_PROVIDER": "Other", "RCLONE_CONFIG_MOTO_ACCESS_KEY_ID": "bench",
+           "RCLONE_CONFIG_MOTO_SECRET_ACCESS_KEY": "bench",
+           "RCLONE_CONFIG_MOTO_ENDPOINT": str(endpoint)}
+    # A CA bundle set for the real AWS would be read for moto's plain HTTP too.
+    for var in ("MEM_KEY_FILE", "MEM_KEY_COMMAND", "MEM_ORG", "MEM_SYNC_REMOTE",
+                "AWS_CA_BUNDLE", "AWS_PROFILE"):
         env.pop(var, None)
     vault = base / "a"
     os.environ.update({k: env[k] for k in ("MEM_CONFIG_DIR", "MEM_EMBEDDINGS_PROVIDER")})
@@ -103,68 +147,80 @@ def one_size(base: Path, records: int) -> dict[str, object]:
         return {**env, "MEM_VAULT": str(where)}
 
     tools = ["mem", "restic", "rclone"]
-    figures: dict[str, dict[str, list[float]]] = {
-        t: {k: [] for k in ("first s", "first cpu", "first MB", "inc s", "inc cpu",
-                            "second s", "second cpu", "second MB", "bytes")}
-        for t in tools}
-    for run in range(RUNS):
-        order = tools[run % 3:] + tools[:run % 3]  # interleaved: no tool always first
-        remotes = {t: base / f"run{run}" / f"{t}-remote" for t in tools}
+    where_to = Remotes(base, endpoint)
+    figures: dict[str, dict[str, dict[str, list[float]]]] = {
+        kind: {t: {k: [] for k in ("first s", "first cpu", "first MB", "inc s", "inc cpu",
+                                   "second s", "second cpu", "second MB", "bytes")}
+               for t in tools} for kind in KINDS}
+    def backup(kind: str, t: str, run: int) -> tuple[float, float, float]:
+        if t == "mem":
+            return measured([MEM, "sync", *where_to.mem(kind, run)], at_a)
+        if t == "restic":
+            return measured(["restic", "-q", "-r", where_to.restic(kind, run), "backup",
+                             str(vault)], env)
+        return measured(["rclone", "copy", str(vault), where_to.rclone(kind, run)], env)
+
+    def one_remote(kind: str, run: int, order: list[str], session: Path) -> None:
+        """The first sync, a session, the incremental sync and a second machine, each
+        tool in turn, to one remote."""
+        got: tuple[float, float, float]
+        mine = figures[kind]
         for t in order:
-            remotes[t].parent.mkdir(parents=True, exist_ok=True)
-            if t == "mem":
-                remotes[t].mkdir()
-                got = measured([MEM, "sync", "--remote", str(remotes[t])], at_a)
-            elif t == "restic":
-                subprocess.run(["restic", "init", "-q", "-r", str(remotes[t])], env=env,
-                               check=True, stdout=subprocess.DEVNULL)
-                got = measured(["restic", "-q", "-r", str(remotes[t]), "backup",
-                                str(vault)], env)
-            else:
-                got = measured(["rclone", "copy", str(vault), str(remotes[t])], env)
-            figures[t]["first s"].append(got[0])
-            figures[t]["first cpu"].append(got[1])
-            figures[t]["first MB"].append(got[2])
-        measured([MEM, "ingest", str(session_file(base / f"run{run}.jsonl", run)),
-                  "--format", "jsonl", "--session", f"run{run}"], at_a)
+            if t == "mem" and kind == "folder":
+                (base / f"run{run}" / "mem-remote").mkdir()
+            if t == "restic":
+                subprocess.run(["restic", "init", "-q", "-r", where_to.restic(kind, run)],
+                               env=env, check=True, stdout=subprocess.DEVNULL)
+            got = backup(kind, t, run)
+            mine[t]["first s"].append(got[0])
+            mine[t]["first cpu"].append(got[1])
+            mine[t]["first MB"].append(got[2])
+        measured([MEM, "ingest", str(session), "--format", "jsonl", "--session",
+                  session.stem], at_a)
         for t in order:
-            if t == "mem":
-                got = measured([MEM, "sync", "--remote", str(remotes[t])], at_a)
-            elif t == "restic":
-                got = measured(["restic", "-q", "-r", str(remotes[t]), "backup",
-                                str(vault)], env)
-            else:
-                got = measured(["rclone", "copy", str(vault), str(remotes[t])], env)
-            figures[t]["inc s"].append(got[0])
-            figures[t]["inc cpu"].append(got[1])
-            figures[t]["bytes"].append(size_of(remotes[t]))
+            got = backup(kind, t, run)
+            mine[t]["inc s"].append(got[0])
+            mine[t]["inc cpu"].append(got[1])
+            mine[t]["bytes"].append(where_to.size(kind, t, run))
         for t in order:
-            where = base / f"run{run}" / f"{t}-second"
+            where = base / f"run{run}" / f"{t}-{kind}-second"
             search = ([MEM, "search", QUERY, "-n", "3"], second(
                 where / vault.relative_to("/") if t == "restic" else where))
             if t == "mem":
                 # `mem init` under the same master key stands in for `mem key restore`,
                 # which the comparison leaves out (restic and rclone have their keys).
                 measured([MEM, "init"], second(where))
-                got = both(([MEM, "sync", "--remote", str(remotes[t])], second(where)),
-                           search)
+                got = both(([MEM, "sync", *where_to.mem(kind, run)], second(where)), search)
             elif t == "restic":
-                got = both((["restic", "-q", "-r", str(remotes[t]), "restore", "latest",
-                             "--target", str(where)], env), search)
+                got = both((["restic", "-q", "-r", where_to.restic(kind, run), "restore",
+                             "latest", "--target", str(where)], env), search)
             else:
-                got = both((["rclone", "copy", str(remotes[t]), str(where)], env), search)
-            figures[t]["second s"].append(got[0])
-            figures[t]["second cpu"].append(got[1])
-            figures[t]["second MB"].append(got[2])
+                got = both((["rclone", "copy", where_to.rclone(kind, run), str(where)], env),
+                           search)
+            mine[t]["second s"].append(got[0])
+            mine[t]["second cpu"].append(got[1])
+            mine[t]["second MB"].append(got[2])
+            shutil.rmtree(where, ignore_errors=True)
+
+    for run in range(RUNS):
+        order = tools[run % 3:] + tools[:run % 3]  # interleaved: no tool always first
+        (base / f"run{run}").mkdir()
+        for n, kind in enumerate(KINDS):
+            # One remote after the other: mem keeps one cache per user, for the remote it
+            # syncs with, and a user syncing with two in turn would read all each time.
+            one_remote(kind, run, order, session_file(base / f"run{run}-{kind}.jsonl",
+                                                      run * len(KINDS) + n))
         shutil.rmtree(base / f"run{run}")
     doc: dict[str, object] = {"records": records, "runs": RUNS, "fill seconds": round(fill_s)}
-    for t in tools:
-        doc[t] = {k: round(statistics.median(v), 2) if "bytes" not in k
-                  else int(statistics.median(v)) for k, v in figures[t].items()}
-    mem_, restic = figures["mem"], figures["restic"]
-    doc["mem / restic"] = {
-        k: round(statistics.median(mem_[k]) / statistics.median(restic[k]), 2)
-        for k in ("first s", "inc s", "second s", "second cpu")}
+    for kind in KINDS:
+        for t in tools:
+            doc[f"{t} ({kind})"] = {k: round(statistics.median(v), 2) if "bytes" not in k
+                                    else int(statistics.median(v))
+                                    for k, v in figures[kind][t].items()}
+        mem_, restic = figures[kind]["mem"], figures[kind]["restic"]
+        doc[f"mem / restic ({kind})"] = {
+            k: round(statistics.median(mem_[k]) / statistics.median(restic[k]), 2)
+            for k in ("first s", "inc s", "second s", "second cpu", "second MB", "bytes")}
     return doc
 
 
@@ -173,9 +229,22 @@ def main() -> dict[str, object]:
     out: dict[str, object] = {}
     for records in SIZES:
         base = Path(tempfile.mkdtemp(prefix="mem-bench-peers-"))
+        server = None
         try:
-            doc = one_size(base, records)
+            endpoint = None
+            if "s3" in KINDS:
+                import boto3
+                from bench_sync import _server
+
+                server, endpoint = _server()
+                boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="bench",
+                             aws_secret_access_key="bench",
+                             region_name="us-east-1").create_bucket(Bucket="bench")
+            doc = one_size(base, records, endpoint)
         finally:
+            if server is not None:
+                server.kill()
+                server.wait()
             shutil.rmtree(base, ignore_errors=True)
         out[str(records)] = doc
         print(f"{records} records:")

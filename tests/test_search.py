@@ -1197,3 +1197,33 @@ def test_a_question_naming_a_chat_member_ranks_what_they_said_first(vault: Vault
     add_messages(vault, "chat", turns)
     found = search(vault, "what pet does Ana have?", Filters())
     assert [r["message_id"] for r in found["results"]][:2] == ["a1", "b1"]
+
+
+def test_equal_scores_rank_alike_whatever_order_they_were_stored_in(
+        script_runner: ScriptRunner, vault: Vault, tmp_path: Path) -> None:
+    """Records alike by words score the same; their order is the ids', not the order a
+    machine happened to store them in (a second machine pulls them in another order),
+    so two memories holding the same records answer a question alike."""
+    def ask(*args: str) -> Any:
+        result = mem(script_runner, *args, "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    for text in ("kiwi mango papaya", "papaya kiwi mango", "mango papaya kiwi",
+                 "kiwi papaya mango"):
+        ask("add", text, "--type", "fact")
+    export = json.loads(mem(script_runner, "export").stdout)
+    for category in export["categories"].values():
+        category["records"].reverse()
+    path = tmp_path / "reversed.json"
+    path.write_text(json.dumps(export))
+    assert mem(script_runner, "import", str(path), "--user", "bob").returncode == 0
+
+    def order(user: str) -> list[str]:
+        found = ask("search", "mango", "--mode", "words", "--user", user)["results"]
+        return [r["memory_id"] for r in found]
+
+    alice = order("alice")
+    assert len(alice) == 4 and len({r["score"] for r in ask(
+        "search", "mango", "--mode", "words")["results"]}) == 1
+    assert order("bob") == alice == sorted(alice)

@@ -704,6 +704,10 @@ class SearchIndex:
                 raise
             self._index = None
             raise IndexUnavailable(f"index unreadable: {exc}") from exc
+        if not recent:
+            # Equals by id, not by where this index keeps them: two machines holding the
+            # same records (pulled in another order) rank them alike.
+            hits.sort(key=lambda h: (-h.score, h.memory_id))
         return hits, int(searcher.num_docs)
 
     def weights(self, stems: Sequence[str]) -> dict[str, float]:

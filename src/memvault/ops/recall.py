@@ -84,14 +84,13 @@ def _lexical(index: SearchIndex, query: Any, text: str, filters: Filters,
     n = max(filters.limit, CANDIDATES)
     hits, total = index.search(query, n)
     kinds = [t for t in filters.types or TYPES if t != "message"]
-    if len(hits) < n or not kinds:  # every match is in already
-        return hits, total
-    stored, _ = index.search(index.build_query(text, replace(filters, types=kinds), now,
-                                               names=_names(vault))[0], n)
-    seen = {h.memory_id for h in hits}
-    merged = hits + [h for h in stored if h.memory_id not in seen]
-    merged.sort(key=lambda h: -h.score)  # stable: the index's order among equals
-    return merged, total
+    if len(hits) >= n and kinds:  # a stored memory may lie below the cut
+        stored, _ = index.search(index.build_query(text, replace(filters, types=kinds), now,
+                                                   names=_names(vault))[0], n)
+        seen = {h.memory_id for h in hits}
+        hits = hits + [h for h in stored if h.memory_id not in seen]
+    hits.sort(key=lambda h: (-h.score, h.memory_id))  # as the index orders equals
+    return hits, total
 
 
 def _kept(ranked: list[Fused], limit: int, weak: bool) -> list[Fused]:

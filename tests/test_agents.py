@@ -297,7 +297,8 @@ def test_gemini_and_claude_user_scope_keep_other_settings(
     state = json.loads((home / ".claude.json").read_text())
     assert state["numStartups"] == 3 and "mcp" in state["mcpServers"]["mem"]["args"]
     assert Path(state["mcpServers"]["mem"]["command"]).is_absolute()
-    assert mem(script_runner, "hooks", "install", "cursor").returncode == 2
+    # An agent mem gives a server only (no hooks to install) is refused as a usage error.
+    assert mem(script_runner, "hooks", "install", "copilot").returncode == 2
 
 
 # --- the Claude Code plugin in the repository ------------------------------------------------

@@ -296,3 +296,25 @@ def test_a_write_between_two_batches_of_a_pull_is_indexed(
     assert [h.memory_id for h in hits] == [done[2]]
     assert len(search(b, "session turn", Filters(limit=100)).results) == 36
     assert verify(b).ok
+
+
+def test_a_large_pull_names_a_bounded_number_of_ids_and_every_record_gets_its_vector(
+        tmp_path: Path, small: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a pull stored waits for its vector; the process keeps no list of every id it
+    wrote (a million ids), only a bounded one and that there were more, and the embedder
+    then finds every record that waits, not only those named."""
+    from memvault.embed.builtin import load
+    from memvault.ops import embed
+    from memvault.vault.vault import Written
+
+    monkeypatch.setattr(Written, "LIMIT", 10)
+    (tmp_path / "remote").mkdir()
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    fill(a)
+    sync_ops.sync(a, FolderRemote(str(tmp_path / "remote"), tmp_path / "remote"))
+    assert sync_ops.sync(b, FolderRemote(str(tmp_path / "remote"),
+                                         tmp_path / "remote")).pulled == 41
+    assert len(b.written) == 10 and b.written.more
+    assert embed.pending_count(b) == 41
+    assert embed.embed_new(b, load(), b.written) == 41
+    assert embed.pending_count(b) == 0

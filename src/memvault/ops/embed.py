@@ -27,7 +27,7 @@ from memvault.model.location import Location
 from memvault.model.progress import NO_PROGRESS, Progress
 from memvault.model.records import ARCHIVE, DOC_FILES, Record
 from memvault.text.words import counted
-from memvault.vault.vault import Vault
+from memvault.vault.vault import Vault, Written
 
 if TYPE_CHECKING:
     from memvault.config import Settings
@@ -261,6 +261,9 @@ def embed_new(vault: Vault, embedder: Embedder, memory_ids: Collection[str],
     vectors are of another model (`mem doctor` says so)."""
     if not memory_ids or not vault.exists():
         return 0
+    if isinstance(memory_ids, Written) and memory_ids.more:
+        # More were written than are named (a large pull): whatever waits is embedded.
+        return embed_user(vault, embedder, batch=batch).embedded
     state = vault.state()
     if state.frozen:
         return 0

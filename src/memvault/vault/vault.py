@@ -109,6 +109,25 @@ def missing_user(root: Path, org: str, user: str | None) -> NotFound:
                     hint="first-write")
 
 
+class Written(set[str]):
+    """The ids of the records this process's writes stored or changed, up to LIMIT: past
+    it (a pull of a million records) only that there were more is kept, and whatever
+    embeds them finds the records that wait itself (ops/embed.py), so memory stays flat."""
+
+    LIMIT = 10_000  # above background.MAX_IDS: a child given no ids embeds what waits
+    more = False
+
+    def add(self, memory_id: str) -> None:
+        if len(self) < self.LIMIT:
+            super().add(memory_id)
+        else:
+            self.more = True
+
+    def clear(self) -> None:
+        super().clear()
+        self.more = False
+
+
 class Vault:
     """One user's view of an initialised vault, opened with a checked master key."""
 
@@ -137,7 +156,7 @@ class Vault:
         self._scratch: Path | None = None  # an index outside a vault that takes no writes
         # The ids of the records this process's writes stored or changed: what embedding
         # in the background embeds after a command (ops/embed.py embed_new).
-        self.written: set[str] = set()
+        self.written = Written()
         if migrations.pending(self.meta):
             try:
                 migrations.apply(self.root, self.master, settings.lock_timeout, self.actor)

@@ -11,7 +11,9 @@ The real sessions are ../shared/bench-data/transcripts, read in place."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pytest_console_scripts import ScriptRunner
 
+from memvault.errors import NotTranscript
 from memvault.ops.ingest import LIVE_MIN, ingest_file
 from memvault.vault.vault import Vault
 from test_ingest_prefixes import stored, vault_for
+from tests.conftest import examples
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "bench-data" / "transcripts"
 CLAUDE = DATA / "claude-code"
@@ -260,7 +264,7 @@ def _big_session(path: Path, size: int) -> Path:
 @settings(max_examples=8, deadline=None)
 @given(size=st.integers(min_value=2_000, max_value=400_000), hold=st.sampled_from([1, 10_000]))
 def test_two_passes_in_blocks_read_what_one_read_of_the_whole_file_reads(
-        size: int, hold: int) -> None:
+        tmp_path_factory: pytest.TempPathFactory, size: int, hold: int) -> None:
     """The first pass chooses the branch from the lines' links alone; the second drafts
     a block at a time: the messages, summaries, sessions, ignored lines and the position
     a later read starts from are those of one read of the whole file (any block size;
@@ -269,6 +273,7 @@ def test_two_passes_in_blocks_read_what_one_read_of_the_whole_file_reads(
     from memvault.storage.streams import line_blocks
     from memvault.text.transcripts import claude_code
 
+    tmp_path = tmp_path_factory.mktemp("scratch")
     for source in (SESSION, RESUMED):
         raw = source.read_bytes()
         text = raw.decode()
@@ -283,14 +288,19 @@ def test_two_passes_in_blocks_read_what_one_read_of_the_whole_file_reads(
                 yield lines, block.decode()
                 lines += block.count(b"\n")
 
-        chosen = claude_code.choose(texts())
+        chosen = claude_code.choose(texts(), tmp_path)
         assert chosen is not None
-        assert (chosen.pins, chosen.branch, chosen.resume) == (one.pins, one.branch,
-                                                               one.resume)
+        assert chosen.pins == one.pins
         blocks = claude_code.Blocks(chosen, hold)
         parts = list(texts())
         read = [blocks.read(base, t, end=k == len(parts) - 1)
                 for k, (base, t) in enumerate(parts)]
+        chosen.close()
+        # What only the lines' words tell, the second pass fills in: the last turn's uuid,
+        # the branch's turns from the earliest line a later read may start at.
+        assert chosen.resume == one.resume
+        assert chosen.branch == [(n, u) for n, u in one.branch if n >= min(one.pins)]
+        assert not list(tmp_path.iterdir())  # the first pass's table left nothing behind
         whole = one.transcript
 
         def rows(ms: list[Any]) -> list[tuple[Any, ...]]:
@@ -375,3 +385,270 @@ def test_ctrl_c_in_the_first_ingest_of_a_large_transcript_keeps_whole_messages(
     assert {r[2:] for r in partial} < {r[2:] for r in everything}  # whole messages only
     ingest_file(vault, path)
     assert {r[2:] for r in stored(vault)} == {r[2:] for r in everything}
+
+
+# --- the first pass on any links, in memory that does not grow with the file ---------------
+
+def _session_lines(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    """`n` lines of Claude Code's shape with links of every kind a file may hold: rewinds
+    and forks, parents missing, torn or named later, compaction links, sidechain, meta
+    and synthetic turns, entries written twice, progress lines, API messages over several
+    lines, parallel tool calls answered off the branch."""
+    uuids = [f"u{i}" for i in range(n + 5)]
+    mids = [f"msg_{i}" for i in range(rng.randint(1, 12))]
+    tools = [f"toolu_{i}" for i in range(rng.randint(1, 10))]
+    lines: list[dict[str, Any]] = []
+    made: list[str] = []
+    for k in range(n):
+        kind = rng.choice(["user", "assistant", "assistant", "progress", "system", "user"])
+        e: dict[str, Any] = {"type": kind, "timestamp": f"2025-01-01T00:{k // 60 % 60:02d}:"
+                                                        f"{k % 60:02d}Z"}
+        if rng.random() < 0.9:
+            e["uuid"] = rng.choice(uuids) if rng.random() < 0.15 else uuids[k]
+        r = rng.random()
+        if r < 0.6 and made:
+            e["parentUuid"] = made[-1]
+        elif r < 0.7 and made:
+            e["parentUuid"] = rng.choice(made)  # a fork: a rewind, an edited prompt
+        elif r < 0.75:
+            e["parentUuid"] = rng.choice(uuids)  # a line further on, or none
+        elif r < 0.8:
+            e["parentUuid"] = None  # a compaction boundary
+            if made:
+                e["logicalParentUuid"] = rng.choice(made)
+        elif r < 0.85:
+            e["parentUuid"] = "torn"  # a line never written
+        if rng.random() < 0.1:
+            e["isSidechain"] = True
+        if rng.random() < 0.05:
+            e["isMeta"] = True
+        if rng.random() < 0.8:
+            e["sessionId"] = rng.choice(["s1", "s1", "s2"])
+        if kind == "assistant":
+            blocks: list[dict[str, Any]] = []
+            for _ in range(rng.randint(1, 2)):
+                b = rng.choice(["text", "tool_use", "thinking"])
+                if b == "text":
+                    blocks.append({"type": "text", "text": rng.choice(["hi", "there", "ok"])})
+                elif b == "tool_use":
+                    blocks.append({"type": "tool_use", "id": rng.choice(tools), "name": "Bash",
+                                   "input": {"command": "ls"}})
+                else:
+                    blocks.append({"type": "thinking", "thinking": "hmm"})
+            m: dict[str, Any] = {"role": "assistant", "content": blocks}
+            if rng.random() < 0.9:
+                m["id"] = rng.choice(mids)
+            if rng.random() < 0.05:
+                m["model"] = "<synthetic>"
+            e["message"] = m
+        elif kind == "user":
+            e["message"] = {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": rng.choice(tools),
+                 "content": rng.choice(["out", "done"])}]} if rng.random() < 0.5 else {
+                "role": "user", "content": rng.choice(
+                    ["hello", "do it", "<system-reminder>x</system-reminder>"])}
+        elif kind == "system":
+            e["subtype"] = rng.choice(["local_command", "other"])
+            e["content"] = "<command-name>/clear</command-name>"
+        if rng.random() < 0.03:
+            e["isApiErrorMessage"] = True
+        lines.append(e)
+        if isinstance(e.get("uuid"), str):
+            made.append(e["uuid"])
+        if rng.random() < 0.03:
+            lines.append(e)  # an entry written twice
+    return lines
+
+
+def _blocks(raw: bytes, size: int) -> Any:
+    import io
+
+    from memvault.storage.streams import line_blocks
+
+    lines = 0
+    for block in line_blocks(io.BytesIO(raw), len(raw), size):
+        yield lines, block.decode()
+        lines += block.count(b"\n")
+
+
+def _two_passes(raw: bytes, size: int, scratch: Path) -> tuple[Any, Any, list[Any]] | None:
+    """The first pass's choice and the second pass's reads, in blocks of `size`."""
+    from memvault.text.transcripts import claude_code
+
+    chosen = claude_code.choose(_blocks(raw, size), scratch)
+    if chosen is None:
+        return None
+    blocks = claude_code.Blocks(chosen)
+    parts = list(_blocks(raw, size))
+    try:
+        read = [blocks.read(base, t, end=k == len(parts) - 1)
+                for k, (base, t) in enumerate(parts)]
+    finally:
+        chosen.close()
+    return chosen, blocks, read
+
+
+@settings(max_examples=examples(400), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(min_value=0, max_value=2**32), n=st.integers(min_value=1, max_value=80),
+       size=st.sampled_from([64, 300, 1 << 20]))
+def test_the_first_pass_chooses_on_any_links_what_one_read_chooses(
+        tmp_path: Path, seed: int, n: int, size: int) -> None:
+    """On lines with links of every kind (see _session_lines), the two passes store what
+    one read of the whole file stores, in its order, and keep for a later read what it
+    keeps: the branch is chosen on the links alone, each line as a read of the whole
+    file takes it (a line that is no turn is a line like any other on the way back)."""
+    import json
+
+    from memvault.text.transcripts import claude_code
+
+    raw = "".join(json.dumps(e) + "\n" for e in _session_lines(random.Random(seed), n)).encode()
+    try:
+        one = claude_code.read_on(raw.decode())
+    except NotTranscript:
+        one = None  # a compaction agent's file, which the two passes do not read either
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(exist_ok=True)
+    got = _two_passes(raw, size, scratch)
+    if got is None or one is None:
+        assert one is None or one.resume.sub is True
+        return
+    chosen, _, read = got
+    whole = one.transcript
+
+    def rows(ms: list[Any]) -> list[tuple[Any, ...]]:
+        return [(m.message_id, m.role, m.content, m.created_at) for m in ms]
+
+    assert rows([m for r in read for m in r.messages]) == rows(whole.messages)
+    assert rows([m for r in read for m in r.summaries]) == rows(whole.summaries)
+    assert {k: v for r in read for k, v in r.said_in.items()} == whole.said_in
+    assert {r.session_id for r in read} <= {whole.session_id}
+    assert sum((Counter(r.ignored) for r in read), Counter()) == Counter(whole.ignored)
+    assert (chosen.pins, chosen.resume) == (one.pins, one.resume)
+    assert chosen.branch == [(k, u) for k, u in one.branch if one.pins and k >= min(one.pins)]
+    assert not list(scratch.iterdir())  # the first pass's table left nothing behind
+
+
+def test_a_turn_whose_parent_is_missing_goes_on_from_the_line_before_it(
+        vault: Vault, tmp_path: Path) -> None:
+    """A parent never written (a torn line) is bridged to the line just before: in a large
+    file read in two passes as in a small one read whole, whatever that line is (here
+    the progress lines of a long tool run), so an answer abandoned by a rewind before
+    them stays out."""
+    import json
+
+    from memvault.text.transcripts import claude_code
+
+    def line(uuid: str, parent: str | None, kind: str, text: str = "") -> str:
+        e: dict[str, Any] = {"type": kind, "uuid": uuid, "parentUuid": parent,
+                             "sessionId": "torn-parent", "timestamp": "2025-01-01T00:00:00Z"}
+        if kind != "progress":
+            e["message"] = {"role": kind, "content": text, **(
+                {"id": f"msg-{uuid}"} if kind == "assistant" else {})}
+        else:
+            e["data"] = {"output": "x" * 200}
+        return json.dumps(e) + "\n"
+
+    text = line("a", None, "user", "which bird returned?") + line(
+        "b", "a", "assistant", "an abandoned answer") + "".join(
+        line(f"p{i}", "a", "progress") for i in range(LIVE_MIN // 250)) + line(
+        "c", "gone", "user", "the heron returned") + line("d", "c", "assistant", "noted")
+    path = tmp_path / "torn.jsonl"
+    path.write_text(text)
+    assert path.stat().st_size > LIVE_MIN  # read in two passes
+    ingest_file(vault, path)
+    expected = claude_code._claude(text).messages
+    assert "an abandoned answer" not in {m.content for m in expected}
+    assert sorted(r[2] for r in stored(vault) if r[0] == "message") == sorted(
+        m.message_id for m in expected)
+
+
+def _links_peak(lines: int) -> float:
+    """The peak memory (MB) of a process that runs the first pass over `lines` lines."""
+    import subprocess
+    import sys
+
+    code = f"""
+import json, random, resource, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_ingest_incremental import _session_lines
+from memvault.text.transcripts import claude_code
+from memvault.storage.streams import freed_to_system
+
+def blocks():
+    rng = random.Random(7)
+    done = 0
+    while done < {lines}:  # blocks of chained turns, made as they are read
+        text = "".join(json.dumps(dict(e, uuid=f"{{e.get('uuid')}}-{{done}}", parentUuid=(
+            f"{{e.get('parentUuid')}}-{{done}}"))) + "\\n" for e in _session_lines(rng, 5000))
+        yield done, text
+        done += text.count("\\n")
+
+freed_to_system()
+chosen = claude_code.choose(blocks())
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,  # noqa: S603
+                         timeout=600, check=True)
+    return float(run.stdout.split()[-1])
+
+
+@pytest.mark.slow
+def test_the_first_pass_holds_as_much_for_a_long_file_as_for_a_short_one() -> None:
+    """The first pass keeps each line's links in a table on disk, never in memory: over
+    ten times the lines, its peak memory is the same but for one bit a line (the old
+    first pass held each line's links and ids in memory, 12 MB more for each 100 MB)."""
+    short, long = _links_peak(40_000), _links_peak(400_000)
+    assert long - short < 8, (short, long)
+
+
+def _target(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""  # the listing's own, closed since
+
+
+@real_data
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads the table through /proc")
+def test_the_first_pass_table_holds_no_id_nor_word_in_clear(tmp_path: Path) -> None:
+    """The table the first pass keeps on disk (in the vault's folder given, unlinked as
+    soon as open) holds line numbers, flags and digests under a key of the run: none of
+    the file's ids (uuids, API message ids, tool call ids, the session) nor its words."""
+    import json
+
+    from memvault.text.transcripts import claude_code
+
+    raw = SESSION.read_bytes()
+    ids: set[str] = set()
+
+    def collect(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in ("uuid", "parentUuid", "sessionId", "id", "tool_use_id") and (
+                        isinstance(item, str) and len(item) >= 8):
+                    ids.add(item)
+                collect(item)
+        elif isinstance(value, list):
+            for item in value:
+                collect(item)
+
+    for line in raw.splitlines():
+        collect(json.loads(line))
+    assert len(ids) > 100
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    chosen = claude_code.choose(_blocks(raw, 1 << 16), scratch)
+    assert chosen is not None
+    try:
+        assert not list(scratch.iterdir())  # unlinked at once: nothing left by a kill
+        tables = [fd for fd in os.listdir("/proc/self/fd")
+                  if _target(fd).startswith(str(scratch))]
+        assert len(tables) == 1
+        with open(f"/proc/self/fd/{tables[0]}", "rb") as fh:
+            table = fh.read()
+    finally:
+        chosen.close()
+    assert len(table) > 100_000  # the lines' links are there, on disk
+    assert not [i for i in ids if i.encode() in table]
+    assert b"assistant" not in table and b"tool_use" not in table

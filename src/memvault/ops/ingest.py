@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     import io
 
     from memvault.ops.readahead import Fetched
-    from memvault.text.transcripts import Transcript
+    from memvault.text.transcripts import Transcript, claude_code
 
 SCAN_SUFFIXES = (".jsonl", ".json")
 # Aider's history in each repository, and the agents' databases a scan reads whole.
@@ -232,7 +232,6 @@ def _read_twice(vault: Vault, path: Path, fh: IO[bytes], size: int, session: str
     nothing of Claude Code's: the caller reads it whole)."""
     from memvault.storage.streams import freed_to_system, line_blocks
     from memvault.text.transcripts import claude_code
-    from memvault.text.transcripts.base import _scrub
 
     where = str(path)
     end = _whole_end(fh, size)
@@ -253,13 +252,40 @@ def _read_twice(vault: Vault, path: Path, fh: IO[bytes], size: int, session: str
             yield lines, text.removeprefix("\ufeff") if not lines else text
             lines += raw.count(b"\n")
 
-    chosen = claude_code.choose(texts())
-    if chosen is None or (chosen.resume.leaf is None and not chosen.branch):
+    # The first pass's table of links lives on disk beside the user's files.
+    scratch = vault.layout.dir if vault.layout.dir.is_dir() else vault.root
+    chosen = claude_code.choose(texts(), scratch if scratch.is_dir() else None)
+    if chosen is None:
         return None
-    # Only the branch from the earliest line a later read may start at is kept for it.
-    chosen.branch = [(n, u) for n, u in chosen.branch
-                     if chosen.pins and n >= min(chosen.pins)]
-    # The offset of each line a later read may have to start at.
+    try:
+        if not chosen.turned:
+            return None
+        ingested, at = _second_pass(vault, path, texts, line_starts, chosen, end, session,
+                                    strict, fallback_name, tags, progress)
+    finally:
+        chosen.close()
+    # The next read starts at the earliest line a later line may still change (see
+    # _read_lines): the last API message, a tool call waiting for its result.
+    pin_line = min((n for n in chosen.pins if n in at and end - at[n] <= LIVE_WINDOW),
+                   default=None)
+    pin = at[pin_line] if pin_line is not None else end
+    branch = [u for n, u in chosen.branch if pin_line is not None and n >= pin_line]
+    fh.seek(pin)
+    return ingested, {"end": end, "pin": pin, "session": ingested.session_id,
+                      "tail": hashlib.sha256(fh.read(end - pin)).hexdigest(),
+                      "resume": {**chosen.resume.__dict__, "branch": branch}}
+
+
+def _second_pass(vault: Vault, path: Path, texts: Callable[[], Iterator[tuple[int, str]]],
+                 line_starts: list[int], chosen: claude_code.Chosen, end: int,
+                 session: str | None, strict: bool, fallback_name: str | None,
+                 tags: tuple[str, ...], progress: Progress
+                 ) -> tuple[IngestResult, dict[int, int]]:
+    """_read_twice's second pass: each block's messages stored in a write of its own; the
+    result, and the offset of each line a later read may have to start at."""
+    from memvault.text.transcripts import claude_code
+    from memvault.text.transcripts.base import _scrub
+
     at: dict[int, int] = {}
     pins = set(chosen.pins)
     blocks = claude_code.Blocks(chosen)
@@ -272,6 +298,10 @@ def _read_twice(vault: Vault, path: Path, fh: IO[bytes], size: int, session: str
                 if n in pins:
                     at[n] = offset + line_start
             offset += line_starts[-1]
+            # Only the branch from the earliest line a later read may start at is kept
+            # for it: a pin within LIVE_WINDOW of the end (offsets grow with the lines).
+            near = [n for n in at if end - at[n] <= LIVE_WINDOW]
+            blocks.since = min(near) if near else None
             if last is not None:
                 yield _scrub(blocks.read(*last))
             last = (base, text)
@@ -280,16 +310,7 @@ def _read_twice(vault: Vault, path: Path, fh: IO[bytes], size: int, session: str
 
     ingested = ingest_batches(vault, batches(), path.stem, session, False, strict,
                               fallback_name, tags=tags, progress=progress, streamed=True)
-    # The next read starts at the earliest line a later line may still change (see
-    # _read_lines): the last API message, a tool call waiting for its result.
-    pin_line = min((n for n in chosen.pins if n in at and end - at[n] <= LIVE_WINDOW),
-                   default=None)
-    pin = at[pin_line] if pin_line is not None else end
-    branch = [u for n, u in chosen.branch if pin_line is not None and n >= pin_line]
-    fh.seek(pin)
-    return ingested, {"end": end, "pin": pin, "session": ingested.session_id,
-                      "tail": hashlib.sha256(fh.read(end - pin)).hexdigest(),
-                      "resume": {**chosen.resume.__dict__, "branch": branch}}
+    return ingested, at
 
 
 def _read_lines(vault: Vault, path: Path, whole: bytearray, start: int,
@@ -835,6 +856,12 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
         done = stored(with_ids(vault, more.messages), done)
         counts.update(more.ignored)
         summaries_read += more.summaries
+        if streamed and not session:
+            # Its messages are stored: only its summaries' sessions are wanted later (a
+            # batch says where each of its own messages was said), so memory holds no
+            # entry a message of a long stream.
+            for key in more.said_in.keys() - {s.message_id for s in more.summaries}:
+                said_in.pop(key, None)
     transcript = replace(transcript, messages=[], summaries=summaries_read,
                          ignored=dict(counts))
     # A summary the user forgot is not brought back by ingesting its transcript again.

@@ -28,15 +28,16 @@ need specific details…", "Please continue the conversation…"), with its own 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from array import array
 from collections import Counter
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memvault.errors import NotTranscript
+from memvault.errors import NotTranscript, StorageError
 from memvault.model.records import NewMessage
 from memvault.text.transcripts.base import (
     TOOL_OUTPUT_CHARS,
@@ -228,101 +229,91 @@ def _said(messages: list[NewMessage], summaries: list[NewMessage],
         said := said_in.get(m.message_id) or said_in.get(m.message_id.rpartition("#")[0]))}
 
 
-# What the first of two passes keeps of a line: what the choice of the branch reads.
-_LINKS = ("type", "subtype", "uuid", "parentUuid", "logicalParentUuid", "isSidechain",
-          "isMeta", "isApiErrorMessage", "sessionId")
+# The first of two passes keeps each line's links as integers in a table on disk (_Table),
+# never in memory: its ids as digests under a key of the run's own, so nothing of a line's
+# words or ids is written in clear. A line's flags there:
+_TURN, _SIDE, _META, _SYNTHETIC, _ASSISTANT, _USER, _UUID, _NAMED, _LINKED, _OWN_ID = (
+    1 << k for k in range(10))
+_SPENT = _SIDE | _META | _SYNTHETIC  # an assistant line whose words are no message
+# The flags, as the table's queries name them.
+_FLAGS = {"turn": _TURN, "side": _SIDE, "uuid": _UUID, "named": _NAMED, "linked": _LINKED,
+          "own": _OWN_ID, "assistant": _ASSISTANT, "spent": _SPENT}
+_PAGE_CACHE_KB = 2 << 10  # the table's pages held in memory: the rest stay on disk
 
 
-class _Link:
-    """A line without its words: its type, links and ids (of its tool calls and results),
-    read through `get` as the line's dict is (the first pass keeps one a line, so these
-    are slots and shared strings: about a tenth of a dict's memory)."""
-
-    __slots__ = ("kind", "subtype", "uuid", "parent", "logical", "session", "flags", "mid",
-                 "model", "uses", "results")
-
-    def __init__(self, obj: dict[str, Any], shared: dict[str, str], known: Any) -> None:
-        self.kind = _shared(obj.get("type"), shared)
-        self.subtype = _shared(obj.get("subtype"), shared)
-        self.uuid = obj.get("uuid")
-        self.parent = known(obj.get("parentUuid"))
-        self.logical = known(obj.get("logicalParentUuid"))
-        self.session = _shared(obj.get("sessionId"), shared)
-        message = obj.get("message")
-        flags = ((obj.get("isSidechain") is True) | bool(obj.get("isMeta")) << 1
-                 | bool(obj.get("isApiErrorMessage")) << 2
-                 | isinstance(obj.get("content"), str) << 3 | isinstance(message, dict) << 4)
-        self.flags = flags
-        self.mid = self.model = None
-        self.uses: tuple[str, ...] = ()
-        self.results: tuple[str, ...] = ()
-        if isinstance(message, dict):
-            self.mid = _shared(message.get("id"), shared)
-            self.model = _shared(message.get("model"), shared)
-            content = message.get("content")
-            if isinstance(content, list):
-                blocks = [b for b in content if isinstance(b, dict)]
-                self.uses = tuple(i for b in blocks if b.get("type") == "tool_use"
-                                  and (i := _str(b.get("id"))))
-                self.results = tuple(i for b in blocks if b.get("type") == "tool_result"
-                                     and (i := _str(b.get("tool_use_id"))))
-
-    def get(self, key: str, default: Any = None) -> Any:
-        value: Any
-        if key == "type":
-            value = self.kind
-        elif key == "uuid":
-            value = self.uuid
-        elif key == "parentUuid":
-            value = self.parent
-        elif key == "logicalParentUuid":
-            value = self.logical
-        elif key == "isSidechain":
-            value = True if self.flags & 1 else None
-        elif key == "message":
-            value = None if not self.flags & 16 else {
-                "id": self.mid, "model": self.model,
-                "content": [*({"type": "tool_use", "id": i} for i in self.uses),
-                            *({"type": "tool_result", "tool_use_id": i}
-                              for i in self.results)]}
-        elif key == "subtype":
-            value = self.subtype
-        elif key == "sessionId":
-            value = self.session
-        elif key == "isMeta":
-            value = True if self.flags & 2 else None
-        elif key == "isApiErrorMessage":
-            value = True if self.flags & 4 else None
-        elif key == "content":
-            value = "" if self.flags & 8 else None  # a local command's words: pass two
-        else:
-            value = None
-        return default if value is None else value
-
-    def __getitem__(self, key: str) -> Any:
-        return self.get(key)
-
-
-def _shared(value: Any, shared: dict[str, str]) -> Any:
-    """One string object for a value many lines repeat (a type, the session, a model)."""
-    return shared.setdefault(value, value) if isinstance(value, str) else value
-
-
-class _Lines:
-    """A set of line numbers as one byte a line of the file (the branch's lines: most of
-    a file's, which a set of ints would hold at 40 bytes each)."""
+class _Bits:
+    """A set of line numbers as one bit a line of the file (the branch's lines, the lines
+    written twice)."""
 
     __slots__ = ("_bits",)
 
-    def __init__(self, numbers: Iterable[int]) -> None:
+    def __init__(self) -> None:
         self._bits = bytearray()
-        for n in numbers:
-            if n >= len(self._bits):
-                self._bits.extend(bytes(n + 1 - len(self._bits) + (n >> 3)))
-            self._bits[n] = 1
+
+    def add(self, n: int) -> None:
+        if n >> 3 >= len(self._bits):
+            self._bits.extend(bytes((n >> 3) + 1 - len(self._bits) + (n >> 6)))
+        self._bits[n >> 3] |= 1 << (n & 7)
 
     def __contains__(self, n: object) -> bool:
-        return isinstance(n, int) and 0 <= n < len(self._bits) and self._bits[n] == 1
+        return (isinstance(n, int) and 0 <= n and n >> 3 < len(self._bits)
+                and bool(self._bits[n >> 3] >> (n & 7) & 1))
+
+
+class _Table:
+    """The links of a file's lines (its line number, the digests of its uuid, of the line
+    its parent link names and of its API message id, its flags) and the ids of its tool
+    calls and results, in an SQLite file of its own: memory holds its page cache, whatever
+    the file's size. The file is made in `scratch` (the vault's folder, else the system's
+    temporary folder) and unlinked at once: nothing is left behind, even by a kill."""
+
+    def __init__(self, scratch: Path | None) -> None:
+        import sqlite3
+        import tempfile
+        import time
+
+        error: Exception | None = None
+        folders = [scratch] if scratch is not None else []
+        for folder in [*folders, Path(tempfile.gettempdir())]:
+            path = folder / f".tmp-links.{os.getpid()}.{time.monotonic_ns()}"
+            try:
+                db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            except sqlite3.Error as exc:
+                error = exc
+                continue
+            try:
+                for pragma in ("journal_mode=OFF", "synchronous=OFF", "locking_mode=EXCLUSIVE",
+                               f"cache_size=-{_PAGE_CACHE_KB}", "temp_store=FILE"):
+                    db.execute(f"PRAGMA {pragma}")
+                db.executescript("""
+                    CREATE TABLE line (n INTEGER PRIMARY KEY, u INT, p INT, m INT, s INT,
+                                       f INT NOT NULL);
+                    CREATE TABLE tool (n INT NOT NULL, result INT NOT NULL, t INT NOT NULL);
+                    CREATE TABLE branch (n INTEGER PRIMARY KEY);
+                    CREATE TABLE span (n INTEGER PRIMARY KEY, last INT NOT NULL);""")
+            except sqlite3.Error as exc:
+                db.close()
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                error = exc
+                continue
+            with contextlib.suppress(OSError):
+                path.unlink()  # open: the table lives on in the open file
+            self.db = db
+            return
+        raise StorageError(f"cannot make a temporary table for a large transcript: {error}")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def one(self, sql: str, **args: Any) -> Any:
+        """The first value of the first row (None without one); the flags are named."""
+        row = self.db.execute(sql, {**_FLAGS, **args}).fetchone()
+        return row[0] if row is not None else None
+
+    def run(self, *statements: str) -> None:
+        for sql in statements:
+            self.db.execute(sql, _FLAGS)
 
 
 @dataclass
@@ -330,98 +321,206 @@ class Chosen:
     """A whole file's conversation, chosen in a first pass over its lines' links alone
     (`choose`), for a second pass that drafts its messages a block of lines at a time
     (`Blocks`), in memory bounded by the block, not by the file. Line numbers are the
-    file's (1-based)."""
+    file's (1-based). What only a line's words tell (the last turn's uuid, the uuids of
+    the branch's turns from line `since` on) the second pass fills in as it reads them;
+    `close` drops the table the second pass reads the spans of API messages from."""
 
     lines: Container[int]  # the lines on the conversation's branch
-    twice: set[int]  # the lines of an entry written again (its uuid seen before)
-    last: dict[str, int]  # API message id → the number of its last line
+    twice: Container[int]  # the lines of an entry written again (its uuid seen before)
     session: str | None
     resume: Resume
     pins: list[int]
-    branch: list[tuple[int, str]]  # (line number, uuid) of the branch's turns
+    leaf: int | None  # the last turn's line
+    turned: bool  # a turn with a uuid on the branch (else nothing of Claude Code's)
+    table: _Table
+    # (line number, uuid) of the branch's turns from line `Blocks.since` on (second pass)
+    branch: list[tuple[int, str]] = field(default_factory=list)
+
+    def spans(self, first: int, last: int) -> list[tuple[int, int]]:
+        """The API messages of more than one line whose first line is in first..last:
+        (first line, last line)."""
+        return self.table.db.execute("SELECT n, last FROM span WHERE n BETWEEN ? AND ?",
+                                     (first, last)).fetchall()
+
+    def close(self) -> None:
+        self.table.close()
 
 
-def choose(blocks: Iterable[tuple[int, str]]) -> Chosen | None:
+def choose(blocks: Iterable[tuple[int, str]], scratch: Path | None = None) -> Chosen | None:
     """The first pass: `blocks` are the file's text in blocks of whole lines, each with the
-    number of the line before it. None for a subagent's file (read whole: a subagent's
-    file is the parent session's, read with it)."""
+    number of the line before it; `scratch` a folder for its table. None for a subagent's
+    file (read whole: a subagent's file is the parent session's, read with it). The choice
+    is _claude_branch's, made on the table."""
+    import hashlib
+
+    table = _Table(scratch)
+    try:
+        return _choose(table, blocks, hashlib.blake2b, os.urandom(16))
+    except BaseException:
+        table.close()
+        raise
+
+
+def _choose(table: _Table, blocks: Iterable[tuple[int, str]], blake2b: Any,
+            key: bytes) -> Chosen | None:
+    db = table.db
     ignored: Counter[str] = Counter()
-    entries: list[Any] = []  # each line's _Link, read as its dict is
-    numbers = array("q")
-    where: dict[str, int] = {}
-    twice: set[int] = set()
-    shared: dict[str, str] = {}
+    sessions: dict[int, str] = {}  # a session's digest → its id (a file names a few)
+    said, said_digest = "", 0  # the last session named, its digest
+    named, named_digest = "", 0  # the last uuid, its digest (most parents name it)
 
-    def known(uuid: Any) -> Any:
-        """A link to a line read before: that line's uuid, the same string object."""
-        at = where.get(uuid) if isinstance(uuid, str) else None
-        held = entries[at].uuid if at is not None else None
-        return held if held == uuid else uuid
+    def digest(value: str) -> int:
+        return int.from_bytes(blake2b(value.encode(), key=key, digest_size=8).digest(),
+                              "little", signed=True)
 
-    hops = False  # a line kept only as a hop had links
+    def tools(n: int, content: Any, block: str, field: str, result: int) -> Iterator[
+            tuple[int, int, int]]:
+        ids = {b[field] for b in content if isinstance(b, dict) and b.get("type") == block
+               and _str(b.get(field))} if isinstance(content, list) else ()
+        return ((n, result, digest(i)) for i in ids)
+
     for base, text in blocks:
+        rows: list[tuple[int, int | None, int | None, int | None, int | None, int]] = []
+        calls: list[tuple[int, int, int]] = []
         for number, obj in _objects(text, ignored):
+            n = base + number
             uuid = obj.get("uuid")
+            u = None
             if isinstance(uuid, str):
-                if uuid in where:
-                    twice.add(base + number)
-                    continue
-                # A line that is no turn (progress, most of a long session's lines) and
-                # links to a line read before is only a hop on the way back: its uuid
-                # leads where its parent does, and it is not kept (its words are no
-                # message, on the branch or not). Any other is kept, in its place.
-                parent = obj.get("parentUuid") or obj.get("logicalParentUuid")
-                if isinstance(parent, str) and parent in where and not _claude_turn(obj):
-                    where[uuid] = where[parent]
-                    hops = True
-                    continue
-            link = _Link(obj, shared, known)
-            if isinstance(uuid, str):
-                where[uuid] = len(entries)
-            entries.append(link)
-            numbers.append(base + number)
-    turns = [e for e in entries if _claude_turn(e)]
-    if turns and all(e.get("isSidechain") is True for e in turns):
+                u = named_digest if uuid == named and named else digest(uuid)
+            parent = obj.get("parentUuid") or obj.get("logicalParentUuid")
+            p = None
+            if isinstance(parent, str):
+                p = named_digest if parent == named and named else digest(parent)
+            if isinstance(uuid, str) and u is not None:
+                named, named_digest = uuid, u
+            session = _str(obj.get("sessionId"))
+            s = None
+            if session is not None:
+                if session != said:
+                    said, said_digest = session, digest(session)
+                    sessions.setdefault(said_digest, session)
+                s = said_digest
+            flags = (_TURN * _claude_turn(obj) | _SIDE * (obj.get("isSidechain") is True)
+                     | _META * bool(obj.get("isMeta")) | _UUID * (u is not None)
+                     | _NAMED * bool(u is not None and uuid)
+                     | _LINKED * (isinstance(obj.get("parentUuid"), str)
+                                  or isinstance(obj.get("logicalParentUuid"), str)))
+            message = obj.get("message")
+            m = None
+            if isinstance(message, dict):
+                kind = obj.get("type")
+                if obj.get("isApiErrorMessage") or message.get("model") == "<synthetic>":
+                    flags |= _SYNTHETIC
+                content = message.get("content")
+                if kind == "assistant":
+                    flags |= _ASSISTANT
+                    mid = _str(message.get("id"))
+                    flags |= _OWN_ID * (mid is not None)
+                    mid = mid or _str(uuid)
+                    m = digest(mid) if mid is not None else None
+                    calls.extend(tools(n, content, "tool_use", "id", 0))
+                elif kind == "user":
+                    flags |= _USER
+                    calls.extend(tools(n, content, "tool_result", "tool_use_id", 1))
+            elif obj.get("isApiErrorMessage"):
+                flags |= _SYNTHETIC
+            rows.append((n, u, p, m, s, flags))
+        db.execute("BEGIN")
+        db.executemany("INSERT INTO line VALUES (?, ?, ?, ?, ?, ?)", rows)
+        db.executemany("INSERT INTO tool VALUES (?, ?, ?)", calls)
+        db.execute("COMMIT")
+    db.executescript("CREATE INDEX line_u ON line (u); CREATE INDEX tool_n ON tool (n);")
+    # An entry written again (its uuid seen on an earlier line) is read once, the first.
+    twice = _Bits()
+    db.executescript("""
+        CREATE TABLE twice AS SELECT n FROM line AS l WHERE u IN (
+            SELECT u FROM line WHERE u IS NOT NULL GROUP BY u HAVING count(*) > 1)
+          AND n > (SELECT min(n) FROM line WHERE u = l.u);
+        DELETE FROM line WHERE n IN twice;
+        DELETE FROM tool WHERE n IN twice;""")
+    for (n,) in db.execute("SELECT n FROM twice"):
+        twice.add(n)
+    turns = table.one("SELECT count(*) FROM line WHERE f & :turn")
+    if turns and not table.one("SELECT 1 FROM line WHERE f & :turn AND NOT f & :side"):
+        table.close()
         return None
-    linked = hops or any(isinstance(e.get("parentUuid"), str) or
-                         isinstance(e.get("logicalParentUuid"), str) for e in entries)
+    # Other tools write Claude Code's shape without links: their file order is the order.
+    linked = bool(table.one("SELECT 1 FROM line WHERE f & :linked LIMIT 1"))
+    lines = _Bits()
     if linked:
-        found = _claude_branch(entries, where, False)
-        assert found is not None  # read from the first line: always found
-        branch, leaf = found
+        leaf = table.one("SELECT max(n) FROM line WHERE f & :turn AND NOT f & :side")
+        _walk(table, leaf, lines)
+        _complete(table)
     else:
-        branch = set(range(len(entries)))
-        leaf = next((i for i in range(len(entries) - 1, -1, -1)
-                     if _claude_turn(entries[i])), None)
-    # The drafting's merge of an API message's lines, followed on the links alone.
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    last_mid: str | None = None
-    answered: set[str] = set()
-    for i, entry in enumerate(entries):
-        if i in branch:
-            answered |= _claude_ids(entry, "user", "tool_result", "tool_use_id")
-        if entry.get("type") != "assistant" or _claude_ignored(entry, i in branch, False):
-            continue
-        mid = _str(entry["message"].get("id")) or _str(entry.get("uuid"))
-        if mid:
-            first.setdefault(mid, numbers[i])
-            last[mid] = numbers[i]
-        last_mid = mid
-    session = _str(entries[leaf].get("sessionId")) if leaf is not None else None
-    if session is None:
-        session = next((s for i in sorted(branch) if (s := _str(entries[i].get("sessionId")))),
-                       None)
-    pins = [first[last_mid]] if last_mid in first else []
-    pins += [numbers[i] for i in sorted(branch)
-             if _claude_ids(entries[i], "assistant", "tool_use", "id") - answered]
-    resume = Resume(leaf=_str(entries[leaf].get("uuid")) if leaf is not None else None,
-                    sub=False if turns else None, linked=linked, session=session)
-    return Chosen(_Lines(numbers[i] for i in branch), twice,
-                  {mid: n for mid, n in last.items() if n != first[mid]}, session, resume,
-                  sorted(set(pins)), [(numbers[i], u) for i in sorted(branch)
-                                      if _claude_turn(entries[i])
-                                      and (u := _str(entries[i].get("uuid")))])
+        leaf = table.one("SELECT max(n) FROM line WHERE f & :turn")
+        table.run("INSERT INTO branch SELECT n FROM line")
+    for (n,) in db.execute("SELECT n FROM branch"):
+        lines.add(n)
+    # The drafting's merge of an API message's lines, followed on the links alone: the
+    # messages of more than one line (a later read starts at the last one's first line).
+    table.run("""
+        INSERT INTO span SELECT min(n), max(n) FROM line JOIN branch USING (n)
+          WHERE f & :assistant AND NOT f & :spent AND m IS NOT NULL
+          GROUP BY m HAVING count(*) > 1""")
+    last_mid = db.execute("""
+        SELECT m FROM line JOIN branch USING (n) WHERE f & :assistant AND NOT f & :spent
+          ORDER BY n DESC LIMIT 1""", _FLAGS).fetchone()
+    pins = [table.one("""
+        SELECT min(n) FROM line JOIN branch USING (n) WHERE f & :assistant
+          AND NOT f & :spent AND m = :m""", m=last_mid[0])] \
+        if last_mid is not None and last_mid[0] is not None else []
+    # ... and each tool call on the branch still waiting for its result.
+    pins += [n for (n,) in db.execute("""
+        SELECT DISTINCT tool.n FROM tool JOIN branch USING (n) WHERE NOT result
+          AND t NOT IN (SELECT t FROM tool JOIN branch USING (n) WHERE result)""")]
+    s = table.one("SELECT s FROM line WHERE n = :n", n=leaf)
+    if s is None:
+        s = table.one("SELECT s FROM line JOIN branch USING (n) WHERE s IS NOT NULL "
+                      "ORDER BY n LIMIT 1")
+    session = sessions.get(s) if s is not None else None
+    turned = bool(table.one("SELECT f & :named FROM line WHERE n = :n", n=leaf) or table.one(
+        "SELECT 1 FROM line JOIN branch USING (n) WHERE f & :turn AND f & :named LIMIT 1"))
+    resume = Resume(sub=False if turns else None, linked=linked, session=session)
+    return Chosen(lines, twice, session, resume, sorted(set(pins)), leaf, turned, table)
+
+
+def _walk(table: _Table, leaf: int | None, branch: _Bits) -> None:
+    """_claude_branch's walk back from the last turn (its comments say why), on the
+    table: into the branch table and `branch`."""
+    db = table.db
+    walked: list[tuple[int]] = []
+    i = leaf
+    while i is not None and i not in branch:
+        branch.add(i)
+        walked.append((i,))
+        if len(walked) >= 1 << 14:
+            db.executemany("INSERT INTO branch VALUES (?)", walked)
+            walked.clear()
+        row = db.execute("SELECT p, (SELECT n FROM line WHERE u = l.p) FROM line AS l "
+                         "WHERE n = ?", (i,)).fetchone()
+        if row[0] is None:
+            break
+        i = row[1] if row[1] is not None else table.one(
+            "SELECT n FROM line WHERE n < :n AND f & :uuid AND NOT f & :side "
+            "ORDER BY n DESC LIMIT 1", n=i)
+    db.executemany("INSERT INTO branch VALUES (?)", walked)
+
+
+def _complete(table: _Table) -> None:
+    """_claude_branch's completion of the branch along the tool-use graph: every line of
+    an API message on it, then for each of its tool calls not answered on it, the first
+    line that answers it (off the branch: a parallel batch's results)."""
+    table.run("""
+        INSERT OR IGNORE INTO branch SELECT n FROM line WHERE f & :own AND NOT f & :side
+          AND m IN (SELECT m FROM line JOIN branch USING (n) WHERE f & :own)""", """
+        CREATE TABLE waiting AS SELECT DISTINCT t FROM tool JOIN branch USING (n)
+          WHERE NOT result""", """
+        DELETE FROM waiting WHERE t IN (SELECT t FROM tool JOIN branch USING (n) WHERE result)
+        """, "CREATE INDEX waiting_t ON waiting (t)", """
+        INSERT OR IGNORE INTO branch SELECT min(tool.n) FROM tool JOIN line USING (n)
+          WHERE result AND NOT f & :side AND tool.n NOT IN branch AND t IN waiting
+          GROUP BY t""")
 
 
 class Blocks:
@@ -429,12 +528,16 @@ class Blocks:
     one read of the whole file drafts them. A message whose API lines go on past a block
     waits for them, and so does every message after it (the file's order is kept) until
     `hold` are waiting: past that they go out, and the one still open comes again whole
-    when its last line is read (stored as a message that grew)."""
+    when its last line is read (stored as a message that grew). The uuids of the branch's
+    turns from line `since` on (the earliest a later read may start at; the caller may
+    move it on) are kept in `chosen.branch`."""
 
     def __init__(self, chosen: Chosen, hold: int = 10_000) -> None:
         self.chosen, self.hold = chosen, hold
         self.drafting = _Drafting(False, None, Counter())
         self.gone: dict[str, int] = {}  # open API messages gone out: their parts then
+        self.last: dict[str, int] = {}  # open API message id → the number of its last line
+        self.since: int | None = min(chosen.pins) if chosen.pins else None
 
     def read(self, base: int, text: str, end: bool = False) -> Transcript:
         """The messages complete once the block of lines after line `base` is read (all
@@ -443,13 +546,27 @@ class Blocks:
         entries: list[dict[str, Any]] = []
         numbers: list[int] = []
         for number, obj in _objects(text, drafting.ignored):
-            if base + number in chosen.twice:
+            n = base + number
+            if n in chosen.twice:
                 drafting.ignored["duplicate line"] += 1
                 continue
+            if n == chosen.leaf:
+                chosen.resume.leaf = _str(obj.get("uuid"))
+            if self.since is not None and n >= self.since and n in chosen.lines and (
+                    _claude_turn(obj) and (uuid := _str(obj.get("uuid")))):
+                chosen.branch.append((n, uuid))
             entries.append(obj)
-            numbers.append(base + number)
+            numbers.append(n)
+        if numbers:
+            at = {n: i for i, n in enumerate(numbers)}
+            for first, last_line in chosen.spans(numbers[0], numbers[-1]):
+                message = entries[at[first]]
+                mid = _str(message["message"].get("id")) or _str(message.get("uuid"))
+                if mid is not None:
+                    self.last[mid] = last_line
         drafting.feed(entries, numbers, {i for i, n in enumerate(numbers)
                                          if n in chosen.lines})
+        drafting.first_line.clear()  # the first pass chose the pins: none kept per message
         for mid, parts in list(self.gone.items()):  # gone out while open: grown since
             draft = drafting.by_message[mid]
             if len(draft.parts) > parts:
@@ -459,15 +576,17 @@ class Blocks:
         drafts = drafting.drafts
         done = len(drafts) if end else next(
             (k for k, d in enumerate(drafts)
-             if d.message_id and chosen.last.get(d.message_id, 0) > last), len(drafts))
+             if d.message_id and self.last.get(d.message_id, 0) > last), len(drafts))
         if len(drafts) - done > self.hold:
             done = len(drafts)
         out, drafting.drafts = drafts[:done], drafts[done:]
         for draft in out:  # a message complete: no line of it to come
-            if draft.message_id and chosen.last.get(draft.message_id, 0) <= last:
+            if draft.message_id and self.last.get(draft.message_id, 0) <= last:
                 drafting.by_message.pop(draft.message_id, None)
             elif draft.message_id in drafting.by_message:
                 self.gone[draft.message_id] = len(draft.parts)
+        for mid in [m for m, n in self.last.items() if n <= last]:
+            del self.last[mid]  # read to its last line: as if never open
         messages = _finish(out)
         summaries, drafting.summaries = drafting.summaries, []
         said_in = _said(messages, summaries, drafting.said_in)

@@ -625,6 +625,40 @@ def test_scan_of_real_agent_folders_stores_subagents_with_their_session(
     assert "subagent:a881341" in channels and None in channels
 
 
+def test_scan_passes_by_a_mem_vault_in_the_folder(
+        script_runner: ScriptRunner, vault: Vault, tmp_path: Path) -> None:
+    """A folder scanned may hold a mem vault (this one, another user's, a project's own):
+    its files are mem's own, sealed, never a transcript, and no warning is said of them.
+    A vault.json that describes no mem vault (another tool's) is no reason to pass by."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.jsonl").write_text(jsonl({"id": "m1", "role": "user",
+                                                "content": "the heron returned"}))
+    other = project / "team-vault"  # another vault, with what it stores
+    assert mem(script_runner, "init", MEM_VAULT=str(other)).returncode == 0
+    assert mem(script_runner, "add", "the kestrel hovered", MEM_VAULT=str(other)
+               ).returncode == 0
+    assert mem(script_runner, "add", "the osprey dived").returncode == 0  # this vault's
+    tool = tmp_path / "tool"  # another tool's vault.json, beside its transcript
+    tool.mkdir()
+    (tool / "vault.json").write_text('{"storage": {"file": {"path": "/srv"}}}\n')
+    (tool / "log.jsonl").write_text(jsonl({"id": "m2", "role": "user",
+                                           "content": "the wren sang"}))
+    result = mem(script_runner, "ingest", "--scan", str(tmp_path), "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["files_scanned"], doc["files_ingested"], doc["messages_added"]) == (3, 2, 2)
+    # Only the other tool's file is said to be no transcript (as any such file is).
+    assert [Path(p["file"]) for p in doc["passed"]] == [tool / "vault.json"]
+    assert result.stderr.count("warning") == 1
+    assert search_hits(script_runner, "heron") and search_hits(script_runner, "wren")
+    # The vault scanned itself: nothing under it.
+    inside = mem(script_runner, "ingest", "--scan", str(other), "--json")
+    assert inside.returncode == 0, inside.stderr
+    assert json.loads(inside.stdout)["files_scanned"] == 0
+    assert "warning" not in inside.stderr
+
+
 def test_scan_keeps_same_named_transcripts_of_different_folders_apart(
         script_runner: ScriptRunner, vault: Vault, tmp_path: Path) -> None:
     for project, word in (("alpha", "postgres"), ("beta", "mysql")):

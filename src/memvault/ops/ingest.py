@@ -1408,7 +1408,8 @@ def scan_places(vault: Vault, fmt: str = "auto", strict: bool = False,
 def _listing(root: Path) -> tuple[list[Path], list[Path]]:
     """The transcript files under `root`, and the agents' stores there that are read
     whole (a database, a folder of an agent's records: nothing in it is a file of its
-    own)."""
+    own). A mem vault under it is passed by."""
+    from memvault.storage.layout import is_vault
     from memvault.text.transcripts import detect_path
 
     if root.is_file():
@@ -1417,6 +1418,9 @@ def _listing(root: Path) -> tuple[list[Path], list[Path]]:
     stores: list[Path] = []
     for folder, dirs, names in os.walk(root):
         here = Path(folder)
+        if is_vault(here):
+            dirs[:] = []  # a mem vault's files are mem's own, sealed: no transcript
+            continue
         if detect_path(here):
             stores.append(here)
             dirs[:] = []

@@ -21,6 +21,7 @@ from memvault.model.records import ARCHIVE, DOC_FILES, SESSIONS
 from memvault.storage.fsio import TMP_PREFIX
 
 VAULT_FILE = "vault.json"
+VAULT_FILE_MAX = 1 << 20  # a vault's description is a few hundred bytes
 KEYS = "keys"
 INDEX = "index"
 VECTORS = "vectors"
@@ -158,6 +159,23 @@ def users(root: Path, org: str | None = None) -> Iterator[tuple[str, str]]:
         for user_dir in sorted(org_dir.iterdir()):
             if user_dir.is_dir() and (user_dir / STATE).exists():
                 yield org_dir.name, user_dir.name
+
+
+def is_vault(folder: Path) -> bool:
+    """Whether `folder` is a mem vault: its vault.json describes one (a scan for an
+    agent's transcripts passes it by: every file in it is mem's own, sealed)."""
+    import json
+
+    from memvault.errors import MemError
+    from memvault.storage.fsio import read_regular
+
+    if not (folder / VAULT_FILE).is_file():
+        return False
+    try:  # a FIFO there must not block; another tool's vault.json is no description
+        meta = json.loads(read_regular(folder / VAULT_FILE, limit=VAULT_FILE_MAX))
+    except (MemError, OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(meta, dict) and "key_check" in meta and "format" in meta
 
 
 def holds_memory(root: Path) -> bool:

@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
@@ -54,7 +54,7 @@ class Cache:
     """What this machine knows of the remote and of itself at its last sync."""
 
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> summary
-    local: set[str] = field(default_factory=set)  # ids held here at the last sync
+    local: AbstractSet[str] = field(default_factory=set)  # ids held here at the last sync
     epoch: int = 0  # the local key epoch at the last sync
     keys: set[str] = field(default_factory=set)  # remote key ids seen
     frozen: bool = False
@@ -104,10 +104,12 @@ def load_cache(path: Path, kek: bytes) -> Cache:
 def save_cache(path: Path, kek: bytes, cache: Cache) -> None:
     import orjson
 
-    # orjson: a first sync's cache names every record twice (megabytes at 100,000).
+    # orjson: a first sync's cache names every record twice (megabytes at 100,000). Its
+    # MAC line and its body are written one after the other, never joined in memory (a
+    # million records' cache is over 100 MB).
     body = orjson.dumps(cache.to_doc())
     fsio.ensure_dir(path.parent)
-    fsio.atomic_write(path, syncseal.cache_mac(kek, body).encode() + b"\n" + body)
+    fsio.atomic_write(path, (syncseal.cache_mac(kek, body).encode() + b"\n", body))
 
 
 def last_sync(vault: Vault) -> dict[str, Any] | None:
@@ -499,6 +501,11 @@ class Fetched:
     def __contains__(self, name: object) -> bool:
         return name in self.opened or name in self.adds
 
+    def release(self) -> None:
+        """Keep no add sealed any more (the pull is done)."""
+        self.sealed.clear()
+        self.sealed_bytes = 0
+
     def get(self, name: str) -> dict[str, Any] | None:
         """The body of an object (None: it no longer opens), from what was kept or
         fetched again; any object, read now or not."""
@@ -633,6 +640,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
     # --- pull ---------------------------------------------------------------------------
     pulled = _pull_adds(s, bodies, current, remote_ids, local0.keys(), tombs, memo)
     updated = _pull_updates(s, bodies, current, remote_ids, local0, tombs, memo)
+    bodies.release()  # what is written again below is fetched again
     local = scan_local(vault, memo) if pulled else local0
     archive_here = {i for i, a in local.items() if not a} & remote_archived - tombs
     if archive_here:
@@ -737,7 +745,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
         s.deleted += 1
 
     cache.objects = current
-    cache.local = set(local1)
+    cache.local = local1.keys()  # not copied: a million ids
     cache.epoch = state.key_version if state else 0
     cache.keys = set(s.keys)
     cache.frozen = state.frozen if state else False
@@ -918,11 +926,14 @@ def _pull_adds(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
     order), stored a batch at a time, each batch one transaction. Memory stays flat
     however many records come, and a pull killed part way keeps the batches stored:
     the next sync takes only what is still missing."""
-    wanted = remote_ids.keys() - local - tombs
-    if not wanted:
+    # The objects that hold what is wanted, found without a set of what is wanted (a
+    # million ids): each record is asked again as its object is read.
+    names = {n for i, n in remote_ids.items() if i not in local and i not in tombs}
+    if not names:
         return 0
     with _no_cycle_collection():
-        return _pull_wanted(s, bodies, current, remote_ids, wanted, memo)
+        return _pull_wanted(s, bodies, current, remote_ids, names,
+                            lambda i: i not in local and i not in tombs, memo)
 
 
 @contextlib.contextmanager
@@ -952,20 +963,25 @@ class _Run:
 
 
 def _pull_wanted(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
-                 remote_ids: dict[str, str], wanted: set[str],
+                 remote_ids: dict[str, str], names: set[str], wanted: Callable[[str], bool],
                  memo: dict[str, Any] | None) -> int:
     added = 0
     batch: dict[str, tuple[Record, bool]] = {}
     with contextlib.ExitStack() as held:
         run = _Run(held, memo)
-        for name in sorted({remote_ids[i] for i in wanted},
-                           key=lambda n: (str(current[n].get("at", "")), n)):
+        for name in sorted(names, key=lambda n: (str(current[n].get("at", "")), n)):
             body = bodies.get(name)
             if body is None:
                 continue
-            for item in body["records"]:
+            # The summary names the records in the body's order: each record takes its
+            # id's string from it, so the files' list in the memo, the scan after the
+            # pull and the listing's ids share one string an id, not three.
+            ids = current[name]["ids"]
+            for k, item in enumerate(body["records"]):
                 i = item["r"]["memory_id"]
-                if i in wanted and remote_ids[i] == name:
+                if k < len(ids) and ids[k] == i:
+                    i = item["r"]["memory_id"] = ids[k]
+                if wanted(i) and remote_ids.get(i) == name:
                     batch[i] = (Record.from_stored(item["r"]), bool(item["a"]))
             del body
             if len(batch) >= BATCH:

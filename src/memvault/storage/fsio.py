@@ -116,18 +116,20 @@ def _temp_beside(path: Path) -> Path:
     return path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
 
 
-def _write_private(tmp: Path, data: bytes) -> None:
-    """A new 0600 file holding `data`, fsynced."""
+def _write_private(tmp: Path, data: bytes | tuple[bytes, ...]) -> None:
+    """A new 0600 file holding `data` (or its parts, one after the other), fsynced."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     try:
-        _write_all(fd, data)
+        for part in data if isinstance(data, tuple) else (data,):
+            _write_all(fd, part)
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`: 0600 temp file beside it, fsync, rename, fsync the dir."""
+def atomic_write(path: Path, data: bytes | tuple[bytes, ...]) -> None:
+    """Replace `path` with `data`: 0600 temp file beside it, fsync, rename, fsync the dir.
+    Given as parts, they are written one after the other (never joined in memory)."""
     tmp = _temp_beside(path)
     try:
         _write_private(tmp, data)

@@ -112,7 +112,9 @@ def test_a_cache_of_another_format_brings_nothing_back(
     sync_ops.sync(a, remote)
     forget(a, gone)
     path = sync_ops.cache_path(a)
-    path.write_bytes(path.read_bytes().replace(b'"format":2', b'"format":3'))
+    now = b'"format":%d' % sync_ops.CACHE_FORMAT
+    assert now in path.read_bytes()
+    path.write_bytes(path.read_bytes().replace(now, b'"format":%d' % (sync_ops.CACHE_FORMAT + 1)))
     assert sync_ops.sync(a, remote).pulled == 0
     erased_nowhere(remote, {gone}, a)
 

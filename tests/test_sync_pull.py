@@ -318,3 +318,59 @@ def test_a_large_pull_names_a_bounded_number_of_ids_and_every_record_gets_its_ve
     assert embed.pending_count(b) == 41
     assert embed.embed_new(b, load(), b.written) == 41
     assert embed.pending_count(b) == 0
+
+
+def big_cache() -> sync_ops.Cache:
+    from memvault.model.records import uuid7
+
+    ids = [uuid7() for _ in range(150_000)]
+    return sync_ops.Cache(
+        objects={f"ns/o/k-{n}": {"kind": "add", "at": "t", "ids": ids[n * 2000:(n + 1) * 2000],
+                                 "archived": [], "v": {}} for n in range(75)},
+        local=set(ids), epoch=1, keys={"k"}, last_sync="t", remote="/r",
+        files={f"sessions/s{n}.jsonl": [1, 2, ids[n * 100:(n + 1) * 100]]
+               for n in range(1500)})
+
+
+def test_the_cache_is_written_as_a_stream_and_read_back_whole(tmp_path: Path) -> None:
+    """A million records' cache is over 100 MB: writing it never holds it whole (nor
+    twice, with its MAC), and what is read back is what was written."""
+    import tracemalloc
+
+    cache, path, kek = big_cache(), tmp_path / "c.json", b"k" * 32
+    tracemalloc.start()
+    try:
+        sync_ops.save_cache(path, kek, cache)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < path.stat().st_size / 4
+    back = sync_ops.load_cache(path, kek)
+    assert (back.objects, set(back.local), back.files, back.keys, back.epoch) == (
+        cache.objects, cache.local, cache.files, cache.keys, cache.epoch)
+
+
+def test_a_cache_cut_short_edited_or_of_the_format_before_reads_as_none(
+        tmp_path: Path) -> None:
+    import orjson
+
+    from memvault.crypto import syncseal
+
+    cache, path, kek = big_cache(), tmp_path / "c.json", b"k" * 32
+    sync_ops.save_cache(path, kek, cache)
+    whole = path.read_bytes()
+    lines = whole.splitlines(keepends=True)
+    assert len(sync_ops.load_cache(path, kek).local) == 150_000
+    for damaged in (b"".join(lines[:-1]),  # no MAC
+                    b"".join([*lines[:-2], lines[-1]]),  # a line of ids lost
+                    whole.replace(b'"frozen":false', b'"frozen":true'),
+                    b"".join([lines[0], lines[2], lines[1], *lines[3:]])):  # reordered
+        path.write_bytes(damaged)
+        assert sync_ops.load_cache(path, kek) == sync_ops.Cache()
+    # The format before: one JSON document after its MAC line.
+    body = orjson.dumps({"format": 2, "objects": {}, "local": ["x"], "epoch": 1,
+                         "keys": [], "frozen": False, "files": {}, "entries": {}})
+    path.write_bytes(syncseal.cache_mac(kek, body).encode() + b"\n" + body)
+    assert sync_ops.load_cache(path, kek) == sync_ops.Cache()
+    path.write_bytes(whole)
+    assert sync_ops.load_cache(path, b"x" * 32) == sync_ops.Cache()  # another key

@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 Item = tuple[str, bool, bytes, str]
 DIR = "u/"  # the remote's directory of users: one sealed entry per user (docs/sync.md)
 PAGE = 2000  # records per add object: an upload resumes from the last page sent
-CACHE_FORMAT = 2  # 1: the body inside a JSON object with its MAC
+CACHE_FORMAT = 3  # 2: one JSON document after its MAC; 1: inside a JSON object with its MAC
+IDS_A_LINE = 10_000  # ids held here, a line of the cache each
 
 
 def cache_path(vault: Vault) -> Path:
@@ -65,58 +66,109 @@ class Cache:
     # directory entry name -> the namespace of the user it names (entries opened before)
     entries: dict[str, str] = field(default_factory=dict)
 
-    def to_doc(self) -> dict[str, Any]:
-        return {"format": CACHE_FORMAT, "objects": self.objects, "local": list(self.local),
-                "epoch": self.epoch, "keys": sorted(self.keys), "frozen": self.frozen,
-                "last_sync": self.last_sync,
-                "remote": self.remote, "files": self.files, "entries": self.entries}
+    def head(self) -> dict[str, Any]:
+        return {"format": CACHE_FORMAT, "epoch": self.epoch, "keys": sorted(self.keys),
+                "frozen": self.frozen, "last_sync": self.last_sync, "remote": self.remote,
+                "entries": self.entries}
+
+    def lines(self) -> Iterator[bytes]:
+        """The cache as JSON lines: its head, then each object's summary, each line
+        file's ids and the ids held here a line at a time, so that it is written and
+        read as a stream (a million records' cache is over 100 MB)."""
+        import orjson
+
+        yield orjson.dumps(self.head()) + b"\n"
+        for name, info in self.objects.items():
+            yield orjson.dumps(["o", name, info]) + b"\n"
+        for relpath, known in self.files.items():
+            yield orjson.dumps(["f", relpath, known]) + b"\n"
+        held = iter(self.local)
+        while chunk := list(itertools.islice(held, IDS_A_LINE)):
+            yield orjson.dumps(["l", chunk]) + b"\n"
 
 
-def _cache_body(data: bytes) -> tuple[bytes, bytes, dict[str, Any]]:
-    """(the MAC, the body's bytes, the body) of a cache file: its first line is the MAC
-    of the bytes after it, so a load checks it without writing the body out again."""
+def _read_cache(path: Path, kek: bytes | None, cache: Cache) -> bool:
+    """Fill `cache` from the file, line by line as it is read (its last line is the MAC
+    of the lines before it); whether it is whole and, given the key, authentic. A cache
+    of another format (the one before kept its body whole after the MAC) reads as none."""
     import orjson
 
-    mac, _, body = data.partition(b"\n")
-    doc = orjson.loads(body)
-    if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
-        raise ValueError("another cache format")
-    return mac, body, doc
+    macer = syncseal.cache_macer(kek) if kek is not None else None
+    with fsio.open_regular(path) as fh:
+        head = fh.readline()
+        doc = orjson.loads(head)
+        if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
+            return False
+        if macer is not None:
+            macer.update(head)
+        cache.epoch, cache.keys = int(doc["epoch"]), set(doc["keys"])
+        cache.frozen, cache.last_sync = bool(doc["frozen"]), doc.get("last_sync")
+        cache.remote, cache.entries = doc.get("remote"), dict(doc.get("entries") or {})
+        local: set[str] = set()
+        cache.local = local
+        line = fh.readline()
+        while line:
+            after = fh.readline()
+            if not after:  # the last line: the MAC
+                return macer is None or line.strip().decode() == macer.hexdigest()
+            if macer is not None:
+                macer.update(line)
+            kind, *rest = orjson.loads(line)
+            if kind == "o":
+                cache.objects[str(rest[0])] = dict(rest[1])
+            elif kind == "f":
+                cache.files[str(rest[0])] = list(rest[1])
+            elif kind == "l":
+                local.update(rest[0])
+            else:
+                return False
+            line = after
+    return False  # cut short: no MAC line
 
 
 def load_cache(path: Path, kek: bytes) -> Cache:
     """The cache, or an empty one (absent, from another key or format, or edited: all of
     these only make the next sync read more)."""
+    cache = Cache()
     try:
-        mac, body, doc = _cache_body(fsio.read_regular(path))
-        if mac.decode() != syncseal.cache_mac(kek, body):
-            return Cache()
-        return Cache(objects=dict(doc["objects"]), local=set(doc["local"]),
-                     epoch=int(doc["epoch"]), keys=set(doc["keys"]),
-                     frozen=bool(doc["frozen"]),
-                     last_sync=doc.get("last_sync"), remote=doc.get("remote"),
-                     files=dict(doc.get("files") or {}),
-                     entries=dict(doc.get("entries") or {}))
-    except (OSError, ValueError, KeyError, TypeError, DataError):
-        return Cache()
+        if _read_cache(path, kek, cache):
+            return cache
+    except (OSError, ValueError, KeyError, TypeError, IndexError, DataError):
+        pass
+    return Cache()
 
 
 def save_cache(path: Path, kek: bytes, cache: Cache) -> None:
-    import orjson
+    """Written as it is made, its MAC last (orjson: a first sync's cache names every
+    record twice, megabytes at 100,000)."""
+    macer = syncseal.cache_macer(kek)
 
-    # orjson: a first sync's cache names every record twice (megabytes at 100,000). Its
-    # MAC line and its body are written one after the other, never joined in memory (a
-    # million records' cache is over 100 MB).
-    body = orjson.dumps(cache.to_doc())
+    def parts() -> Iterator[bytes]:
+        buffered: list[bytes] = []
+        size = 0
+        for line in cache.lines():
+            macer.update(line)
+            buffered.append(line)
+            size += len(line)
+            if size >= 1 << 18:  # written a quarter of a megabyte at a time
+                yield b"".join(buffered)
+                buffered, size = [], 0
+        yield b"".join(buffered) + macer.hexdigest().encode() + b"\n"
+
     fsio.ensure_dir(path.parent)
-    fsio.atomic_write(path, (syncseal.cache_mac(kek, body).encode() + b"\n", body))
+    fsio.atomic_write(path, parts())
 
 
 def last_sync(vault: Vault) -> dict[str, Any] | None:
     """When this user last synced and with which remote (for doctor and stats); no key
     is needed to read it, and nothing in it is checked."""
+    import orjson
+
     try:
-        doc = _cache_body(fsio.read_regular(cache_path(vault)))[2]
+        with fsio.open_regular(cache_path(vault)) as fh:
+            doc = orjson.loads(fh.readline())
+        if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
+            return None
         return {"at": doc.get("last_sync"), "remote": doc.get("remote")}
     except (OSError, ValueError, KeyError, TypeError, DataError):
         return None
@@ -127,11 +179,12 @@ def waiting(vault: Vault) -> int:
     cache's list of line files spares the headers of those unchanged since, as a sync's
     scan does, so `doctor` reads O(what changed); a count shown, not a sync's decision,
     so its MAC (which needs the key) is not checked."""
+    cache = Cache()
     try:
-        doc = _cache_body(fsio.read_regular(cache_path(vault)))[2]
-        seen, memo = set(doc["local"]), dict(doc.get("files") or {})
-    except (OSError, ValueError, KeyError, TypeError, DataError):
-        seen, memo = set(), None
+        read = _read_cache(cache_path(vault), None, cache)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, DataError):
+        read = False
+    seen, memo = (cache.local, cache.files) if read else (set(), None)
     return len(scan_local(vault, memo).keys() - seen)
 
 

@@ -12,7 +12,7 @@ import fcntl
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -116,20 +116,20 @@ def _temp_beside(path: Path) -> Path:
     return path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
 
 
-def _write_private(tmp: Path, data: bytes | tuple[bytes, ...]) -> None:
+def _write_private(tmp: Path, data: bytes | Iterable[bytes]) -> None:
     """A new 0600 file holding `data` (or its parts, one after the other), fsynced."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     try:
-        for part in data if isinstance(data, tuple) else (data,):
+        for part in (data,) if isinstance(data, bytes) else data:
             _write_all(fd, part)
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes | tuple[bytes, ...]) -> None:
+def atomic_write(path: Path, data: bytes | Iterable[bytes]) -> None:
     """Replace `path` with `data`: 0600 temp file beside it, fsync, rename, fsync the dir.
-    Given as parts, they are written one after the other (never joined in memory)."""
+    Given as parts, they are written as they come (never joined in memory)."""
     tmp = _temp_beside(path)
     try:
         _write_private(tmp, data)

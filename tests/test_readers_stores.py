@@ -19,6 +19,7 @@ import hashlib
 import json
 import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -504,3 +505,37 @@ def test_a_damaged_store_is_one_line_and_exit_65(script_runner: ScriptRunner, tm
         assert result.returncode == 65, result.stderr
         assert f"cannot read the {label} database" in one_error_line(result.stderr)
     assert not list((tmp_path / "vault").rglob("*.jsonl"))  # nothing stored
+
+
+@pytest.mark.parametrize(("fmt", "name", "build", "add", "session", "count"), STORES)
+def test_a_new_store_still_all_in_its_log_is_recognised(tmp_path: Path, fmt: str, name: str,
+                                                        build: Callable[[Path], Path],
+                                                        add: Any, session: str,
+                                                        count: int) -> None:
+    """An agent that has just made its database may hold every table in the write-ahead
+    log: the store is recognised and read as the agent sees it."""
+    made = sqlite3.connect(build(store_path(tmp_path / "made", name)))
+    path = store_path(tmp_path / "new", name)
+    path.parent.mkdir(parents=True)
+    writer = sqlite3.connect(path)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    for statement in made.iterdump():
+        if statement not in ("BEGIN TRANSACTION;", "COMMIT;"):
+            writer.execute(statement)
+    writer.commit()
+    made.close()
+    try:
+        assert path.with_name(name + "-wal").stat().st_size > 0
+        assert not tables_on_disk(path)
+        t = read_path(path)
+        assert t is not None and len(t.messages) >= count
+    finally:
+        writer.close()
+
+
+def tables_on_disk(path: Path) -> set[str]:
+    """The tables of the main file alone (immutable: the log unread)."""
+    uri = f"file:{path}?mode=ro&immutable=1"
+    with closing(sqlite3.connect(uri, uri=True)) as db:
+        return {r[0] for r in db.execute("SELECT name FROM sqlite_master")}

@@ -40,8 +40,7 @@ from memvault.text.transcripts.base import (
 )
 from memvault.text.transcripts.stores import (
     columns,
-    is_sqlite,
-    opened,
+    holds,
     read_store,
     table_names,
 )
@@ -81,17 +80,7 @@ def places(home: Path, env: Mapping[str, str]) -> list[Path]:
 
 
 def sniff_path(path: Path) -> bool:
-    return path.is_file() and is_sqlite(path) and _schema(path)
-
-
-def _schema(path: Path) -> bool:
-    import sqlite3
-
-    try:
-        with opened(path) as db:
-            return TABLES <= table_names(db) and "parts" in columns(db, "messages")
-    except sqlite3.Error:
-        return False
+    return holds(path, TABLES, "messages", {"parts"})
 
 
 def read(path: Path) -> Transcript:

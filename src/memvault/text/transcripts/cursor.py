@@ -45,9 +45,7 @@ from memvault.text.transcripts.base import (
     home_place,
 )
 from memvault.text.transcripts.stores import (
-    columns,
-    is_sqlite,
-    opened,
+    holds,
     read_store,
     table_names,
 )
@@ -100,18 +98,7 @@ def parse(text: str) -> Transcript:
 # --- the chat store (store.db) ------------------------------------------------------------
 
 def sniff_path(path: Path) -> bool:
-    return path.is_file() and is_sqlite(path) and _store_schema(path)
-
-
-def _store_schema(path: Path) -> bool:
-    import sqlite3
-
-    try:
-        with opened(path) as db:
-            return (STORE_TABLES <= table_names(db)
-                    and {"id", "data"} <= columns(db, "blobs"))
-    except sqlite3.Error:
-        return False
+    return holds(path, STORE_TABLES, "blobs", {"id", "data"})
 
 
 def read(path: Path) -> Transcript:

@@ -51,8 +51,7 @@ from memvault.text.transcripts.base import (
 )
 from memvault.text.transcripts.stores import (
     columns,
-    is_sqlite,
-    opened,
+    holds,
     read_store,
     table_names,
 )
@@ -85,17 +84,7 @@ def places(home: Path, env: Mapping[str, str]) -> list[Path]:
 
 
 def sniff_path(path: Path) -> bool:
-    return path.is_file() and is_sqlite(path) and _schema(path)
-
-
-def _schema(path: Path) -> bool:
-    import sqlite3
-
-    try:
-        with opened(path) as db:
-            return TABLES <= table_names(db) and "content_json" in columns(db, "messages")
-    except sqlite3.Error:
-        return False
+    return holds(path, TABLES, "messages", {"content_json"})
 
 
 def sniff_line(obj: dict[str, Any]) -> bool:

@@ -12,6 +12,7 @@ cannot open falls back to the database as it is on disk.
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,22 +33,41 @@ def is_sqlite(path: Path) -> bool:
 
 def tables(path: Path) -> set[str]:
     """The names of the database's tables; none when it is no database SQLite can open."""
+    return set(schema(path))
+
+
+def schema(path: Path) -> dict[str, set[str]]:
+    """Each table's columns; none when it is no database SQLite can open. What a reader
+    sniffs: cheap, and the same for every store."""
     import sqlite3
 
     try:
         with opened(path) as db:
-            found = table_names(db)
+            found = _schema(db)
     except sqlite3.Error:
-        found = set()
+        found = {}
     wal = path.with_name(path.name + "-wal")
     if not found and wal.is_file() and wal.stat().st_size:
         # A new database whose tables are still all in its write-ahead log (OpenCode's
         # after its first session): as the agent sees it.
         try:
-            return read_store(path, "SQLite", table_names)
+            return read_store(path, "SQLite", _schema)
         except MemError:
-            return set()
+            return {}
     return found
+
+
+def holds(path: Path, wanted: AbstractSet[str], table: str, needed: AbstractSet[str]) -> bool:
+    """Whether `path` is an SQLite store with the `wanted` tables and these columns in
+    `table`: how an agent's reader recognises its database."""
+    if not (path.is_file() and is_sqlite(path)):
+        return False
+    found = schema(path)
+    return wanted <= set(found) and needed <= found.get(table, set())
+
+
+def _schema(db: Any) -> dict[str, set[str]]:
+    return {name: columns(db, name) for name in table_names(db)}
 
 
 def table_names(db: Any) -> set[str]:

@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from memvault.errors import UsageError
 from memvault.integrations import hookbase
 from memvault.integrations.hookbase import Agent, hook_specific
 from memvault.integrations.launch import Launch
@@ -41,13 +40,8 @@ def settings_path(scope: str, explicit: Path | None = None) -> Path:
     """Where the hooks go. The project scope writes the project's local settings file
     (settings.local.json, which Claude Code keeps out of git): the hook names this
     machine's mem by its absolute path."""
-    if explicit is not None:
-        return explicit
-    if scope == "user":
-        return _config_dir() / "settings.json"
-    if scope == "project":
-        return Path.cwd() / ".claude" / "settings.local.json"
-    raise UsageError(f"unknown scope {scope!r}: use user or project")
+    return hookbase.scoped(scope, explicit, lambda: _config_dir() / "settings.json",
+                           lambda: Path.cwd() / ".claude" / "settings.local.json")
 
 
 def mcp_path(scope: str) -> Path:

@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from memvault.errors import UsageError
 from memvault.integrations import hookbase, jsonedit
 from memvault.integrations.launch import Launch
 
@@ -27,13 +26,8 @@ def config_dir() -> Path:
 
 def settings_path(scope: str, explicit: Path | None = None) -> Path:
     """$COPILOT_HOME/mcp-config.json (~/.copilot), or the project's .mcp.json."""
-    if explicit is not None:
-        return explicit
-    if scope == "user":
-        return config_dir() / "mcp-config.json"
-    if scope == "project":
-        return Path.cwd() / ".mcp.json"
-    raise UsageError(f"unknown scope {scope!r}: use user or project")
+    return hookbase.scoped(scope, explicit, lambda: config_dir() / "mcp-config.json",
+                           lambda: Path.cwd() / ".mcp.json")
 
 
 ours = hookbase.hook_owner(NAME)

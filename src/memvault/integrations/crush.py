@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from memvault.errors import UsageError
 from memvault.integrations import hookbase, jsonedit
 from memvault.integrations.launch import Launch
 
@@ -30,13 +29,8 @@ def config_dir() -> Path:
 
 def settings_path(scope: str, explicit: Path | None = None) -> Path:
     """~/.config/crush/crush.json, or the project's crush.json."""
-    if explicit is not None:
-        return explicit
-    if scope == "user":
-        return config_dir() / "crush.json"
-    if scope == "project":
-        return Path.cwd() / "crush.json"
-    raise UsageError(f"unknown scope {scope!r}: use user or project")
+    return hookbase.scoped(scope, explicit, lambda: config_dir() / "crush.json",
+                           lambda: Path.cwd() / "crush.json")
 
 
 ours = hookbase.hook_owner(NAME)

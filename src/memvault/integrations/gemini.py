@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from memvault.errors import UsageError
 from memvault.integrations import hookbase
 from memvault.integrations.hookbase import Agent, hook_specific
 from memvault.integrations.launch import Launch, refuse_forwarding
@@ -37,13 +36,8 @@ run, handle = hookbase.entry_points(AGENT)
 def settings_path(scope: str, explicit: Path | None = None) -> Path:
     """~/.gemini/settings.json, or the project's .gemini/settings.json (committed: the
     hooks and the server then run `mem` from PATH)."""
-    if explicit is not None:
-        return explicit
-    if scope == "user":
-        return Path.home() / ".gemini" / "settings.json"
-    if scope == "project":
-        return Path.cwd() / ".gemini" / "settings.json"
-    raise UsageError(f"unknown scope {scope!r}: use user or project")
+    return hookbase.scoped(scope, explicit, lambda: Path.home() / ".gemini" / "settings.json",
+                           lambda: Path.cwd() / ".gemini" / "settings.json")
 
 
 ours = hookbase.hook_owner(NAME)

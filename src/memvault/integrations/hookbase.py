@@ -606,6 +606,19 @@ def hook_argv(hook: dict[str, Any]) -> list[str]:
         return []
 
 
+def scoped(scope: str, explicit: Path | None, user: Callable[[], Path],
+           project: Callable[[], Path]) -> Path:
+    """An agent's settings file for a scope (`explicit` when given); the paths are made
+    only when asked for, so the home and the folder are read at that moment."""
+    if explicit is not None:
+        return explicit
+    if scope == "user":
+        return user()
+    if scope == "project":
+        return project()
+    raise UsageError(f"unknown scope {scope!r}: use user or project")
+
+
 def hook_owner(agent: str) -> Callable[[Any], bool]:
     """The test for mem's own hook handlers of `agent`: exec form (`command` and `args`)
     or a shell line that is exactly what shell_line() writes (a line that quotes or

@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from memvault.errors import UsageError
 from memvault.integrations import hookbase, jsonedit
 from memvault.integrations.hookbase import Agent, hook_specific
 from memvault.integrations.launch import Launch
@@ -40,13 +39,8 @@ run, handle = hookbase.entry_points(AGENT)
 
 def settings_path(scope: str, explicit: Path | None = None) -> Path:
     """~/.qwen/settings.json, or the project's .qwen/settings.json."""
-    if explicit is not None:
-        return explicit
-    if scope == "user":
-        return Path.home() / ".qwen" / "settings.json"
-    if scope == "project":
-        return Path.cwd() / ".qwen" / "settings.json"
-    raise UsageError(f"unknown scope {scope!r}: use user or project")
+    return hookbase.scoped(scope, explicit, lambda: Path.home() / ".qwen" / "settings.json",
+                           lambda: Path.cwd() / ".qwen" / "settings.json")
 
 
 ours = hookbase.hook_owner(NAME)

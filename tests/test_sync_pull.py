@@ -374,3 +374,46 @@ def test_a_cache_cut_short_edited_or_of_the_format_before_reads_as_none(
     assert sync_ops.load_cache(path, kek) == sync_ops.Cache()
     path.write_bytes(whole)
     assert sync_ops.load_cache(path, b"x" * 32) == sync_ops.Cache()  # another key
+
+
+class Asked(FolderRemote):
+    """A folder remote read by four workers, as S3 is, that notes each object asked."""
+
+    workers = 4
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(str(root), root)
+        self.asked: list[str] = []
+
+    def get(self, name: str) -> bytes:
+        self.asked.append(name)
+        return super().get(name)
+
+
+def test_objects_are_fetched_ahead_while_each_is_opened(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the caller opens one object, the next ones are on their way: the workers
+    never wait for the caller to finish a round before they fetch again."""
+    import time
+
+    monkeypatch.setattr(sync_ops, "PAGE", 2)
+    (tmp_path / "remote").mkdir()
+    a = machine(tmp_path, "a")
+    fill(a)
+    sync_ops.sync(a, FolderRemote(str(tmp_path / "remote"), tmp_path / "remote"))
+    remote = Asked(tmp_path / "remote")
+    b = machine(tmp_path, "b")
+    with sync_ops.Session(b, remote) as s:
+        kids, names = s.listing()
+        s.check_keys(kids)
+        objects = [n for n in names if "/o/" in n]
+        assert len(objects) > 2 * 2 * remote.workers
+        remote.asked.clear()
+        for at, (_, body, _) in enumerate(s.fetch_new(objects)):
+            assert body is not None
+            ahead = min(len(objects), at + 1 + 2 * remote.workers)
+            waited = 0.0
+            while len(remote.asked) < ahead and waited < 5:
+                time.sleep(0.01)
+                waited += 0.01
+            assert len(remote.asked) >= ahead, (at, len(remote.asked))

@@ -246,3 +246,18 @@ def test_one_s3_remote_however_spelled_keeps_a_forget(tmp_path: Path, s3_server:
     sync_ops.run(b, f"s3://{bucket}/mem/", s3_server)
     assert gone not in sync_ops.scan_local(a) and gone not in sync_ops.scan_local(b)
     assert not any(CANARY.encode() in blob for blob in objects(s3_server, bucket).values())
+
+
+def test_an_s3_remote_needs_botocore_alone(tmp_path: Path, s3_server: str, bucket: str) -> None:
+    """boto3 (its resources, its transfer manager) is never imported by a sync: some 0.2 s
+    and 5 MB of every S3 sync's start-up."""
+    a = machine(tmp_path, "a")
+    add(a, "Prefers green tea", "preference")
+    sync_ops.sync(a, open_remote(f"s3://{bucket}/mem", s3_server))
+    code = ("import sys\nfrom memvault.storage.remote import open_remote\n"
+            f"r = open_remote('s3://{bucket}/mem', '{s3_server}')\n"
+            "assert any('/o/' in n for n in r.list(''))\n"
+            "print(sorted(m for m in ('boto3', 's3transfer') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"

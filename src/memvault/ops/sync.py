@@ -466,21 +466,33 @@ class Session:
 
     def fetch_new(self, names: list[str]) -> Iterator[tuple[str, dict[str, Any] | None,
                                                             bytes]]:
-        """(name, body or None, sealed bytes) of each object: fetched a few at a time on
-        the workers, opened here one at a time as the caller takes them, so a first pull
+        """(name, body or None, sealed bytes) of each object, in order: fetched on the
+        workers a few ahead of the one taken (so the network's waits overlap the
+        opening), opened here one at a time as the caller takes them, so a first pull
         holds one object opened (an add's page parsed is ten times its JSON), and its
         pages are parsed on this thread, not in a memory pool of each worker's."""
-        step = 2 * self.remote.workers
-        for at in range(0, len(names), step):
-            chunk = names[at:at + step]
-            got = list(self.pool.map(self._get, chunk) if self.pool is not None and
-                       len(chunk) > 1 else map(self._get, chunk))
-            for name, blob in zip(chunk, got, strict=True):
-                body = self._opened(name, blob)
-                if body is None:
-                    self.damaged += 1
-                yield name, body, blob
-                del body
+        from collections import deque
+
+        pool = self.pool
+        ahead: deque[tuple[str, Future[bytes] | None]] = deque()
+        rest = iter(names)
+
+        def ask(name: str) -> None:
+            ahead.append((name, pool.submit(self._get, name) if pool is not None else None))
+
+        for name in itertools.islice(rest, 2 * self.remote.workers):
+            ask(name)
+        while ahead:
+            name, fetching = ahead.popleft()
+            blob = fetching.result() if fetching is not None else self._get(name)
+            following = next(rest, None)
+            if following is not None:
+                ask(following)
+            body = self._opened(name, blob)
+            if body is None:
+                self.damaged += 1
+            yield name, body, blob
+            del body
 
     def write(self, kid: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         import orjson

@@ -707,7 +707,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
     updated = _pull_updates(s, bodies, current, remote_ids, local0, tombs, memo)
     bodies.release()  # what is written again below is fetched again
     local = scan_local(vault, memo) if pulled else local0
-    archive_here = {i for i, a in local.items() if not a} & remote_archived - tombs
+    archive_here = {i for i in remote_archived if local.get(i) is False} - tombs
     if archive_here:
         _archive_here(vault, archive_here)
     forget_here = (remote_tombs & local.keys()) - deleted_here
@@ -769,8 +769,8 @@ def _sync(s: Session, path: Path) -> SyncResult:
 
     written: dict[str, dict[str, Any]] = {}
     page: list[Item] = []
-    grown = _grown_here(vault, changed & memo.keys(), remote_ids.keys() - tombs,
-                        remote_versions, memo)
+    grown = _grown_here(vault, changed & memo.keys(),
+                        lambda i: i in remote_ids and i not in tombs, remote_versions, memo)
     # Read lazily: each page is sealed and sent on the workers while the next one is
     # decrypted here, and at most a few pages are held at once.
     for item in itertools.chain(_sealed(vault, push_ids, memo), grown):
@@ -887,7 +887,7 @@ def _sealed(vault: Vault, ids: set[str], memo: dict[str, Any]) -> Iterator[Item]
                     yield memory_id, archived, plain, _plain_version(plain, created_at)
 
 
-def _grown_here(vault: Vault, changed: set[str], remote: set[str],
+def _grown_here(vault: Vault, changed: set[str], remote: Callable[[str], bool],
                 versions: dict[str, str], memo: dict[str, Any]
                 ) -> list[Item]:
     """Records the remote holds in an older version than this machine (a message that
@@ -899,12 +899,12 @@ def _grown_here(vault: Vault, changed: set[str], remote: set[str],
     candidates: list[tuple[Record, bool]] = []
     for home in DOC_FILES:
         candidates += [(r, False) for r in vault.store.doc_records(home)
-                       if r.memory_id in remote]
+                       if remote(r.memory_id)]
     for relpath in sorted(changed):
-        if any(i in remote for i in memo[relpath][2]):
+        if any(remote(i) for i in memo[relpath][2]):
             archived = not relpath.startswith("sessions/")
             candidates += [(r, archived) for r in vault.store.read_lines(relpath)
-                           if r.memory_id in remote]
+                           if remote(r.memory_id)]
     for r, archived in candidates:
         doc = r.stored()
         v = version(doc)
@@ -1266,23 +1266,31 @@ def _went_back(cache: Cache, current: dict[str, dict[str, Any]], cut: str) -> in
     emptied, an object deleted): said, and sent again by this sync."""
     if not cache.objects:
         return 0
-    def held(objects: Iterable[dict[str, Any]]) -> tuple[set[str], set[str], str]:
-        ids: set[str] = set()
-        tombs: set[str] = set()
-        destroy = ""
-        for info in objects:
-            if info["kind"] == "add":
-                ids.update(info["ids"])
-            elif info["kind"] == "forget":
-                tombs.update(info["ids"])
-            elif info["kind"] == "destroy":
-                destroy = max(destroy, str(info["at"]))
-        return ids, tombs, destroy
-
-    ids0, tombs0, destroy0 = held(cache.objects.values())
-    ids1, tombs1, destroy1 = held(current.values())
-    lost = {i for i in ids0 - ids1 - tombs1 if not cut or born(i) > cut}
-    return len(lost) + len(tombs0 - tombs1) + int(destroy0 > destroy1)
+    # Objects never change under their names: only the ids of those no longer listed can
+    # be lost, so no set of every id held then and now is made (a million ids each).
+    gone = [info for name, info in cache.objects.items() if name not in current]
+    if not gone:
+        return 0
+    lost: set[str] = set()
+    tombs0: set[str] = set()
+    destroy0 = ""
+    for info in gone:
+        if info["kind"] == "add":
+            lost.update(i for i in info["ids"] if not cut or born(i) > cut)
+        elif info["kind"] == "forget":
+            tombs0.update(info["ids"])
+        elif info["kind"] == "destroy":
+            destroy0 = max(destroy0, str(info["at"]))
+    destroy1 = ""
+    for info in current.values():
+        if info["kind"] == "add" and lost:
+            lost.difference_update(info["ids"])
+        elif info["kind"] == "forget":
+            lost.difference_update(info["ids"])
+            tombs0.difference_update(info["ids"])
+        elif info["kind"] == "destroy":
+            destroy1 = max(destroy1, str(info["at"]))
+    return len(lost) + len(tombs0) + int(destroy0 > destroy1)
 
 
 def _list_user(s: Session, directory: Directory, entries: dict[str, str],

@@ -10,7 +10,8 @@ commit included, which the JSON loop has none of.
 
 Targets (issue 34): unchanged ≤ 2 s and ≤ 150 MB peak; grown by 1% ≤ 2× reading that 1%
 (mem's ingest of the appended bytes alone; the JSON loop's ratio is printed too); first
-ingest ≤ 200 MB peak. MEM_BENCH_LIVE_MB sets the size (default 100)."""
+ingest ≤ 200 MB peak. MEM_BENCH_LIVE_MB sets the size (default 100), MEM_BENCH_LIVE_ROUNDS
+the rounds (default 3: a gigabyte's is one)."""
 
 from __future__ import annotations
 
@@ -192,4 +193,4 @@ def main(rounds: int = ROUNDS) -> dict[str, object]:
 
 if __name__ == "__main__":
     os.environ.setdefault("NO_COLOR", "1")
-    main()
+    main(int(os.environ.get("MEM_BENCH_LIVE_ROUNDS") or ROUNDS))

@@ -311,9 +311,9 @@ class _Table:
         row = self.db.execute(sql, {**_FLAGS, **args}).fetchone()
         return row[0] if row is not None else None
 
-    def run(self, *statements: str) -> None:
+    def run(self, *statements: str, **args: Any) -> None:
         for sql in statements:
-            self.db.execute(sql, _FLAGS)
+            self.db.execute(sql, {**_FLAGS, **args})
 
 
 @dataclass
@@ -450,7 +450,7 @@ def _choose(table: _Table, blocks: Iterable[tuple[int, str]], blake2b: Any,
     lines = _Bits()
     if linked:
         leaf = table.one("SELECT max(n) FROM line WHERE f & :turn AND NOT f & :side")
-        _walk(table, leaf, lines)
+        _walk(table, leaf)
         _complete(table)
     else:
         leaf = table.one("SELECT max(n) FROM line WHERE f & :turn")
@@ -485,26 +485,19 @@ def _choose(table: _Table, blocks: Iterable[tuple[int, str]], blake2b: Any,
     return Chosen(lines, twice, session, resume, sorted(set(pins)), leaf, turned, table)
 
 
-def _walk(table: _Table, leaf: int | None, branch: _Bits) -> None:
+def _walk(table: _Table, leaf: int | None) -> None:
     """_claude_branch's walk back from the last turn (its comments say why), on the
-    table: into the branch table and `branch`."""
-    db = table.db
-    walked: list[tuple[int]] = []
-    i = leaf
-    while i is not None and i not in branch:
-        branch.add(i)
-        walked.append((i,))
-        if len(walked) >= 1 << 14:
-            db.executemany("INSERT INTO branch VALUES (?)", walked)
-            walked.clear()
-        row = db.execute("SELECT p, (SELECT n FROM line WHERE u = l.p) FROM line AS l "
-                         "WHERE n = ?", (i,)).fetchone()
-        if row[0] is None:
-            break
-        i = row[1] if row[1] is not None else table.one(
-            "SELECT n FROM line WHERE n < :n AND f & :uuid AND NOT f & :side "
-            "ORDER BY n DESC LIMIT 1", n=i)
-    db.executemany("INSERT INTO branch VALUES (?)", walked)
+    table, into the branch table: each line's parent, else the line before it that has a
+    uuid (a parent torn or missing); a line met again (a loop) ends it."""
+    table.run("""
+        WITH RECURSIVE walk (n) AS (
+          SELECT n FROM line WHERE n = :leaf
+          UNION
+          SELECT coalesce((SELECT n FROM line WHERE u = l.p), (
+              SELECT n FROM line WHERE n < l.n AND f & :uuid AND NOT f & :side
+              ORDER BY n DESC LIMIT 1))
+            FROM walk JOIN line AS l USING (n) WHERE l.p IS NOT NULL)
+        INSERT INTO branch SELECT n FROM walk WHERE n IS NOT NULL""", leaf=leaf)
 
 
 def _complete(table: _Table) -> None:

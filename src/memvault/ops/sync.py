@@ -545,7 +545,7 @@ class Fetched:
     again when its records are wanted; past the budget it is fetched again. A first
     pull's memory stays flat however many records the remote holds."""
 
-    BUDGET = 64 << 20  # bytes of sealed adds kept
+    BUDGET = 24 << 20  # bytes of sealed adds kept (some 180,000 records)
 
     def __init__(self, s: Session) -> None:
         self.s = s
@@ -669,7 +669,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
 
     state = vault.state() if vault.exists() else None
     epoch0 = state.key_version if state else 0
-    deleted_here = cache.local - local0.keys()
+    deleted_here = {i for i in cache.local if i not in local0}
 
     remote_ids: dict[str, str] = {}  # id -> the object that holds its latest version
     remote_versions: dict[str, str] = {}  # id -> that version, when not ""
@@ -750,19 +750,23 @@ def _sync(s: Session, path: Path) -> SyncResult:
     rebuild_derived(vault, bool(pulled or updated or archive_here or forgotten))
 
     # --- push ---------------------------------------------------------------------------
-    # Scanned again only when this sync changed records here (a record another process
-    # adds meanwhile goes with the next sync either way).
-    applied = bool(pulled or updated or archive_here or forget_here or reencrypted)
-    local1 = scan_local(vault, memo) if applied else local
+    # Scanned again only when this sync changed records here since the scan after the
+    # pull (a record another process adds meanwhile goes with the next sync either way).
+    # No set of every id held is made below: a million ids is 35 MB a set.
+    local1 = local
+    if updated or archive_here or forget_here or reencrypted:
+        local = {}
+        local1 = scan_local(vault, memo)
     state = vault.state() if vault.exists() else None
-    tombs |= local0.keys() - local1.keys()  # erased while applying (summaries made from them)
+    # erased while applying (summaries made from them)
+    tombs |= {i for i in local0 if i not in local1}
     # A destroy the remote lacks goes under a new key: every object is written again
     # without what it erased, and the old keys go, so no old copy opens any more.
     resend_destroy = here_destroy > remote_destroy
     if newest is None or rotated_here or resend_destroy:
         newest = s.new_key()
-    push_ids = {i for i in local1.keys() - remote_ids.keys() - tombs
-                if not cut or born(i) > cut}
+    push_ids = {i for i in local1 if i not in remote_ids and i not in tombs and
+                (not cut or born(i) > cut)}
     push_tombs = tombs - remote_tombs - dead
     push_marks = (state.forgotten if state else set()) - remote_marks
     push_archived = {i for i, a in local1.items() if a} & remote_ids.keys() - remote_archived

@@ -417,3 +417,16 @@ def test_objects_are_fetched_ahead_while_each_is_opened(
                 time.sleep(0.01)
                 waited += 0.01
             assert len(remote.asked) >= ahead, (at, len(remote.asked))
+
+
+def test_doctor_reads_the_last_sync_and_what_waits_from_the_cache(tmp_path: Path) -> None:
+    (tmp_path / "remote").mkdir()
+    a = machine(tmp_path, "a")
+    fill(a)
+    sync_ops.sync(a, FolderRemote(str(tmp_path / "remote"), tmp_path / "remote"))
+    last = sync_ops.last_sync(a)
+    assert last is not None and last["remote"] == str(tmp_path / "remote")
+    assert sync_ops.waiting(a) == 0
+    add(a, "one more fact", "fact")
+    add(a, "and another", "fact")
+    assert sync_ops.waiting(a) == 2

@@ -299,12 +299,14 @@ class _Table:
                 continue
             with contextlib.suppress(OSError):
                 path.unlink()  # open: the table lives on in the open file
-            self.db = db
+            self.db, self.path = db, path
             return
         raise StorageError(f"cannot make a temporary table for a large transcript: {error}")
 
     def close(self) -> None:
         self.db.close()
+        with contextlib.suppress(OSError):
+            self.path.unlink(missing_ok=True)  # where an open file cannot be unlinked
 
     def one(self, sql: str, **args: Any) -> Any:
         """The first value of the first row (None without one); the flags are named."""

@@ -1135,6 +1135,21 @@ def _append(tx: Transaction, session: str, plan: _Plan, admit: Admit | None,
     return Added(len(new), 0, plan.skipped, [])
 
 
+def _told(vault: Vault, session: str, m: NewMessage, n: int,
+          forgotten: set[str]) -> tuple[str, str] | None:
+    """The `n`th message's normalised time and content digest; None for one with nothing
+    to keep or that the user forgot (it is skipped)."""
+    if not m.content.strip() or (m.message_id and forgotten and
+                                 vault.message_mark(session, m.message_id) in forgotten):
+        return None
+    try:
+        stamp = normalise_time(m.created_at) if m.created_at else now_iso()
+    except UsageError:
+        raise DataError(f"message {m.message_id or n} has an invalid time "
+                        f"{m.created_at!r}; nothing was stored") from None
+    return stamp, content_hash(m.content)
+
+
 def _plan_marked(vault: Vault, session: str, messages: list[NewMessage],
                  forgotten: set[str], probe: Admit | None) -> _Plan | None:
     """_plan from the marks of the session's messages (live and archived) instead of the
@@ -1146,16 +1161,10 @@ def _plan_marked(vault: Vault, session: str, messages: list[NewMessage],
     plan = _Plan()
     seen: set[bytes] = set()
     for n, m in enumerate(messages, start=1):
-        if not m.content.strip() or (m.message_id and forgotten and
-                                     vault.message_mark(session, m.message_id) in forgotten):
+        if (told := _told(vault, session, m, n, forgotten)) is None:
             plan.skipped += 1
             continue
-        try:
-            stamp = normalise_time(m.created_at) if m.created_at else now_iso()
-        except UsageError:
-            raise DataError(f"message {m.message_id or n} has an invalid time "
-                            f"{m.created_at!r}; nothing was stored") from None
-        digest = content_hash(m.content)
+        stamp, digest = told
         mark = store.message_mark(m.message_id, m.role, digest, stamp)
         held = None if mark in seen else live.kept.get(mark)
         if held is not None and m.message_id and held != store.content_mark(digest):
@@ -1208,16 +1217,10 @@ def _plan(vault: Vault, session: str, existing: list[Record], messages: list[New
             for r in [*existing, *(archived or [])]}
     plan = _Plan()
     for n, m in enumerate(messages, start=1):
-        if not m.content.strip() or (m.message_id and forgotten and
-                                     vault.message_mark(session, m.message_id) in forgotten):
+        if (told := _told(vault, session, m, n, forgotten)) is None:
             plan.skipped += 1
             continue
-        try:
-            stamp = normalise_time(m.created_at) if m.created_at else now_iso()
-        except UsageError:
-            raise DataError(f"message {m.message_id or n} has an invalid time "
-                            f"{m.created_at!r}; nothing was stored") from None
-        digest = content_hash(m.content)
+        stamp, digest = told
         key = _message_key(m.message_id, m.role, digest, stamp)
         at = by_id.get(m.message_id) if m.message_id else None
         if at is not None and existing[at].content_hash != digest and at not in plan.grown:

@@ -91,6 +91,8 @@ def _read_cache(path: Path, kek: bytes | None, cache: Cache) -> bool:
     """Fill `cache` from the file, line by line as it is read (its last line is the MAC
     of the lines before it); whether it is whole and, given the key, authentic. A cache
     of another format (the one before kept its body whole after the MAC) reads as none."""
+    import hmac
+
     import orjson
 
     macer = syncseal.cache_macer(kek) if kek is not None else None
@@ -110,7 +112,8 @@ def _read_cache(path: Path, kek: bytes | None, cache: Cache) -> bool:
         while line:
             after = fh.readline()
             if not after:  # the last line: the MAC
-                return macer is None or line.strip().decode() == macer.hexdigest()
+                return macer is None or hmac.compare_digest(line.strip(),
+                                                            macer.hexdigest().encode())
             if macer is not None:
                 macer.update(line)
             kind, *rest = orjson.loads(line)

@@ -76,22 +76,14 @@ def parse(text: str) -> Transcript:
             continue
         mid = _str(line.get("id")) or f"line-{number}"
         stamp = _time(line.get("timestamp") or message.get("timestamp"))
-        said = _blocks(message.get("content"))
-        texts = [t.strip() for t in said.texts if t.strip()]
+        units, why = _units(role, message.get("content"))
         start = len(drafts)
-        if role == "user":
-            words = _without_harness("\n".join(texts))
-            units = ([("user", words)] if words else []) + [("tool", r) for r in said.results]
-        else:
-            lines = texts + said.calls
-            units = [("assistant", "\n".join(lines))] if lines else []
         for nth, (who, content) in enumerate(units, 1):
             draft = _Draft(who, mid if nth == 1 else f"{mid}#{nth}", stamp)
             if draft.add("", content):
                 drafts.append(draft)
         if len(drafts) == start:
-            ignored["harness text" if role == "user" and texts else
-                    "thinking" if said.thinking else "empty"] += 1
+            ignored[why] += 1
     return Transcript("cursor", None, _finish(drafts), [], dict(ignored))
 
 
@@ -261,6 +253,16 @@ def _store_units(doc: dict[str, Any], ignored: Counter[str]) -> list[tuple[str, 
     if role not in ("user", "assistant"):
         ignored["unknown type"] += 1
         return []
+    units, why = _units(role, content)
+    if not units:
+        ignored[why] += 1
+    return units
+
+
+def _units(role: str, content: Any) -> tuple[list[tuple[str, str]], str]:
+    """What a user or assistant message said, as (role, text) units (the user's words and
+    each tool result; the assistant's text and calls in one), in a transcript or the
+    chat store alike; and why, if it keeps nothing, it keeps nothing."""
     said = _blocks(content)
     texts = [t.strip() for t in said.texts if t.strip()]
     if role == "user":
@@ -269,10 +271,9 @@ def _store_units(doc: dict[str, Any], ignored: Counter[str]) -> list[tuple[str, 
     else:
         lines = texts + said.calls
         units = [("assistant", "\n".join(lines))] if lines else []
-    if not units:
-        ignored["harness text" if role == "user" and texts else
-                "thinking" if said.thinking else "empty"] += 1
-    return units
+    why = ("harness text" if role == "user" and texts else
+           "thinking" if said.thinking else "empty")
+    return units, why
 
 
 FORMAT = Format("cursor", "Cursor agent", places, parse=parse, read=read,

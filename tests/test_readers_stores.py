@@ -27,8 +27,11 @@ import pytest
 from pytest_console_scripts import ScriptRunner
 
 from memvault.text.transcripts import FORMATS, detect, parse, read_path
+from memvault.text.transcripts.base import SAID
 from memvault.vault.vault import Vault
 from tests.conftest import mem, one_error_line
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared/bench-data/agents/agent-sessions"
 
 
 @pytest.fixture(autouse=True)
@@ -347,35 +350,137 @@ def test_cursor_store_is_what_the_user_saw(tmp_path: Path) -> None:
         ("tool", "[error] exit 2"),
         ("assistant", "Lint fails."),
         ("user", "thanks"), ("user", "thanks")]
-    ids = [m.message_id for m in t.messages]
-    assert len(set(ids)) == len(ids)  # the two assistant "1"s and the repeated blob
+    # Each named by its words and the how-manyth time said: "thanks" twice is two.
+    ids = [(m.role, m.content, m.message_id) for m in t.messages]
+    assert len(set(ids)) == len(ids) and t.messages[-1].message_id == SAID + "2"
     assert {m.created_at for m in t.messages} == {"2026-01-01T00:00:00.000Z"}
     assert t.ignored["system prompt"] == 1
     assert "look at ci" not in str([m.content for m in t.messages])  # reasoning
 
 
-def test_a_cursor_session_in_both_its_store_and_its_transcript_is_stored_once(
-        script_runner: ScriptRunner, tmp_path: Path) -> None:
-    cursor = tmp_path / "home" / ".cursor"
-    store = cursor_store(cursor / "chats" / "abc123" / AGENT_ID / "store.db")
+# The agent transcript of CURSOR_MESSAGES' session as Cursor's CLI writes it (one line a
+# message, tool_use blocks, a turn's end, no ids, no times), and a last answer the store
+# has not written yet; the store alone holds the tool's result.
+CURSOR_LINES: list[dict[str, Any]] = [
+    {"role": "user", "message": {"content": [{"type": "text", "text":
+        "<user_info>OS: linux</user_info>\n\n<user_query>\nWhy is the build red?\n"
+        "</user_query>"}]}},
+    {"role": "assistant", "message": {"content": [
+        {"type": "text", "text": "Checking CI."},
+        {"type": "tool_use", "name": "Shell", "input": {"command": "make ci"}}]}},
+    {"role": "assistant", "message": {"content": [{"type": "text", "text": "Lint fails."}]}},
+    {"role": "user", "message": {"content": [{"type": "text", "text":
+        "<user_query>\nthanks\n</user_query>"}]}},
+    {"type": "turn_ended", "status": "success"},
+    {"role": "user", "message": {"content": [{"type": "text", "text":
+        "<user_query>\nthanks\n</user_query>"}]}},
+    {"role": "assistant", "message": {"content": [{"type": "text",
+                                                   "text": "You are welcome."}]}},
+]
+# Every message either source holds, once: the store's six and the transcript's last.
+CURSOR_UNION = sorted([
+    ("user", "Why is the build red?"), ("assistant", "Checking CI.\n[tool Shell] make ci"),
+    ("tool", "[error] exit 2"), ("assistant", "Lint fails."), ("user", "thanks"),
+    ("user", "thanks"), ("assistant", "You are welcome.")])
+
+
+def jsonl(lines: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def cursor_session(home: Path, lines: list[dict[str, Any]],
+                   messages: list[dict[str, Any]] | None = None) -> tuple[Path, Path]:
+    """A session in both Cursor's chat store and its agent transcript, under `home`."""
+    cursor = home / ".cursor"
+    store = cursor_store(cursor / "chats" / "abc123" / AGENT_ID / "store.db", messages)
     transcript = cursor / "projects" / "p" / "agent-transcripts" / AGENT_ID / f"{AGENT_ID}.jsonl"
     transcript.parent.mkdir(parents=True)
-    transcript.write_text("".join(json.dumps(line) + "\n" for line in [
-        {"role": "user", "message": {"content": [{"type": "text", "text":
-                                                  "<user_query>Why is the build red?"
-                                                  "</user_query>"}]}},
-        {"role": "assistant", "message": {"content": [{"type": "text",
-                                                       "text": "Lint fails."}]}}]))
-    doc = mem_json(script_runner, "ingest", "--scan")
-    assert doc["files_scanned"] == 2 and doc["messages_added"] == 2 and not doc["errors"]
-    stored = mem_json(script_runner, "list", "--type", "message", "--limit", "100")
-    assert [r["content"] for r in stored["records"]].count("Lint fails.") == 1
-    # The store on its own says why it adds nothing; without the transcript it is read.
-    alone = mem_json(script_runner, "ingest", str(store))
-    assert alone["session_id"] == AGENT_ID and alone["messages_added"] == 0
-    transcript.unlink()
-    t = read_path(store)
-    assert t is not None and len(t.messages) == 6
+    transcript.write_text(jsonl(lines))
+    return store, transcript
+
+
+def held_once(script_runner: ScriptRunner) -> list[tuple[str, str]]:
+    """Every message the user holds, in the one session both sources name."""
+    every = mem_json(script_runner, "list", "--type", "message", "--limit", "1000")
+    assert {r["session_id"] for r in every["records"]} == {AGENT_ID}
+    return sorted((r["role"], r["content"]) for r in every["records"])
+
+
+@pytest.mark.parametrize("order", [
+    ("store", "transcript", "store", "transcript"),
+    ("transcript", "store", "transcript", "store"),
+    ("scan-projects", "store", "transcript"),
+    ("store", "scan-projects", "scan"),
+    ("scan", "store", "transcript"),
+])
+def test_a_cursor_session_in_its_store_and_its_transcript_is_stored_once_in_any_order(
+        script_runner: ScriptRunner, tmp_path: Path, order: tuple[str, ...]) -> None:
+    # Before, the store deferred to its transcript only when the transcript was there as
+    # it was read: a store read first (or a transcript scanned under its path's name)
+    # left every message twice, once under the store's ids and once under the lines'.
+    store, transcript = cursor_session(tmp_path / "home", CURSOR_LINES)
+    for step in order:
+        args = {"store": [str(store)], "transcript": [str(transcript)],
+                "scan": ["--scan"],
+                "scan-projects": ["--scan", str(tmp_path / "home" / ".cursor" / "projects")]}
+        mem_json(script_runner, "ingest", *args[step])
+        got = held_once(script_runner)
+        assert len(got) == len(set(got)) + 1  # "thanks" twice, all else once
+    assert got == CURSOR_UNION
+    again = mem_json(script_runner, "ingest", str(store))
+    assert again["messages_added"] == 0 and again["session_id"] == AGENT_ID
+
+
+def test_a_grown_cursor_transcript_adds_what_was_said_again(
+        script_runner: ScriptRunner, tmp_path: Path) -> None:
+    store, transcript = cursor_session(tmp_path / "home", CURSOR_LINES)
+    aside = transcript.rename(tmp_path / "not yet")  # the store is there first
+    mem_json(script_runner, "ingest", str(store))
+    aside.rename(transcript)
+    mem_json(script_runner, "ingest", str(transcript))
+    with transcript.open("a") as fh:  # the user thanks a third time, then the store too
+        fh.write(jsonl(CURSOR_LINES[3:4]))
+    doc = mem_json(script_runner, "ingest", str(transcript))
+    assert doc["messages_added"] == 1
+    assert mem_json(script_runner, "ingest", str(transcript))["messages_added"] == 0
+    with closing(sqlite3.connect(store)) as db:
+        write_conversation(db, AGENT_ID, [*CURSOR_MESSAGES, CURSOR_MESSAGES[-1]])
+        db.commit()
+    assert mem_json(script_runner, "ingest", str(store))["messages_added"] == 0
+    assert held_once(script_runner).count(("user", "thanks")) == 3
+
+
+def _as_store(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A transcript's turns as the chat store keeps them: `{role, content}` blobs, a
+    tool call as `tool-call` (toolName, args), and a result after each call."""
+    out: list[dict[str, Any]] = []
+    for line in lines:
+        if "role" not in line:
+            continue
+        blocks = [{"type": "tool-call", "toolCallId": f"t{len(out)}", "toolName": b["name"],
+                   "args": b["input"]} if b["type"] == "tool_use" else b
+                  for b in line["message"]["content"]]
+        out.append({"role": line["role"], "content": blocks})
+        out += [{"role": "tool", "content": [{"type": "tool-result", "toolCallId": b["toolCallId"],
+                                              "result": "a.txt b.txt"}]}
+                for b in blocks if b["type"] == "tool-call"]
+    return out
+
+
+@pytest.mark.skipif(not SAMPLES.is_dir(), reason=f"no samples in {SAMPLES}")
+@pytest.mark.parametrize("first", ["store", "transcript"])
+def test_the_public_cursor_sample_and_its_store_are_one_session(
+        script_runner: ScriptRunner, tmp_path: Path, first: str) -> None:
+    lines = [json.loads(x) for x in (SAMPLES / "cursor" / "small.jsonl").read_text().splitlines()
+             if x.strip()]
+    store, transcript = cursor_session(tmp_path / "home", lines, _as_store(lines))
+    paths = {"store": store, "transcript": transcript}
+    for step in (first, *(p for p in paths if p != first), first):
+        mem_json(script_runner, "ingest", str(paths[step]))
+    assert held_once(script_runner) == sorted([
+        ("user", "List the files."), ("assistant", "Here are the files."),
+        ("user", "Run ls."), ("assistant", "Running ls.\n[tool Bash] ls"),
+        ("tool", "a.txt b.txt")])
 
 
 # --- every store: through mem ingest, read-only, its log, damage ---------------------------

@@ -437,7 +437,7 @@ def _text_on(vault: Vault, path: Path, fh: IO[bytes], fmt: str, start: int, end:
     """The lines from `start` (line `line` + 1) to `end` of a file read whole by its
     format's reader, after the file's first line; the result and where to start next.
     None: these lines cannot be read on from (a linked format rewound: read whole)."""
-    from memvault.text.transcripts.resume import goes_on, leaf, prelude
+    from memvault.text.transcripts.resume import REREAD, goes_on, leaf, prelude
 
     if end - start > MAX_TRANSCRIPT:
         return None  # read whole, it is refused as too large: the caller says so
@@ -461,6 +461,8 @@ def _text_on(vault: Vault, path: Path, fh: IO[bytes], fmt: str, start: int, end:
         pin, held_leaf = start + offsets[last[0] - 1], last[1]
     elif before is not None and before.get("leaf"):
         pin, held_leaf = start, before["leaf"]
+    elif fmt in REREAD:  # its ids count what was said before: grown, it is read whole
+        pin, held_leaf = 0, None
     else:
         pin, held_leaf = end, None
     return ingested, {"pin": pin, "line": line + data.count(b"\n", 0, pin - start),
@@ -1297,6 +1299,7 @@ def with_ids(vault: Vault, messages: list[NewMessage]) -> list[NewMessage]:
     let whoever holds the key test a guess at it (a PIN is ten thousand guesses)."""
     from memvault.ops.admission import private_tags
     from memvault.text.private import hide
+    from memvault.text.transcripts.base import SAID
 
     settings = vault.settings
     tags = private_tags(settings.redaction.get("private_tags"), str(settings.config_path))
@@ -1306,6 +1309,12 @@ def with_ids(vault: Vault, messages: list[NewMessage]) -> list[NewMessage]:
         if not m.message_id:
             changes["message_id"] = vault.message_digest(m.role, m.created_at,
                                                          hide(m.content, tags).text)
+        elif SAID in m.message_id:
+            # Named by its words (the how-manyth time said): without its time, which
+            # two sources of one conversation need not agree on.
+            head, _, nth = m.message_id.partition(SAID)
+            digest = vault.message_digest(m.role, None, hide(m.content, tags).text)
+            changes["message_id"] = head + digest + (f"#{nth}" if nth != "1" else "")
         if m.created_at:
             with suppress(UsageError):  # not a time: the plan says so
                 changes["created_at"] = normalise_time(m.created_at)
@@ -1456,7 +1465,12 @@ def _store_mark(path: Path) -> list[int]:
 
 
 def _fallback(path: Path, root: Path) -> str:
-    """A file's session name when it names none: its path under the scanned folder."""
+    """A file's session name when it names none: its path under the scanned folder
+    (a Cursor transcript's: its agent id, as its chat store and a hook name it)."""
+    from memvault.text.transcripts.cursor import session_of
+
+    if (agent := session_of(path)) is not None:
+        return agent
     relative = path.relative_to(root) if path != root else Path(root.name)
     if path.suffix == ZSTD_SUFFIX:
         relative = relative.with_suffix("")

@@ -16,7 +16,9 @@ torn (no newline yet, not valid JSON): it is ignored as "torn last line", and re
 it is whole. Message ids come from the file itself (uuids, API message ids, record ids,
 line numbers of append-only files), never from what was read so far: parsing a prefix
 of a file and then the whole file gives the same message the same id (its content may
-have grown, when later lines of one API message were merged in).
+have grown, when later lines of one API message were merged in). The exception is a
+conversation kept in two sources (Cursor's transcript and chat store): its messages are
+named by their words and how many times said before (base.SAID), so each is read whole.
 
 The generic `jsonl` format is read strictly, since a person or a script wrote it: one
 bad line refuses the whole file, naming the line.

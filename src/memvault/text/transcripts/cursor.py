@@ -2,9 +2,9 @@
 ~/.cursor/projects/<project>/agent-transcripts/<id>/<id>.jsonl, a subagent's beside them
 in <id>/subagents/<sub>.jsonl (stored with the parent's session, each message under
 channel "subagent:<sub>"). One message per line, `{role, message: {content: [blocks]}}`
-(text and tool_use blocks; no ids and no times: a message's id is its line, the file
-being written in order); `{type: ...}` lines (a turn's end) are the CLI's. The user's
-words are marked <user_query> among what the editor adds (open files, rules, reminders).
+(text and tool_use blocks; no ids and no times); `{type: ...}` lines (a turn's end) are
+the CLI's. The user's words are marked <user_query> among what the editor adds (open
+files, rules, reminders).
 
 Its chat store: ~/.cursor/chats/<workspace hash>/<agent id>/store.db, one SQLite file per
 session: `meta` (key "0": hex-encoded JSON, the agentId, latestRootBlobId, name, createdAt
@@ -12,9 +12,13 @@ in milliseconds) and `blobs` (id: the SHA-256 of `data`). A message is a JSON bl
 (`{role: user|assistant|tool|system, content}`: the user's text, the assistant's text,
 reasoning and tool-call blocks, a tool's tool-result blocks); the root blob lists the
 conversation's blobs in order (protobuf field 1, 32 bytes each; a list may be nested).
-A session is stored once: the agent id names both its store and its transcript
-(agent-transcripts/<id>/<id>.jsonl), and where the transcript is there the store defers
-to it. The store keeps no time per message: each gets the session's start.
+A session is stored once, whichever of its store and its transcript is read first, and
+again after the other: the agent id names both (agent-transcripts/<id>/<id>.jsonl, and
+the store's agentId), so both are the session <id> (session_of); and a message is named
+by what it says, the how-manyth time its role says it (base.SAID), in either source, so a
+message the other source stored is held already and one only this source holds (a tool's
+result in the store, a turn the store has not written yet) is added. The store keeps no
+time per message: each gets the session's start.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 from memvault.errors import DataError
 from memvault.text.transcripts.base import (
+    SAID,
     TOOL_OUTPUT_CHARS,
     Format,
     Transcript,
@@ -36,6 +41,7 @@ from memvault.text.transcripts.base import (
     _epoch,
     _finish,
     _json,
+    _named_by_words,
     _objects,
     _squash,
     _str,
@@ -66,25 +72,35 @@ def places(home: Path, env: Mapping[str, str]) -> list[Path]:
             home_place(home, env, None, ".cursor", "chats")]
 
 
+def session_of(path: Path) -> str | None:
+    """The session a transcript at <p>/agent-transcripts/<id>/<id>.jsonl is: <id>, the
+    agent id its chat store names too (a scan names other files by their path)."""
+    agent = path.stem
+    if (path.suffix == ".jsonl" and path.parent.name == agent
+            and path.parent.parent.name == "agent-transcripts" and _clean_id(agent)):
+        return agent
+    return None
+
+
 def parse(text: str) -> Transcript:
     ignored: Counter[str] = Counter()
     drafts: list[_Draft] = []
-    for number, line in _objects(text, ignored):
+    for _, line in _objects(text, ignored):
         role, message = line.get("role"), line.get("message")
         if role not in ("user", "assistant") or not isinstance(message, dict):
             ignored["event" if "type" in line else "unknown type"] += 1
             continue
-        mid = _str(line.get("id")) or f"line-{number}"
         stamp = _time(line.get("timestamp") or message.get("timestamp"))
         units, why = _units(role, message.get("content"))
         start = len(drafts)
-        for nth, (who, content) in enumerate(units, 1):
-            draft = _Draft(who, mid if nth == 1 else f"{mid}#{nth}", stamp)
+        for who, content in units:
+            draft = _Draft(who, SAID, stamp)
             if draft.add("", content):
                 drafts.append(draft)
         if len(drafts) == start:
             ignored[why] += 1
-    return Transcript("cursor", None, _finish(drafts), [], dict(ignored))
+    # Named by their words, as the chat store names the same messages.
+    return Transcript("cursor", None, _named_by_words(_finish(drafts)), [], dict(ignored))
 
 
 # --- the chat store (store.db) ------------------------------------------------------------
@@ -94,40 +110,24 @@ def sniff_path(path: Path) -> bool:
 
 
 def read(path: Path) -> Transcript:
-    """One session of Cursor's chat store, in the order its root blob lists; nothing
-    when the agent's transcript of the same session is there (it is read instead)."""
+    """One session of Cursor's chat store, in the order its root blob lists; its
+    messages named by their words, as the agent's transcript of the session names them."""
     meta, blobs = read_store(path, "Cursor chat", partial(_store_rows, path))
     agent = _str(meta.get("agentId")) or path.parent.name
     session = agent if _clean_id(agent) else None
-    if session is not None and _transcript_of(path, session) is not None:
-        return Transcript("cursor", session, [], [], {"in its transcript": 1})
     ignored: Counter[str] = Counter()
     stamp = _epoch(meta.get("createdAt"))
     drafts: list[_Draft] = []
-    seen: Counter[str] = Counter()
-    for blob_id, doc in _conversation(blobs, _str(meta.get("latestRootBlobId")), ignored):
-        seen[blob_id] += 1  # blobs are addressed by content: a message said twice is one
-        mid = blob_id if seen[blob_id] == 1 else f"{blob_id}#{seen[blob_id]}"
-        for nth, (who, content) in enumerate(_store_units(doc, ignored), 1):
-            draft = _Draft(who, mid if nth == 1 else f"{mid}.{nth}", stamp)
+    for _, doc in _conversation(blobs, _str(meta.get("latestRootBlobId")), ignored):
+        for who, content in _store_units(doc, ignored):
+            draft = _Draft(who, SAID, stamp)
             if draft.add("", content):
                 drafts.append(draft)
-    return Transcript("cursor", session, _finish(drafts), [], dict(ignored))
+    return Transcript("cursor", session, _named_by_words(_finish(drafts)), [], dict(ignored))
 
 
 def _clean_id(agent: str) -> bool:
     return _AGENT_ID.fullmatch(agent) is not None
-
-
-def _transcript_of(path: Path, agent: str) -> Path | None:
-    """The agent transcript of the session whose store is at
-    <cursor>/chats/<hash>/<agent>/store.db: <cursor>/projects/*/agent-transcripts/<agent>/."""
-    parents = path.resolve().parents
-    if len(parents) < 4 or parents[2].name != "chats":
-        return None
-    projects = parents[3] / "projects"
-    return next((p for p in projects.glob(f"*/agent-transcripts/{agent}/{agent}.jsonl")
-                 if p.is_file()), None)
 
 
 def _store_rows(path: Path, db: Any) -> tuple[dict[str, Any], dict[str, bytes]]:

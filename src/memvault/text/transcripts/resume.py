@@ -39,6 +39,9 @@ _TREES = {
 }
 # Line formats read on from where the last ingest stopped (Codex's by its stream reader).
 LINE_FORMATS = ("codex", "copilot", "cursor", *_TREES)
+# Formats whose messages are named by their words and how many times said before
+# (base.SAID): a grown file is read from its start (an unchanged one is not read again).
+REREAD = frozenset({"cursor"})
 
 
 def prelude(first: str, lines: int) -> str:

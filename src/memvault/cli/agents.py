@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 # The transcript formats (memvault.text.transcripts.FORMATS, which tests hold this to),
 # named here so that the command's help does not import the readers.
 FORMATS = ("auto", "claude-code", "codex", "gemini", "opencode", "cursor", "copilot", "qwen",
-           "aider", "cline", "pi", "droid", "goose", "crush", "jsonl")
+           "aider", "cline", "pi", "droid", "goose", "crush", "amp", "jsonl")
 # The agents that run hooks: `mem hooks install` and `mem hook` know each.
 AGENTS = ("claude-code", "codex", "gemini", "opencode", "cursor", "qwen")
 SCOPES = ("user", "project")
@@ -53,7 +53,7 @@ def ingest(
         "with --scan, the folder to scan.", show_default=False)] = None,
     format_: Annotated[str, typer.Option(
         "--format", "-f", help="auto, claude-code, codex, gemini, opencode, cursor, copilot, "
-        "qwen, aider, cline, pi, droid, goose, crush or jsonl.",
+        "qwen, aider, cline, pi, droid, goose, crush, amp or jsonl.",
         autocompletion=complete_format)] = "auto",
     session: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Session id (default: from the transcript, else its file name).",

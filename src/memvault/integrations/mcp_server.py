@@ -48,7 +48,7 @@ MemoryId = Annotated[str, Field(pattern=r"^[0-9a-fA-F-]{8,64}$", max_length=64,
 Tag = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^\S+$")]
 # The agents a session can come from (model.records.AGENTS), for the search filter.
 Agent = Literal["claude-code", "codex", "gemini", "opencode", "cursor", "copilot", "qwen",
-                "aider", "cline", "pi", "droid", "goose", "crush"]
+                "aider", "cline", "pi", "droid", "goose", "crush", "amp"]
 INSTRUCTIONS = (
     "mem is the user's private, encrypted memory. Store what should outlive this session: "
     "preferences, corrections, standing instructions and important facts about the user or "

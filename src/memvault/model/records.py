@@ -19,7 +19,7 @@ ROLES = ("user", "assistant", "system", "tool", "summary")
 # The agents a session's messages can come from: the transcript formats' names (all but
 # generic JSON lines, which anything writes). A record's `agent` is one of these or None.
 AGENTS = ("claude-code", "codex", "gemini", "opencode", "cursor", "copilot", "qwen",
-          "aider", "cline", "pi", "droid", "goose", "crush")
+          "aider", "cline", "pi", "droid", "goose", "crush", "amp")
 
 # Where each type is stored, and its category.
 CLAUDE_MD = "CLAUDE.md"

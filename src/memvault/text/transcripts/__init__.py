@@ -30,7 +30,7 @@ of the format asked for (a Codex rollout read as Claude Code's) is: DataError.
 
 
 Each agent is read by its own module (claude_code, codex, gemini, opencode, cursor, copilot,
-qwen, aider, cline, pi, droid, goose, crush; generic for jsonl), each with its FORMAT: a
+qwen, aider, cline, pi, droid, goose, crush, amp; generic for jsonl), each with its FORMAT: a
 name, a cheap sniff, a reader and the places its sessions live. REGISTRY lists them in
 probe order. stores.py is how every agent's SQLite store is read.
 """
@@ -47,6 +47,7 @@ from memvault.errors import DataError, NotTranscript, UsageError
 from memvault.model.records import NewMessage
 from memvault.text.transcripts import (
     aider,
+    amp,
     claude_code,
     cline,
     codex,
@@ -93,7 +94,7 @@ __all__ = ["BY_NAME", "FORMATS", "MAX_LINE", "REGISTRY", "STREAM_BATCH", "TOOL_C
 REGISTRY: tuple[Format, ...] = (
     codex.FORMAT, qwen.FORMAT, claude_code.FORMAT, gemini.FORMAT, copilot.FORMAT,
     pi.FORMAT, droid.FORMAT, cursor.FORMAT, opencode.FORMAT, goose.FORMAT, crush.FORMAT,
-    cline.FORMAT, aider.FORMAT, generic.FORMAT)
+    amp.FORMAT, cline.FORMAT, aider.FORMAT, generic.FORMAT)
 BY_NAME = {fmt.name: fmt for fmt in REGISTRY}
 FORMATS = tuple(BY_NAME)
 # Reading a stream: the longest line read whole (a longer one, a tool's output of tens of

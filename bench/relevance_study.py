@@ -47,6 +47,11 @@ class Case:
     unseen: int = 0  # how many of the question's stems no record of the memory holds
     exact: dict[str, float] = field(default_factory=dict)  # message id -> cosine, every candidate
     base: tuple[float, float] | None = None  # the query's cosine with the store's sample
+    text: str = ""  # the question
+    stems: list[str] = field(default_factory=list)  # as searched, in order
+    df: dict[str, int] = field(default_factory=dict)  # stem -> records holding it
+    docs: int = 0  # records in the memory
+    held: dict[str, int] = field(default_factory=dict)  # message id -> stems held (bits)
 
 
 def coverage(index: Any, stems: list[str], hits: list[Any]) -> dict[str, float]:
@@ -77,7 +82,8 @@ def coverage(index: Any, stems: list[str], hits: list[Any]) -> dict[str, float]:
 
 def _legs(vault: object, text: str, filters: object, now: datetime) -> tuple[
         list[tuple[str, float]], float, list[tuple[str, float]], dict[str, float],
-        dict[str, float], int, dict[str, float], tuple[float, float] | None]:
+        dict[str, float], int, dict[str, float], tuple[float, float] | None, str,
+        list[str], dict[str, int], int, dict[str, int]]:
     from memvault.ops import recall
 
     v: object = vault
@@ -107,18 +113,23 @@ def _legs(vault: object, text: str, filters: object, now: datetime) -> tuple[
     every = list(dict.fromkeys([h.memory_id for h in lexical] + [h.memory_id for h in near]))
     exact = {h.memory_id: h.score for h in store.search(vector, len(every), allowed=every)}
     base = store.baseline(vector)
+    df, docs = index.doc_freqs(stems)
+    held = index.holding(stems, every)
     return ([(mid.get(h.memory_id, h.memory_id), h.score) for h in lexical], ideal,
             [(mid.get(h.memory_id, h.memory_id), h.score) for h in near],
             {mid.get(m, m): s for m, s in scored.items()},
             {mid.get(m, m): s for m, s in cover.items()}, unseen,
-            {mid.get(m, m): s for m, s in exact.items()}, base)
+            {mid.get(m, m): s for m, s in exact.items()}, base, text, stems, df, docs,
+            {mid.get(m, m): b for m, b in held.items()})
 
 
 def case(dataset: str, kind: str, half: int, legs: tuple[object, ...], gold: set[str],
          gold_sessions: set[int] | None = None) -> Case:
-    lexical, ideal, semantic, words, cover, unseen, exact, base = legs
+    lexical, ideal, semantic, words, cover, unseen, exact, base, text, stems, df, docs, \
+        held = legs
     return Case(dataset, kind, half, lexical, ideal, semantic, words,  # type: ignore[arg-type]
-                gold, gold_sessions or set(), cover, unseen, exact, base)  # type: ignore[arg-type]
+                gold, gold_sessions or set(), cover, unseen, exact, base,  # type: ignore[arg-type]
+                text, stems, df, docs, held)  # type: ignore[arg-type]
 
 
 def collect() -> tuple[list[Case], list[Case]]:
@@ -326,6 +337,171 @@ def coverage_near(c: Case, fc: float, near: float, unseen_only: bool = False,
     return out
 
 
+# --- what of the question is evidence: its frame, and a topic the memory lacks -----------
+
+FRAME_CORE = frozenset("""
+prefer prefers preferred preferring like likes liked love loves loved enjoy enjoys enjoyed
+want wants wanted wish use uses used using think thinks thought feel feels felt say says
+said go goes going went gone make makes made making get gets got getting take takes took
+favourite favourites favorite favorites often usually typically generally normally tend
+tends
+""".split())
+# And the verbs of saying ("when did Gina mention …", "what did Ana tell …").
+FRAME_SAY = FRAME_CORE | frozenset("""
+mention mentions mentioned mentioning tell tells told telling talk talks talked talking
+discuss discusses discussed discussing
+""".split())
+# And the verbs of allegiance ("which team does … support").
+FRAME_ALL = FRAME_SAY | frozenset("""
+support supports supported supporting favour favours favoured favor favors favored
+""".split())
+FRAME_WIDE = FRAME_CORE | frozenset("""
+kind many much recently mention mentioned describe share shared remind previous currently
+""".split())
+_ANALYZER: list[Any] = []
+
+
+@dataclass
+class Asked:
+    topic: int  # bits of c.stems that count toward a match
+    absent: int  # bits of topic stems no record holds
+    blocked: int  # bits of stems in a run of content words with an absent one
+    weight: dict[int, float]  # bit -> idf
+
+
+def asked(c: Case, frame: frozenset[str], verbs: bool = False) -> Asked:
+    """`verbs`: a word in its -ed form (its stem drops the ending: a past tense or
+    participle) is no part of a compound: it ends a run."""
+    import math
+    import re
+
+    from memvault.index.keyed import ROLE_WORDS, STOPWORDS, Analyzer
+
+    if not _ANALYZER:
+        _ANALYZER.append(Analyzer(bytes(32)))
+    an = _ANALYZER[0]
+    bit = {s: 1 << i for i, s in enumerate(c.stems[:24])}
+    content = frame_bits = 0
+    runs: list[list[str]] = []
+    for segment in re.split(r"[,.;:?!()\"]", c.text):
+        run: list[str] = []
+        for word in an.words(segment):
+            stems = an.tokens(word)
+            kind = "stop" if word in STOPWORDS or word in ROLE_WORDS else \
+                "frame" if word in frame else "content"
+            for st in stems:
+                if kind == "content":
+                    content |= bit.get(st, 0)
+                elif kind == "frame":
+                    frame_bits |= bit.get(st, 0)
+            if kind == "content" and verbs and word.endswith("ed") and stems \
+                    and stems[0] != word:
+                if run:
+                    runs.append(run)
+                runs.append(stems)
+                run = []
+            elif kind == "content":
+                run += stems
+            elif run:
+                runs.append(run)
+                run = []
+        if run:
+            runs.append(run)
+    every = sum(bit.values())
+    topic = content if content else every
+    absent = sum(b for s, b in bit.items() if b & topic and not c.df.get(s, 0))
+    blocked = 0
+    for run in runs:
+        bits = sum(bit.get(s, 0) for s in set(run))
+        if bits & absent:
+            blocked |= bits
+    n = max(c.docs, 1)
+    weight = {b: math.log(1 + (n - min(n, c.df.get(s, 0)) + 0.5) / (min(n, c.df.get(s, 0))
+                                                                    + 0.5))
+              for s, b in bit.items()}
+    return Asked(topic, absent, blocked, weight)
+
+
+def share(a: Asked, held: int, of: int) -> float:
+    total = sum(w for b, w in a.weight.items() if b & of)
+    return sum(w for b, w in a.weight.items() if b & of & held) / total if total else 0.0
+
+
+def framed(c: Case, frame: frozenset[str] = FRAME_CORE, absent: str = "", t: float = 0.0,
+           vouch: float = 9.0, lexical_only: bool = False, verbs: bool = False) -> Ranked:
+    """The product's order and floor, and a record matches by words only when it holds
+    a topic word of the question (not its frame); when a topic word is held by no
+    record, `absent` asks more: "share" (the topic's idf share held ≥ t), "count" (more
+    than half the topic words), "run" (a topic word outside the runs of content words
+    holding the absent one). `vouch`: a lifted cosine that stands for the words."""
+    words = {**c.words, **dict(c.lexical)}
+    order = [m for m, _ in c.lexical] if lexical_only else weak_words(c, 0.85, 0.7)
+    a = asked(c, frame, verbs)
+    sem = dict(c.semantic)
+    out = []
+    for m in order:
+        rw = words.get(m, 0.0) / c.ideal if c.ideal > 0 else 0.0
+        held = c.held.get(m, 0)
+        ok = rw >= 0.15 and bool(held & a.topic)
+        if ok and a.absent and absent:
+            if absent == "share":
+                ok = share(a, held, a.topic) >= t
+            elif absent == "count":
+                ok = 2 * bin(held & a.topic).count("1") > bin(a.topic).count("1")
+            elif absent == "run":
+                ok = bool(held & a.topic & ~a.blocked)
+            elif absent == "runshare":
+                ok = bool(held & a.topic & ~a.blocked) and share(a, held, a.topic) >= t
+            if not ok and not lexical_only and m in sem and lifted(c, m) >= vouch:
+                ok = True
+        out.append((m, 0.0, ok or (not lexical_only and lifted(c, m) >= 0.42)))
+    return out
+
+
+def frame_study(true: list[Case], null: list[Case], detail: bool) -> None:
+    """Variant (a), the frame, and (b), a topic word the memory lacks, over the product."""
+    lex = report("lexical (the bar for every category)", true, null,
+                 lambda c: [m for m, _ in c.lexical], detail)
+    rows: list[tuple[str, object]] = [
+        ("the product (≥ 0.15 or lifted ≥ 0.42)", lambda c: coverage_near(c, 0.0, 99.0)),
+        ("lexical product (≥ 0.15)", lambda c: [(m, 0.0, s / c.ideal >= 0.15)
+                                               for m, s in c.lexical]),
+        ("(a) frame core", lambda c: framed(c)),
+        ("(a) frame core, lexical", lambda c: framed(c, lexical_only=True)),
+        ("(a) frame wide", lambda c: framed(c, FRAME_WIDE)),
+    ]
+    rows.append(("(a) frame core and saying", lambda c: framed(c, FRAME_SAY)))
+    rows.append(("(a) frame, saying, allegiance", lambda c: framed(c, FRAME_ALL)))
+    for name, f, v in (("(a+b) all, run, -ed ends a run", FRAME_ALL, True),
+                       ("(a+b) all, run", FRAME_ALL, False)):
+        rows.append((name, lambda c, f=f, v=v: framed(c, f, "run", verbs=v)))
+        rows.append((name + ", lexical",
+                     lambda c, f=f, v=v: framed(c, f, "run", lexical_only=True, verbs=v)))
+        for lift in (0.3, 0.35, 0.4):
+            rows.append((name + f" or lifted ≥ {lift}",
+                         lambda c, f=f, v=v, lift=lift: framed(c, f, "run", 0.0, lift,
+                                                               verbs=v)))
+    for frame, fname in ((FRAME_CORE, "core"), (FRAME_SAY, "saying")):
+        rows.append((f"(a+b) {fname}, count > half", lambda c, f=frame: framed(c, f, "count")))
+        rows.append((f"(a+b) {fname}, count > half, lexical",
+                     lambda c, f=frame: framed(c, f, "count", lexical_only=True)))
+        rows.append((f"(a+b) {fname}, run", lambda c, f=frame: framed(c, f, "run")))
+        rows.append((f"(a+b) {fname}, run, lexical",
+                     lambda c, f=frame: framed(c, f, "run", lexical_only=True)))
+        for t in (0.3, 0.4, 0.5, 0.6):
+            rows.append((f"(a+b) {fname}, share ≥ {t}",
+                         lambda c, f=frame, t=t: framed(c, f, "share", t)))
+            rows.append((f"(a+b) {fname}, run and share ≥ {t}",
+                         lambda c, f=frame, t=t: framed(c, f, "runshare", t)))
+        for v in (0.25, 0.3, 0.35):
+            rows.append((f"(a+b) {fname}, share ≥ 0.5 or lifted ≥ {v}",
+                         lambda c, f=frame, v=v: framed(c, f, "share", 0.5, v)))
+            rows.append((f"(a+b) {fname}, run or lifted ≥ {v}",
+                         lambda c, f=frame, v=v: framed(c, f, "run", 0.0, v)))
+    for name, rank in rows:
+        report(name, true, null, rank, detail, lex)
+
+
 def recall_at(ranked: list[str], gold: set[str]) -> float:
     return 100 * len(gold & set(ranked[:K])) / len(gold) if gold else 0.0
 
@@ -383,6 +559,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--refresh", action="store_true")
     parser.add_argument("--detail", action="store_true")
+    parser.add_argument("--frame", action="store_true",
+                        help="only the frame and absent-topic rules")
     args = parser.parse_args(argv or [])
     cache = RESULTS / "relevance_cache.pickle"
     if args.refresh or not cache.exists():
@@ -391,6 +569,9 @@ def main(argv: list[str] | None = None) -> None:
             os.environ.pop(var, None)
         cache.write_bytes(pickle.dumps(collect()))
     true, null = pickle.loads(cache.read_bytes())
+    if args.frame:
+        frame_study(true, null, args.detail)
+        return
 
     print("Unrelated pairs (a question asked of the other set's memory): best scores")
     quantiles("words: best BM25 / ideal", [c.lexical[0][1] / c.ideal for c in null

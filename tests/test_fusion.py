@@ -13,6 +13,7 @@ from memvault.index.fusion import (
     WEAK_WEIGHT,
     WEAK_WORDS,
     WORDS_FLOOR,
+    asked,
     fuse,
     meaning_floor,
     normalised,
@@ -132,3 +133,87 @@ def test_normalised_scales_to_the_unit_interval() -> None:
     assert normalised({"a": 0.0, "b": 0.0}) == {"a": 0.0, "b": 0.0}
     assert normalised({"a": 3.0}) == {"a": 1.0}
     assert 0.5 < LEXICAL_WEIGHT < 1.0
+
+
+# --- what of a question is evidence: its frame, and a topic the memory lacks ---------------
+
+def _asked(text: str, lacking: tuple[str, ...] = ()) -> tuple[list[str], int, int]:
+    """The question's searched stems (as a search takes them), its topic's and its
+    holdable topic's stems, every stem held by some record but those in `lacking`."""
+    from memvault.index.keyed import ROLE_WORDS, STOPWORDS, Analyzer
+
+    analyzer = Analyzer(bytes(32))
+    stems = analyzer.query_terms(text, ROLE_WORDS)
+    freq = {s: 0 if s in lacking else 7 for s in stems}
+    got = asked(analyzer, text, stems, STOPWORDS | ROLE_WORDS, freq)
+    assert got.lacking == (got.held != got.topic)
+    return stems, got.topic, got.held
+
+
+def _named(stems: list[str], bits: int) -> set[str]:
+    return {s for i, s in enumerate(stems) if bits >> i & 1}
+
+
+@pytest.mark.parametrize("text", [
+    "does the user use terraform", "what does the user prefer for embroidery",
+    "How often does the user go skiing?", "what did the user say about volcanoes",
+    "which football team does the user support", "when did Gina mention the shed",
+    "what is the user's favourite opera", "Which editor did the user prefer?"])
+def test_the_frame_of_a_question_is_no_evidence(text: str) -> None:
+    """Verbs of preference, habit, opinion, allegiance and saying, the light verbs, how
+    often and "favourite" are searched but are not the topic, in any inflection."""
+    stems, topic, held = _asked(text)
+    frame = {"use", "prefer", "often", "go", "say", "support", "mention", "favourit"}
+    assert _named(stems, topic) and not _named(stems, topic) & frame
+    assert held == topic  # every topic word is held somewhere
+
+
+@pytest.mark.parametrize("text", ["what does the user like", "does the user use go",
+                                  "prefer"])
+def test_a_question_of_nothing_but_its_frame_counts_it(text: str) -> None:
+    stems, topic, held = _asked(text)
+    assert held == topic == (1 << len(stems)) - 1
+
+
+@pytest.mark.parametrize(("text", "lacking", "left"), [
+    ("what is the user's blood type", ("blood",), set()),
+    ("what is the user's favourite pizza topping", ("pizza",), set()),
+    ("which haskell build tool does the user prefer", ("haskel",), set()),
+    ("Which Haskell build-tool does the user prefer?", ("haskel",), set()),
+    ("which football team does the user support", ("footbal",), set()),
+    ("does the user use terraform", ("terraform",), set()),
+    # a stopword, a frame word or punctuation ends a run; so does a verb in its -ed form
+    ("which blood type, and which team?", ("blood",), {"team"}),
+    ("which city have Jean and John visited", ("john", "citi"), {"jean", "visit"}),
+    ("does the user keep a sailboat log", ("sailboat",), {"keep"}),
+    ('what about "blood bank" and type', ("blood",), {"type"}),
+])
+def test_a_run_of_topic_words_the_memory_lacks_is_no_evidence(
+        text: str, lacking: tuple[str, ...], left: set[str]) -> None:
+    """A topic word no record holds makes the words next to it one term the memory
+    lacks: "type" of "blood type" does not answer it."""
+    stems, topic, held = _asked(text, lacking)
+    assert set(lacking) <= _named(stems, topic)
+    assert _named(stems, held) == left
+
+
+def test_a_record_holding_only_the_frame_or_a_lacking_run_does_not_match() -> None:
+    """terraform: no record holds it. "use" alone (the frame) is no match, however
+    strongly held; the words still rank what --all lists; meaning alone still matches."""
+    from memvault.index.fusion import Asked
+
+    question = Asked(topic=0b10, held=0b10)  # stems: use, terraform
+    lexical = [("uses", 9.0), ("both", 8.0)]
+    held = {"uses": 0b01, "both": 0b11}
+    ranked = fuse(lexical, [("near", 0.9)], ideal=IDEAL, question=question, held=held)
+    got = {f.memory_id: f.matches for f in ranked}
+    assert got == {"both": True, "near": True, "uses": False}
+    assert [f.memory_id for f in ranked][-1] == "uses"
+    lacking = Asked(topic=0b10, held=0)  # nothing of the topic can be held
+    assert not any(f.matches for f in fuse(lexical, [], ideal=IDEAL, question=lacking,
+                                           held=held))
+    # Without a question (no frame word, nothing lacking), the floor alone decides; and
+    # `--mode words` lists every candidate.
+    assert all(f.matches for f in fuse(lexical, [], ideal=IDEAL))
+    assert all(f.matches for f in fuse(lexical, [], ideal=IDEAL, question=lacking,
+                                       held=held, floor=False))

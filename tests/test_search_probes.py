@@ -170,31 +170,33 @@ def ranks(vault: Vault, ids: dict[str, str], mode: str | None) -> dict[str, int 
 @pytest.mark.parametrize("mode", [None, "lexical"])
 def test_the_planted_memory_is_in_the_first_three(memory: tuple[Vault, dict[str, str]],
                                                   mode: str | None) -> None:
+    """At least 90 % by default (29 of 32). By words alone one fewer (28): "what does
+    the user prefer for indentation" shares only its frame ("prefer") with "Prefers
+    tabs over spaces", and no word of its topic with any record, as "what does the user
+    prefer for embroidery" does; words cannot tell the two apart, and a frame is no
+    match (index/fusion.py; bench/RANKING.md, "What a match is, at last")."""
     vault, ids = memory
     placed = ranks(vault, ids, mode)
     top3 = [q for q, r in placed.items() if r is not None and r <= 3]
     assert len(PLANTED) >= 30
-    assert len(top3) >= 0.9 * len(PLANTED), {q: r for q, r in placed.items()
-                                            if q not in top3}
+    assert len(top3) >= (29 if mode is None else 28), {q: r for q, r in placed.items()
+                                                       if q not in top3}
 
 
 @pytest.mark.parametrize("mode", [None, "lexical", "semantic"])
 def test_what_the_memory_does_not_hold_finds_nothing(memory: tuple[Vault, dict[str, str]],
                                                      mode: str | None) -> None:
-    """Goal: all 20 find nothing. By meaning alone all do; with words, a question that
-    shares a common word with the memory ("go", "type", "team", "prefer") still finds
-    what holds it as strongly as the dev sets' answers hold theirs (bench/RANKING.md,
-    "What a match is" and "What a match is, again": refusing them by how much of the
-    question they hold costs the dev sets' goals, and the built-in model's meaning does
-    not tell them from the planted answers found by as little): at least 12 of the 20
-    find nothing, the others are what remains of the goal. Nothing at all was refused
-    before the floor."""
+    """All 20 find nothing, whatever the mode. A question's frame ("prefer", "use",
+    "go", "support") is no evidence, nor are the words next to a topic word no record
+    holds ("type" of "blood type", "build tool" of "haskell build tool"): index/fusion.py
+    `asked`. Before that rule 12 of the 20 found nothing by words; before the floor,
+    none."""
     vault, _ = memory
     found = {q: [h.content[:60] for h in recall.search(
         vault, q, Filters(limit=10), audit=False, mode=mode).results] for q in ABSENT}
     assert len(ABSENT) >= 20
     empty = [q for q, hits in found.items() if not hits]
-    assert len(empty) >= (20 if mode == "semantic" else 12), \
+    assert len(empty) == len(ABSENT), \
         {q: hits[:2] for q, hits in found.items() if hits}
     # A question none of whose words the memory holds, whatever the mode.
     assert not found["zebra unicorn"]
@@ -206,12 +208,29 @@ def test_role_words_are_not_evidence(memory: tuple[Vault, dict[str, str]]) -> No
     ranks above it."""
     vault, ids = memory
     for mode in ("lexical", None):
-        found = recall.search(vault, "what does the user prefer for indentation",
+        found = recall.search(vault, "which merge strategy does the user like",
                               Filters(limit=10), audit=False, mode=mode)
         got = [h.memory_id for h in found.results]
-        planted = ids["Prefers tabs over spaces"]
+        planted = ids["Prefers squash merges"]
         assert planted in got[:3], (mode, [h.content[:40] for h in found.results])
         assert all(h.type != "message" for h in found.results[:got.index(planted)]), mode
+
+
+def test_the_frame_of_a_question_is_no_evidence(memory: tuple[Vault, dict[str, str]]
+                                                ) -> None:
+    """"prefer" frames the question: of the stored preferences, the one about spelling
+    matches, not every "Prefers …"; a question whose topic no record holds matches
+    nothing, and --all still lists what its frame finds, marked weak."""
+    vault, ids = memory
+    for mode in ("lexical", None):
+        found = recall.search(vault, "what spelling does the user prefer",
+                              Filters(limit=10), audit=False, mode=mode)
+        prefers = [h.content for h in found.results if h.content.startswith("Prefers")]
+        assert prefers == ["Prefers British English spelling in documentation"], mode
+        lacking = recall.search(vault, "what does the user prefer for indentation",
+                                Filters(limit=10), audit=False, mode=mode, weak=True)
+        assert lacking.results and all(h.weak for h in lacking.results), mode
+        assert ids["Prefers tabs over spaces"] in [h.memory_id for h in lacking.results]
 
 
 def test_a_stored_memory_outranks_the_turns_that_match_as_well(

@@ -25,12 +25,24 @@ scale (`meaning_floor`): MEANING_LIFT of the way from the query's baseline (its 
 cosine with the memory's text, index/vectors.py `baseline`) to 1, so that a model whose
 cosines all sit high (many hosted models put unrelated text at 0.7) is floored where the
 built-in model is, relative to what is unrelated for it.
+
+What of a question is evidence (`asked`, bench/RANKING.md "What a match is, at last"): the
+words that frame a question about a person (FRAME_WORDS: "what does … prefer", "how often
+does … go") are searched and rank, but a record holding only them (and role words) does
+not match by words; and a topic word no record holds makes the run of topic words it
+stands in one term the memory lacks ("blood type", "haskell build tool"): a record that
+holds only words of such runs does not match by words (by meaning it still may).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memvault.index.keyed import Analyzer
 
 LEXICAL_WEIGHT = 0.9
 # When no candidate holds much of the question (the best words' relevance under
@@ -60,6 +72,21 @@ MEANING_LIFT = 0.42
 # records, so neither value moves them): bench/RANKING.md.
 TYPED_BOOST = 1.0
 SUMMARY_BOOST = 0.2
+# Words that frame a question about a person rather than name its topic: the verbs of
+# preference, habit, opinion and allegiance, of saying, the light verbs, how often and
+# "favourite" (the templates of the dev sets' and the probe set's questions: "what does
+# … prefer", "how often does … go", "when did … mention", "which team does … support",
+# "what is …'s favourite"). Searched, so they rank, but no evidence of a match (the
+# module's rule); where a question holds nothing else, they are.
+FRAME_WORDS = frozenset("""
+prefer prefers preferred preferring like likes liked love loves loved enjoy enjoys enjoyed
+want wants wanted wish use uses used using think thinks thought feel feels felt say says
+said go goes going went gone make makes made making get gets got getting take takes took
+favourite favourites favorite favorites often usually typically generally normally tend
+tends mention mentions mentioned mentioning tell tells told telling talk talks talked
+talking discuss discusses discussed discussing support supports supported supporting
+favour favours favoured favor favors favored
+""".split())
 
 
 @dataclass(frozen=True)
@@ -71,6 +98,62 @@ class Fused:
     lexical_score: float | None  # BM25 (with the time boost); None: the leg did not return it
     semantic_score: float | None  # cosine; None: no vector, or the leg did not return it
     matches: bool = True  # clears a leg's floor (else weak)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What of a question's searched stems is evidence of a match, as bits of the stems
+    in the order searched (bit i: stems[i])."""
+    topic: int  # the stems that name the question's topic (all, when it holds nothing else)
+    held: int  # of those, the ones a record's holding counts: not in a run with a lacking one
+
+    @property
+    def lacking(self) -> bool:
+        """Whether a topic word is one no record holds."""
+        return self.held != self.topic
+
+
+def asked(analyzer: Analyzer, text: str, stems: Sequence[str], skip: Collection[str],
+          doc_freq: Mapping[str, int]) -> Asked:
+    """The question's topic (its words but the stopwords and role words in `skip` and
+    FRAME_WORDS) and the part of it a record can hold: a topic word no record holds
+    (`doc_freq` 0) makes the run of topic words it stands in (words next to each other,
+    no stopword, frame word or punctuation between) one term the memory lacks, so its
+    neighbours there ("type" of "blood type") are no evidence. A word in its -ed form
+    (a past tense or participle: its stem drops the ending) is a verb, no part of a
+    compound: a run of its own ("john visited"). A quoted phrase is a run of its own."""
+    from memvault.index.keyed import split_query
+
+    bit = {s: 1 << i for i, s in enumerate(stems[:HELD_MAX])}
+    phrases, rest = split_query(text)
+    topic = 0
+    runs: list[int] = []
+    for segment in [*re.split(r"[^\w\s'’-]", rest), *(f'"{p}"' for p in phrases)]:
+        run = 0
+        for word in analyzer.words(segment.strip('"')):
+            if word in skip or word in FRAME_WORDS:
+                runs.append(run)
+                run = 0
+                continue
+            tokens = analyzer.tokens(word)
+            bits = sum(bit.get(stem, 0) for stem in set(tokens))
+            topic |= bits
+            if word.endswith("ed") and tokens != [word]:
+                runs += [run, bits]
+                run = 0
+            else:
+                run |= bits
+        runs.append(run)
+    topic = topic or sum(bit.values())
+    lacking = sum(b for s, b in bit.items() if b & topic and doc_freq.get(s, 0) <= 0)
+    held = topic
+    for run in runs:
+        if run & lacking:
+            held &= ~run
+    return Asked(topic, held & ~lacking)
+
+
+HELD_MAX = 24  # stems whose holding is looked up (index/keyed.py `holding`)
 
 
 def words_relevance(bm25: float, ideal: float) -> float:
@@ -108,7 +191,9 @@ def normalised(scores: Mapping[str, float]) -> dict[str, float]:
 def fuse(lexical: Sequence[tuple[str, float]], semantic: Sequence[tuple[str, float]], *,
          ideal: float, lexical_scores: Mapping[str, float] | None = None,
          semantic_only: bool = False, kinds: Mapping[str, str] | None = None,
-         floor: bool = True, meaning_floor: float = MEANING_FLOOR) -> list[Fused]:
+         floor: bool = True, meaning_floor: float = MEANING_FLOOR,
+         question: Asked | None = None, held: Mapping[str, int] | None = None
+         ) -> list[Fused]:
     """Both rankings (id, score, best first) fused into one: the matches best first, then
     the weak ones (the module's rule).
 
@@ -120,7 +205,9 @@ def fuse(lexical: Sequence[tuple[str, float]], semantic: Sequence[tuple[str, flo
     cosine for the floor. With no semantic list, words alone decide; `semantic_only`,
     meaning alone. `kinds`: each record's type (missing: a transcript turn).
     Without `floor`, every candidate matches (what `--mode words` lists); `meaning_floor`:
-    the query's (`meaning_floor()`)."""
+    the query's (`meaning_floor()`). `question` (`asked`) and `held` (each candidate's
+    stems held, as bits; index/keyed.py `holding`): what of the question counts toward
+    a match by words (None: every word searched)."""
     lex_rank = {m: i + 1 for i, (m, _) in enumerate(lexical)}
     sem_rank = {m: i + 1 for i, (m, _) in enumerate(semantic)}
     words: dict[str, float] = {**(lexical_scores or {}), **dict(lexical)}
@@ -134,6 +221,12 @@ def fuse(lexical: Sequence[tuple[str, float]], semantic: Sequence[tuple[str, flo
     best = max((relevance[m] for m, _ in lexical), default=0.0)
     weight = LEXICAL_WEIGHT if best >= WEAK_WORDS else WEAK_WEIGHT
     share = (1 - weight) / weight
+
+    def evidence(m: str) -> bool:
+        """Whether the words it holds are evidence: a topic word of the question, and
+        not of a run the memory lacks."""
+        return question is None or bool((held or {}).get(m, 0) & question.held)
+
     out = []
     for m in ids:
         if semantic_only:
@@ -141,8 +234,8 @@ def fuse(lexical: Sequence[tuple[str, float]], semantic: Sequence[tuple[str, flo
             matches = m in meaning and meaning[m] >= meaning_floor
         else:
             score = relevance[m] + share * near.get(m, 0.0) * spread
-            matches = relevance[m] >= WORDS_FLOOR or (m in meaning
-                                                      and meaning[m] >= meaning_floor)
+            matches = (relevance[m] >= WORDS_FLOOR and evidence(m)) or (
+                m in meaning and meaning[m] >= meaning_floor)
         score *= 1 + boost((kinds or {}).get(m, "message"))
         out.append(Fused(m, score, lex_rank.get(m), sem_rank.get(m),
                          words.get(m) if m in lex_rank or words.get(m) else None,

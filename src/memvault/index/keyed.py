@@ -243,6 +243,9 @@ class SearchIndex:
         self._fed: IndexWriter | None = None
         self._fed_ids: set[str] = set()
         self.held = False
+        # While a held run defers: its transactions leave what they add uncommitted, and
+        # the index without its stamp, for the run's last one to commit (and stamp) once.
+        self.deferring = False
         self._days: dict[int, str] = {}
         self._assistant = self.analyzer.digests("assistant")  # a role's first digest
         self.stamp = Stamp(path)
@@ -250,7 +253,10 @@ class SearchIndex:
     # --- the derived-index protocol --------------------------------------------------
 
     def is_current(self) -> bool:
-        """Current when its stamp is there and it opens."""
+        """Current when its stamp is there and it opens; or, in a deferring run, when
+        this process's held writer holds all the index lacks."""
+        if self._deferred():
+            return True
         if not self.stamp.present():
             return False
         try:
@@ -263,7 +269,14 @@ class SearchIndex:
         self.stamp.remove()
 
     def mark_current(self) -> None:
-        self.stamp.write()
+        if not self._deferred():  # what the writer holds is not in the index yet
+            self.stamp.write()
+
+    def _deferred(self) -> bool:
+        """Whether a deferring run's writer holds changes no commit has made yet (and
+        another process has not rebuilt the index since)."""
+        w = self._fed
+        return self.deferring and w is not None and w.changed and w.ino == _inode(self.path)
 
     def apply(self, upserts: Sequence[Entry], deletes: Sequence[str],
               created: Collection[str] = ()) -> None:
@@ -297,24 +310,35 @@ class SearchIndex:
             self._fed_ids.add(entry.record.memory_id)
 
     @contextlib.contextmanager
-    def hold(self) -> Iterator[None]:
+    def hold(self, defer: bool = False) -> Iterator[None]:
         """One writer for a run of transactions (a large pull's batches), each committing
         what it added: one indexing thread and its memory for the run, where a writer a
         transaction grew memory by each thread's heap. Released (and what no transaction
-        committed dropped) at the end."""
-        self.held = True
+        committed dropped) at the end.
+
+        `defer`: the run's transactions leave their additions uncommitted and the index
+        without its stamp (a commit waits for Tantivy to index all that was fed, and
+        writes a segment, while the next batch could be sealed), until `last()`: the
+        transaction after it commits them all, then stamps the index. Nothing is visible
+        before that commit, and a kill before it leaves the index of the last commit
+        without its stamp (a reader rebuilds it from the files, which hold everything)."""
+        self.held, self.deferring = True, defer
         try:
             yield
         finally:
-            self.held = False
+            self.held = self.deferring = False
             self.drop_fed()
+
+    def last(self) -> None:
+        """The transaction under way is the deferring run's last: it commits."""
+        self.deferring = False
 
     def _open_writer(self) -> IndexWriter:
         if self._fed is not None and self._fed.ino != _inode(self.path):
             self.drop_fed()  # another process rebuilt the index since: not this one's
         if self._fed is None:
             index = self.open()
-            self._fed = IndexWriter(self, index.writer(heap_size=WRITER_HEAP, num_threads=1),
+            self._fed = IndexWriter(self, index.writer(heap_size=int(os.environ.get("XHEAP", WRITER_HEAP)), num_threads=1),
                                     _inode(self.path))
         return self._fed
 
@@ -524,7 +548,8 @@ class SearchIndex:
         w = self._open_writer()
         try:
             yield w
-            w.commit()
+            if not self.deferring:
+                w.commit()
         except BaseException:
             self.drop_fed()
             raise
@@ -552,6 +577,8 @@ class SearchIndex:
         survives, so the terms of deleted documents are gone. The index must be current."""
         from tantivy import Occur, Query
 
+        if self._deferred():  # what the held writer has not committed is not there to carry
+            raise IndexUnavailable("changes held for a later commit")
         old = self.searcher()
 
         def add(writer: Any) -> int:
@@ -729,6 +756,35 @@ class SearchIndex:
         the sum of their weights. A question about what the memory lacks scores low
         against a record that holds only its common words. 0 for no stems."""
         return sum(self.weights(stems).values())
+
+    def holding(self, stems: Sequence[str], ids: Collection[str]) -> dict[str, int]:
+        """Which of these stems (at most 24) each of these records holds, as the query
+        finds them (its own words, its speaker, its day or its neighbours' words): bit i
+        set when it holds stems[i]. One query: each stem scores a distinct power of two,
+        and a record's score is their sum (exact in a float up to 2**24)."""
+        from tantivy import Occur, Query
+
+        stems = list(stems)[:24]
+        if not stems or not ids:
+            return {}
+        schema = self.open().schema
+        searcher = self.searcher()
+        bits = [(Occur.Should, Query.const_score_query(Query.boolean_query(
+            [(Occur.Should, Query.term_query(schema, f, self.analyzer.hash(stem)))
+             for f in ("body", "ctx")]), float(1 << i))) for i, stem in enumerate(stems)]
+        query = Query.boolean_query([
+            (Occur.Must, Query.const_score_query(
+                Query.term_set_query(schema, "id", list(ids)), 0.0)),
+            (Occur.Must, Query.boolean_query(bits))])
+        try:
+            result = searcher.search(query, max(1, len(ids)))
+            return {searcher.doc(address).get_first("id"): int(round(score))
+                    for score, address in result.hits}
+        except BaseException as exc:
+            if not _damaged(exc):
+                raise
+            self._index = None
+            raise IndexUnavailable(f"index unreadable: {exc}") from exc
 
     def build_query(self, text: str, filters: Filters, now: datetime | None = None,
                     ids: Collection[str] | None = None, words_only: bool = False,

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from datetime import datetime
     from typing import Any
 
-    from memvault.index.fusion import Fused
+    from memvault.index.fusion import Asked, Fused
     from memvault.index.keyed import Analyzer, Hit, SearchIndex
     from memvault.index.vectors import VectorHit, VectorStore
 
@@ -53,9 +53,12 @@ def _run(vault: Vault, text: str, filters: Filters, state: UserState,
             else:
                 hits, total = index.search(query, filters.limit) if words_only else \
                     _lexical(index, query, text, filters, now, vault)
+                question, held = (None, {}) if words_only else \
+                    _evidence(vault, index, text, stems, [h.memory_id for h in hits])
                 top = _kept(fuse([(h.memory_id, h.score) for h in hits], [],
                                  ideal=index.ideal(stems), floor=not words_only,
-                                 kinds={h.memory_id: h.kind for h in hits}),
+                                 kinds={h.memory_id: h.kind for h in hits},
+                                 question=question, held=held),
                             filters.limit, weak)
             where = {h.memory_id: h.location for h in hits}
             located = {f.memory_id: loc for f in top
@@ -91,6 +94,24 @@ def _lexical(index: SearchIndex, query: Any, text: str, filters: Filters,
         hits = hits + [h for h in stored if h.memory_id not in seen]
     hits.sort(key=lambda h: (-h.score, h.memory_id))  # as the index orders equals
     return hits, total
+
+
+def _evidence(vault: Vault, index: SearchIndex, text: str, stems: list[str],
+              ids: list[str]) -> tuple[Asked | None, dict[str, int]]:
+    """What of the question is evidence of a match (index/fusion.py `asked`), and which
+    of its stems each candidate holds; (None, {}): every searched word is (no frame word,
+    no topic word the memory lacks), so whatever clears the floor matches."""
+    from memvault.index.fusion import HELD_MAX, asked
+    from memvault.index.keyed import ROLE_WORDS, STOPWORDS
+
+    if len(stems) > HELD_MAX:
+        return None, {}
+    a = index.analyzer
+    skip = STOPWORDS | ROLE_WORDS | {w for n in _names(vault) for w in a.words(n)}
+    question = asked(a, text, stems, skip, index.doc_freqs(stems)[0])
+    if question.held == (1 << len(stems)) - 1:
+        return None, {}
+    return question, index.holding(stems, ids)
 
 
 def _kept(ranked: list[Fused], limit: int, weak: bool) -> list[Fused]:
@@ -264,11 +285,14 @@ def _fused(vault: Vault, text: str, filters: Filters, state: UserState,
             semantic = [(h.memory_id, h.score) for h in near if h.memory_id in hits]
             # Where this model puts what does not match this query: the floor's origin.
             floor = meaning_floor(store.baseline(vector))
+            question, held = (None, {}) if semantic_only else \
+                _evidence(vault, index, text, stems, list(hits))
             fused = fuse([(h.memory_id, h.score) for h in lexical], semantic,
                          ideal=index.ideal(stems),
                          lexical_scores={m: hits[m].score for m in others if m in hits},
                          semantic_only=semantic_only,
-                         kinds={m: h.kind for m, h in hits.items()}, meaning_floor=floor)
+                         kinds={m: h.kind for m, h in hits.items()},
+                         meaning_floor=floor, question=question, held=held)
             top = _kept(fused, filters.limit, weak)
             located = {f.memory_id: loc for f in top
                        if (loc := hits[f.memory_id].location) is not None}

@@ -243,9 +243,6 @@ class SearchIndex:
         self._fed: IndexWriter | None = None
         self._fed_ids: set[str] = set()
         self.held = False
-        # While a held run defers: its transactions leave what they add uncommitted, and
-        # the index without its stamp, for the run's last one to commit (and stamp) once.
-        self.deferring = False
         self._days: dict[int, str] = {}
         self._assistant = self.analyzer.digests("assistant")  # a role's first digest
         self.stamp = Stamp(path)
@@ -253,10 +250,7 @@ class SearchIndex:
     # --- the derived-index protocol --------------------------------------------------
 
     def is_current(self) -> bool:
-        """Current when its stamp is there and it opens; or, in a deferring run, when
-        this process's held writer holds all the index lacks."""
-        if self._deferred():
-            return True
+        """Current when its stamp is there and it opens."""
         if not self.stamp.present():
             return False
         try:
@@ -269,14 +263,7 @@ class SearchIndex:
         self.stamp.remove()
 
     def mark_current(self) -> None:
-        if not self._deferred():  # what the writer holds is not in the index yet
-            self.stamp.write()
-
-    def _deferred(self) -> bool:
-        """Whether a deferring run's writer holds changes no commit has made yet (and
-        another process has not rebuilt the index since)."""
-        w = self._fed
-        return self.deferring and w is not None and w.changed and w.ino == _inode(self.path)
+        self.stamp.write()
 
     def apply(self, upserts: Sequence[Entry], deletes: Sequence[str],
               created: Collection[str] = ()) -> None:
@@ -310,35 +297,24 @@ class SearchIndex:
             self._fed_ids.add(entry.record.memory_id)
 
     @contextlib.contextmanager
-    def hold(self, defer: bool = False) -> Iterator[None]:
+    def hold(self) -> Iterator[None]:
         """One writer for a run of transactions (a large pull's batches), each committing
         what it added: one indexing thread and its memory for the run, where a writer a
         transaction grew memory by each thread's heap. Released (and what no transaction
-        committed dropped) at the end.
-
-        `defer`: the run's transactions leave their additions uncommitted and the index
-        without its stamp (a commit waits for Tantivy to index all that was fed, and
-        writes a segment, while the next batch could be sealed), until `last()`: the
-        transaction after it commits them all, then stamps the index. Nothing is visible
-        before that commit, and a kill before it leaves the index of the last commit
-        without its stamp (a reader rebuilds it from the files, which hold everything)."""
-        self.held, self.deferring = True, defer
+        committed dropped) at the end."""
+        self.held = True
         try:
             yield
         finally:
-            self.held = self.deferring = False
+            self.held = False
             self.drop_fed()
-
-    def last(self) -> None:
-        """The transaction under way is the deferring run's last: it commits."""
-        self.deferring = False
 
     def _open_writer(self) -> IndexWriter:
         if self._fed is not None and self._fed.ino != _inode(self.path):
             self.drop_fed()  # another process rebuilt the index since: not this one's
         if self._fed is None:
             index = self.open()
-            self._fed = IndexWriter(self, index.writer(heap_size=int(os.environ.get("XHEAP", WRITER_HEAP)), num_threads=1),
+            self._fed = IndexWriter(self, index.writer(heap_size=WRITER_HEAP, num_threads=1),
                                     _inode(self.path))
         return self._fed
 
@@ -548,8 +524,7 @@ class SearchIndex:
         w = self._open_writer()
         try:
             yield w
-            if not self.deferring:
-                w.commit()
+            w.commit()
         except BaseException:
             self.drop_fed()
             raise
@@ -577,8 +552,6 @@ class SearchIndex:
         survives, so the terms of deleted documents are gone. The index must be current."""
         from tantivy import Occur, Query
 
-        if self._deferred():  # what the held writer has not committed is not there to carry
-            raise IndexUnavailable("changes held for a later commit")
         old = self.searcher()
 
         def add(writer: Any) -> int:

@@ -125,12 +125,14 @@ def asked(analyzer: Analyzer, text: str, stems: Sequence[str], skip: Collection[
     from memvault.index.keyed import split_query
 
     bit = {s: 1 << i for i, s in enumerate(stems[:HELD_MAX])}
-    phrases, rest = split_query(text)
+    phrases, _ = split_query(text)
     topic = 0
     runs: list[int] = []
-    for segment in [*re.split(r"[^\w\s'’-]", rest), *(f'"{p}"' for p in phrases)]:
+    # Punctuation ends a run (a quote too, a lone one included); a phrase is its own.
+    rest = re.sub(r'"[^"]*"', '"', text)
+    for segment in [*re.split(r"[^\w\s'’-]", rest), *phrases]:
         run = 0
-        for word in analyzer.words(segment.strip('"')):
+        for word in analyzer.words(segment):
             if word in skip or word in FRAME_WORDS:
                 runs.append(run)
                 run = 0

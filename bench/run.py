@@ -10,8 +10,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 BENCHES = ["startup", "retrieval", "longmemeval", "search", "redact", "sanitize", "lifecycle",
-           "ingest", "live", "scan", "scale", "compact", "agents", "brief", "vectors", "embed",
-           "hybrid", "sync", "sync_peers", "browse"]
+           "ingest", "live", "live_lines", "scan", "scale", "compact", "agents", "brief",
+           "vectors", "embed", "hybrid", "sync", "sync_peers", "browse"]
 
 
 def main(argv: list[str]) -> None:

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from memvault.ops.ingest import _position, ingest_file
-from memvault.text.transcripts.resume import REREAD
+from memvault.ops.ingest import _position, ingest_file, with_ids
+from memvault.text.transcripts import parse
 from memvault.vault.vault import Vault
 from test_ingest_prefixes import stored, vault_for
 
@@ -39,6 +39,10 @@ PARENT = {"qwen": ("uuid", "parentUuid"), "pi": ("id", "parentId"),
           "droid": ("id", "parentId")}
 FIRST_LINES = {"codex": "session_meta", "copilot": "session.start", "pi": "session",
                "droid": "session_start"}
+
+# Formats whose message ids are keyed digests of their words (Cursor's: see cursor.Said),
+# which differ from user to user: compared across users without them.
+KEYED = frozenset({"cursor"})
 
 real_data = pytest.mark.skipif(not SESSIONS.is_dir(), reason=f"no samples in {SESSIONS}")
 
@@ -127,17 +131,15 @@ def test_a_grown_file_is_read_from_where_it_was_read_to(vault: Vault, tmp_path: 
         assert PARENT[fmt][0] in json.loads(raw[at["pin"]:raw.index(b"\n", at["pin"])])
     elif fmt == "codex":
         assert at["pin"] >= sum(map(len, raw.splitlines(keepends=True)[:-64]))
-    elif fmt in REREAD:  # named by the words said before: read from its start
-        assert at["pin"] == now["pin"] == 0
     else:
         assert at["pin"] == len(raw)
-    assert fmt in REREAD or (at["pin"] > 0 and now["pin"] > at["pin"])
+    assert at["pin"] > 0 and now["pin"] > at["pin"]
     with path.open("ab") as fh:
         fh.write(b'"the torn line, now whole"}\n')
     ingest_file(v, path)
     path.write_bytes(raw + more)  # the torn line gone: another file (inode), read whole
     ingest_file(v, path)
-    if fmt in REREAD:  # ids keyed by each user's key: compared without them
+    if fmt in KEYED:  # ids keyed by each user's key: compared without them
         assert unnamed(held(v)) == unnamed(whole(path, f"r{fmt}w"))
     else:
         assert held(v) == whole(path, f"r{fmt}w")
@@ -172,3 +174,69 @@ def test_a_file_changed_other_than_by_appending_is_read_whole(
     assert {(r[1], r[-1]) for r in whole(path, f"{user}w")} <= said
     at = position(v, path, fmt)
     assert at is not None and at["end"] == path.stat().st_size
+
+
+class Bytes:
+    """A progress that counts the bytes an ingest says it read."""
+
+    def __init__(self) -> None:
+        self.read = 0
+        self.unit = ""
+
+    def start(self, total: int | None, unit: str) -> None:
+        self.unit = unit
+
+    def advance(self, n: int = 1) -> None:
+        self.read += n if self.unit == "bytes" else 0
+
+    def keep(self, n: int = 1) -> None:
+        pass
+
+    def note(self, label: str) -> None:
+        pass
+
+
+def cursor_line(role: str, text: str) -> bytes:
+    if role == "user":
+        text = f"<user_query>\n{text}\n</user_query>"
+    return json.dumps({"role": role, "message": {"content": [
+        {"type": "text", "text": text}]}}).encode() + b"\n"
+
+
+def test_a_grown_cursor_transcript_reads_only_what_was_appended(vault: Vault,
+                                                                tmp_path: Path) -> None:
+    # A Cursor message is named by its words, its user turn and the how-manyth time said
+    # in it (cursor.Said), so that its chat store names it alike. Before, a grown
+    # transcript was read again from its start to count what was said before; now the
+    # count is kept with the position, and the read starts where the last one ended.
+    agent = "0c0ffee0-1111-4222-8333-444455556666"
+    path = tmp_path / "projects" / "p" / "agent-transcripts" / agent / f"{agent}.jsonl"
+    path.parent.mkdir(parents=True)
+    said = [("user", "Fix the build."), ("assistant", "Running the tests."),
+            ("assistant", "Still red."), ("assistant", "Running the tests."),
+            ("user", "thanks"), ("assistant", "Anything else?")]
+    said += [("assistant" if n % 2 else "user", f"padding {n} " * 20) for n in range(200)]
+    said += [("user", "Try again."), ("assistant", "Running the tests.")]
+    path.write_bytes(b"".join(cursor_line(*m) for m in said))
+    v = vault_for("rcursor-on")
+    first = ingest_file(v, path)
+    assert first.messages_added == len(said)
+    # The turn read last goes on: the same words again in it, and in turns of their own.
+    more = [("assistant", "Running the tests."), ("assistant", "Still red."),
+            ("user", "thanks"), ("assistant", "Running the tests."), ("user", "thanks")]
+    appended = b"".join(cursor_line(*m) for m in more) + b'{"role": "us'  # torn: later
+    with path.open("ab") as fh:
+        fh.write(appended)
+    seen = Bytes()
+    grown = ingest_file(v, path, progress=seen)
+    assert seen.read == len(appended) - len(b'{"role": "us')  # the appended lines alone
+    assert grown.messages_added == len(more)
+    # Each stored as a read of the whole file names it: the same ids, each message once.
+    whole_text = path.read_bytes()[:path.read_bytes().rindex(b"\n") + 1].decode()
+    ids = {m.message_id for m in with_ids(v, parse(whole_text, "cursor").messages)}
+    assert len(ids) == len(said) + len(more)
+    assert {r[2] for r in stored(v)} == ids
+    at = position(v, path, "cursor")
+    assert at is not None and at["pin"] == at["end"] == len(whole_text.encode())
+    # What is kept to name the next message is the last turn's, not the file's.
+    assert at["said"]["turns"] == 105 and sum(at["said"]["times"].values()) == 1

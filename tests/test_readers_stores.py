@@ -350,9 +350,12 @@ def test_cursor_store_is_what_the_user_saw(tmp_path: Path) -> None:
         ("tool", "[error] exit 2"),
         ("assistant", "Lint fails."),
         ("user", "thanks"), ("user", "thanks")]
-    # Each named by its words and the how-manyth time said: "thanks" twice is two.
+    # Each named by its words, in which of the user's turns and the how-manyth time in
+    # it: "thanks" twice is two turns, two messages.
     ids = [(m.role, m.content, m.message_id) for m in t.messages]
-    assert len(set(ids)) == len(ids) and t.messages[-1].message_id == SAID + "2"
+    assert len(set(ids)) == len(ids)
+    assert [m.message_id for m in t.messages] == [SAID + w for w in (
+        "1.1", "1.1", "1.1", "1.1", "2.1", "3.1")]
     assert {m.created_at for m in t.messages} == {"2026-01-01T00:00:00.000Z"}
     assert t.ignored["system prompt"] == 1
     assert "look at ci" not in str([m.content for m in t.messages])  # reasoning

@@ -407,7 +407,7 @@ def _read_on_lines(vault: Vault, path: Path, fmt: str, session: str | None, stri
             first = fh.readline(MAX_LINE) if start else b""
             fh.seek(start)
             progress.start(end - start, "bytes")
-            on = _codex_on if known == "codex" else _text_on
+            on = {"codex": _codex_on, "cursor": _cursor_on}.get(known, _text_on)
             read = on(vault, path, fh, known, start, end, line, first, before, session,
                       strict, fallback_name, tags, progress)
             if read is None:
@@ -437,7 +437,7 @@ def _text_on(vault: Vault, path: Path, fh: IO[bytes], fmt: str, start: int, end:
     """The lines from `start` (line `line` + 1) to `end` of a file read whole by its
     format's reader, after the file's first line; the result and where to start next.
     None: these lines cannot be read on from (a linked format rewound: read whole)."""
-    from memvault.text.transcripts.resume import REREAD, goes_on, leaf, prelude
+    from memvault.text.transcripts.resume import goes_on, leaf, prelude
 
     if end - start > MAX_TRANSCRIPT:
         return None  # read whole, it is refused as too large: the caller says so
@@ -461,12 +461,34 @@ def _text_on(vault: Vault, path: Path, fh: IO[bytes], fmt: str, start: int, end:
         pin, held_leaf = start + offsets[last[0] - 1], last[1]
     elif before is not None and before.get("leaf"):
         pin, held_leaf = start, before["leaf"]
-    elif fmt in REREAD:  # its ids count what was said before: grown, it is read whole
-        pin, held_leaf = 0, None
     else:
         pin, held_leaf = end, None
     return ingested, {"pin": pin, "line": line + data.count(b"\n", 0, pin - start),
                       "leaf": held_leaf}
+
+
+def _cursor_on(vault: Vault, path: Path, fh: IO[bytes], fmt: str, start: int, end: int,
+               line: int, first: bytes, before: dict[str, Any] | None, session: str | None,
+               strict: bool, fallback_name: str | None, tags: tuple[str, ...],
+               progress: Progress) -> tuple[IngestResult, dict[str, Any]] | None:
+    """A Cursor transcript's lines from `start` to `end`, its messages named on from what
+    the last read left (cursor.Said: the user's turns so far, what was said in the last),
+    kept with the position for the next read. None: a position without that state."""
+    from memvault.text.transcripts.base import _scrub
+    from memvault.text.transcripts.cursor import Said, parse_on
+
+    said = Said.load((before or {}).get("said")) if start else Said()
+    if said is None or end - start > MAX_TRANSCRIPT:
+        return None  # read whole (one refused as too large: the caller says so)
+    data = fh.read(end - start)
+    progress.advance(len(data))
+    text = decode(data, str(path))
+    transcript = _scrub(parse_on(text.removeprefix("\ufeff") if not start else text, said))
+    del text
+    ingested = ingest_batches(vault, iter([transcript]), path.stem, session, False, strict,
+                              fallback_name, tags=tags, progress=progress)
+    return ingested, {"pin": end, "line": line + data.count(b"\n"), "leaf": None,
+                      "said": said.dump()}
 
 
 def _codex_on(vault: Vault, path: Path, fh: IO[bytes], fmt: str, start: int, end: int,
@@ -1310,11 +1332,11 @@ def with_ids(vault: Vault, messages: list[NewMessage]) -> list[NewMessage]:
             changes["message_id"] = vault.message_digest(m.role, m.created_at,
                                                          hide(m.content, tags).text)
         elif SAID in m.message_id:
-            # Named by its words (the how-manyth time said): without its time, which
-            # two sources of one conversation need not agree on.
-            head, _, nth = m.message_id.partition(SAID)
+            # Named by its words and where said (the turn, the how-manyth time in it):
+            # without its time, which two sources of one conversation need not agree on.
+            head, _, where = m.message_id.partition(SAID)
             digest = vault.message_digest(m.role, None, hide(m.content, tags).text)
-            changes["message_id"] = head + digest + (f"#{nth}" if nth != "1" else "")
+            changes["message_id"] = f"{head}{digest}#{where}"
         if m.created_at:
             with suppress(UsageError):  # not a time: the plan says so
                 changes["created_at"] = normalise_time(m.created_at)

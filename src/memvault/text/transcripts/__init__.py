@@ -18,7 +18,8 @@ line numbers of append-only files), never from what was read so far: parsing a p
 of a file and then the whole file gives the same message the same id (its content may
 have grown, when later lines of one API message were merged in). The exception is a
 conversation kept in two sources (Cursor's transcript and chat store): its messages are
-named by their words and how many times said before (base.SAID), so each is read whole.
+named by their words and where said (the user's turn, the how-manyth time in it:
+cursor.Said), and a read from the middle of a transcript is given that small state.
 
 The generic `jsonl` format is read strictly, since a person or a script wrote it: one
 bad line refuses the whole file, naming the line.

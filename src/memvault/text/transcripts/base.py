@@ -159,23 +159,12 @@ def _finish(drafts: list[_Draft]) -> list[NewMessage]:
     return [m for d in drafts if (m := d.message()) is not None]
 
 
-# A message named by what it says: its id is SAID and how many times its role has said
-# the same before (SAID + "2" the second time), and the ingest layer makes it a keyed
-# digest of the role and the words (ops.ingest.with_ids). Where two sources hold one
-# conversation (Cursor's transcript and its chat store), each names a message alike,
-# whichever is read first; a prefix (a subagent's channel) is kept.
+# A message named by what it says: its id is SAID and where in the conversation it was
+# said (cursor.Said: SAID + "<turn>.<how-manyth>"), and the ingest layer makes it a keyed
+# digest of the role and the words, with that place (ops.ingest.with_ids). Where two
+# sources hold one conversation (Cursor's transcript and its chat store), each names a
+# message alike, whichever is read first; a prefix (a subagent's channel) is kept.
 SAID = "\0said#"
-
-
-def _named_by_words(messages: list[NewMessage]) -> list[NewMessage]:
-    """The messages, each named SAID + the how-manyth time its role says its words."""
-    times: Counter[tuple[str, str]] = Counter()
-    out = []
-    for m in messages:
-        key = (m.role, _unicode(m.content))  # as stored: lone surrogates replaced
-        times[key] += 1
-        out.append(m.evolve(message_id=f"{SAID}{times[key]}"))
-    return out
 
 
 def _scrub(transcript: Transcript) -> Transcript:

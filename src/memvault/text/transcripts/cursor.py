@@ -15,22 +15,27 @@ conversation's blobs in order (protobuf field 1, 32 bytes each; a list may be ne
 A session is stored once, whichever of its store and its transcript is read first, and
 again after the other: the agent id names both (agent-transcripts/<id>/<id>.jsonl, and
 the store's agentId), so both are the session <id> (session_of); and a message is named
-by what it says, the how-manyth time its role says it (base.SAID), in either source, so a
-message the other source stored is held already and one only this source holds (a tool's
-result in the store, a turn the store has not written yet) is added. The store keeps no
-time per message: each gets the session's start.
+by what it says, in which of the user's turns, the how-manyth time in that turn its role
+says it (Said), in either source, so a message the other source stored is held already
+and one only this source holds (a tool's result in the store, a turn the store has not
+written yet) is added. What naming the next message needs of those before is that small
+state, not the lines: a grown transcript is read on from where it was read to. The store
+keeps no time per message: each gets the session's start.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from memvault.errors import DataError
+from memvault.model.records import NewMessage
 from memvault.text.transcripts.base import (
     SAID,
     TOOL_OUTPUT_CHARS,
@@ -41,12 +46,12 @@ from memvault.text.transcripts.base import (
     _epoch,
     _finish,
     _json,
-    _named_by_words,
     _objects,
     _squash,
     _str,
     _text_of,
     _time,
+    _unicode,
     _without_harness,
     home_place,
 )
@@ -82,7 +87,53 @@ def session_of(path: Path) -> str | None:
     return None
 
 
+@dataclass
+class Said:
+    """What naming a conversation's next message needs of the messages before it: how
+    many turns the user began, and how many times each thing was said in the last one
+    (by a digest of its role and words). A message is SAID + "<turn>.<how-manyth>": the
+    transcript and the chat store agree on the user's turns (the store only adds tool
+    results within them), so each names a message alike whichever is read first, and a
+    read on from the middle of a transcript names its messages as a read of it whole,
+    given the state the read before ended with (kept sealed with its position)."""
+
+    turns: int = 0
+    times: Counter[str] = field(default_factory=Counter)
+
+    def name(self, messages: list[NewMessage]) -> list[NewMessage]:
+        out = []
+        for m in messages:
+            if m.role == "user":  # the user's words begin a turn
+                self.turns += 1
+                self.times.clear()
+            key = hashlib.blake2b(f"{m.role}\0{_unicode(m.content)}".encode(),
+                                  digest_size=12).hexdigest()  # as stored: surrogates replaced
+            self.times[key] += 1
+            out.append(m.evolve(message_id=f"{SAID}{self.turns}.{self.times[key]}"))
+        return out
+
+    def dump(self) -> dict[str, Any]:
+        return {"turns": self.turns, "times": dict(self.times)}
+
+    @classmethod
+    def load(cls, doc: Any) -> Said | None:
+        """The state `dump` gave; None when `doc` is none (a position kept before)."""
+        if not isinstance(doc, dict):
+            return None
+        turns, times = doc.get("turns"), doc.get("times")
+        if type(turns) is not int or turns < 0 or not isinstance(times, dict) or not all(
+                isinstance(k, str) and type(v) is int and v > 0 for k, v in times.items()):
+            return None
+        return cls(turns, Counter(times))
+
+
 def parse(text: str) -> Transcript:
+    return parse_on(text, Said())
+
+
+def parse_on(text: str, said: Said) -> Transcript:
+    """A transcript's lines (the whole file, or the lines after those `said` was left by),
+    its messages named on from `said`, which is left as the next read needs it."""
     ignored: Counter[str] = Counter()
     drafts: list[_Draft] = []
     for _, line in _objects(text, ignored):
@@ -100,7 +151,7 @@ def parse(text: str) -> Transcript:
         if len(drafts) == start:
             ignored[why] += 1
     # Named by their words, as the chat store names the same messages.
-    return Transcript("cursor", None, _named_by_words(_finish(drafts)), [], dict(ignored))
+    return Transcript("cursor", None, said.name(_finish(drafts)), [], dict(ignored))
 
 
 # --- the chat store (store.db) ------------------------------------------------------------
@@ -123,7 +174,7 @@ def read(path: Path) -> Transcript:
             draft = _Draft(who, SAID, stamp)
             if draft.add("", content):
                 drafts.append(draft)
-    return Transcript("cursor", session, _named_by_words(_finish(drafts)), [], dict(ignored))
+    return Transcript("cursor", session, Said().name(_finish(drafts)), [], dict(ignored))
 
 
 def _clean_id(agent: str) -> bool:

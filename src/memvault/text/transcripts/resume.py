@@ -8,6 +8,8 @@ when those lines keep their numbers and the reader is given what it keeps of the
 before: the file's first line (Codex's session meta, Copilot's session start, Pi's and
 Droid's session line), and, where entries are linked into a tree, the last entry read
 before, from which the new lines must go on (a rewind to an older entry: read whole).
+Cursor's transcripts name a message by its words and where said (cursor.Said): a read on
+is given that small state, kept with the position, instead.
 """
 
 from __future__ import annotations
@@ -39,9 +41,6 @@ _TREES = {
 }
 # Line formats read on from where the last ingest stopped (Codex's by its stream reader).
 LINE_FORMATS = ("codex", "copilot", "cursor", *_TREES)
-# Formats whose messages are named by their words and how many times said before
-# (base.SAID): a grown file is read from its start (an unchanged one is not read again).
-REREAD = frozenset({"cursor"})
 
 
 def prelude(first: str, lines: int) -> str:

@@ -45,12 +45,13 @@ test-long: $(STAMP) ## The whole suite with every property example and the long 
 
 agents: ## Install the agents' CLIs that tests/test_clients.py checks mem against (npm, PyPI)
 	@# No install scripts (node-pty, keytar: Gemini CLI's terminal extras, compiled): only
-	@# Claude Code's and OpenCode's, which put their native binaries in place.
+	@# Claude Code's, OpenCode's and Amp's, which put their native binaries in place.
 	@# install, not ci: the lock pins every package, but npm cannot record the other
 	@# platforms' optional binaries (OpenCode's, Qwen Code's clipboard) that ci demands.
 	npm install --prefix tests/agents --ignore-scripts --no-audit --no-fund --loglevel=error
 	cd tests/agents/node_modules/@anthropic-ai/claude-code && node install.cjs
 	cd tests/agents/node_modules/opencode-ai && node postinstall.mjs
+	cd tests/agents/node_modules/@ampcode/cli && node install.cjs
 	@# Crush's package fetches its binary from GitHub's releases: where GitHub cannot be
 	@# reached its test says so and skips, the others still run.
 	cd tests/agents/node_modules/@charmland/crush && node install.js \

@@ -10,7 +10,8 @@ installs them) check the same offline: `claude mcp list`, `gemini mcp list`, `op
 list` and `qwen mcp list` start the server to health-check it, Codex's app server lists
 its tools and calls one, and `copilot mcp get` reads the entry mem wrote. Cline's CLI has
 no check that runs without a terminal: its library (@cline/core, which the CLI runs on)
-reads mem's entry and starts the server (tests/agents/cline_check.mjs). Cursor's agent is
+reads mem's entry and starts the server (tests/agents/cline_check.mjs). `amp mcp list`
+reads Amp's entry and `amp mcp doctor` starts the server offline. Cursor's agent is
 not on npm: mem's entries for it are held to the server's own start as it starts it.
 Aider (PyPI, in tests/agents/aider-venv) has neither MCP nor hooks: it runs a session
 offline against a model on 127.0.0.1, and the history file it writes is ingested.
@@ -479,14 +480,16 @@ def test_setup_wires_every_real_client_as_its_own_checks_see_it(
 # --- OpenCode, Cursor, Copilot CLI, Qwen Code, Cline: what `mem setup` writes -----------------
 
 # Where each keeps mem's server, and what it gives the server of its own environment:
-# OpenCode and Qwen Code pass all of it (tried: both handed a server MEM_USER and
+# OpenCode, Qwen Code and Amp pass all of it (tried: each handed a server MEM_USER and
 # MEM_MASTER_KEY); the others are held to the MCP SDK's default, the least a client passes.
+WHOLE_ENV = ("opencode", "qwen", "amp")
 SDK_KEPT = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 SERVERS = {"opencode": (".config/opencode/opencode.json", "mcp"),
            "cursor": (".cursor/mcp.json", "mcpServers"),
            "copilot": (".copilot/mcp-config.json", "mcpServers"),
            "qwen": (".qwen/settings.json", "mcpServers"),
-           "cline": (".cline/data/settings/cline_mcp_settings.json", "mcpServers")}
+           "cline": (".cline/data/settings/cline_mcp_settings.json", "mcpServers"),
+           "amp": (".config/amp/settings.json", "amp.mcpServers")}
 
 
 def set_up(script_runner: ScriptRunner, home: Path, agent: str) -> tuple[list[str],
@@ -537,7 +540,7 @@ def test_each_agents_server_as_it_starts_it_searches_the_setups_user(
     home = tmp_path / "home"
     argv, entry_env = set_up(script_runner, home, agent)
     own = without_mem(dict(os.environ))
-    base = own if agent in ("opencode", "qwen") else {k: own[k] for k in SDK_KEPT if k in own}
+    base = own if agent in WHOLE_ENV else {k: own[k] for k in SDK_KEPT if k in own}
     env = {**base, **entry_env}
     content = f"Deploys for {agent} go through the blue pipeline"
     tools, stored = talk(argv, env, elsewhere, content)
@@ -602,6 +605,51 @@ def test_copilot_cli_reads_the_server_mem_wrote(
     assert "Status: Enabled" in shown and "--user=bob" in shown, shown
     assert mem(script_runner, "setup", "--undo", "-y", "--agent=copilot").returncode == 0
     assert "mem (local)" not in ask("list")
+
+
+def test_amps_own_checks_list_and_connect_to_the_server_mem_wrote(
+        script_runner: ScriptRunner, elsewhere: Path, tmp_path: Path) -> None:
+    amp = client("amp")
+    home = tmp_path / "home"
+    settings = home / ".config" / "amp" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    mine = ('{\n  // mine\n  "amp.updates.mode": "disabled",\n'
+            '  "amp.mcpServers": {"docs": {"command": "docs-mcp"},},\n}\n')
+    settings.write_text(mine)
+    env = client_env(home)
+
+    def ask(*args: str, key: bool = False) -> str:
+        # `amp mcp doctor` asks for a login without a key; a key that is none serves
+        # (the account's own servers are then not reached: only the local ones are).
+        done = subprocess.run([str(amp), "mcp", *args], env={
+            **env, **({"AMP_API_KEY": "sgamp_not_a_key"} if key else {})}, cwd=elsewhere,
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT,
+            check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    # The shape `amp mcp add` writes for a local server, in a home of its own.
+    other = tmp_path / "other"
+    subprocess.run([str(amp), "mcp", "add", "probe", "--env", "K=V", "--", "/bin/probe",
+                    "a"], env={**env, "HOME": str(other)}, cwd=other.parent,
+                   stdin=subprocess.DEVNULL, capture_output=True, timeout=TIMEOUT, check=True)
+    theirs = json.loads((other / ".config" / "amp" / "settings.json").read_text())
+    assert mem(script_runner, "setup", "-y", "--agent=amp").returncode == 0
+    from memvault.integrations import jsonedit
+
+    ours = jsonedit.loads(settings.read_text())["amp.mcpServers"]["mem"]
+    shape = {k: type(v) for k, v in theirs["amp.mcpServers"]["probe"].items()}
+    assert {k: type(v) for k, v in ours.items()} == shape
+
+    (listed,) = [s for s in json.loads(ask("list", "--json")) if s["name"] == "mem"]
+    assert listed["source"] == "global" and listed["spec"] == ours
+    assert "--user=bob" in listed["spec"]["args"]
+    checked = ask("doctor", "mem", key=True)
+    (line,) = [x for x in checked.splitlines() if x.startswith("mem ")]
+    assert "connected" in line and all(tool in line for tool in TOOLS), checked
+    assert mem(script_runner, "setup", "--undo", "-y", "--agent=amp").returncode == 0
+    assert settings.read_text() == mine
+    assert "mem" not in {s["name"] for s in json.loads(ask("list", "--json"))}
 
 
 def test_clines_own_loader_and_client_run_the_server_mem_wrote(

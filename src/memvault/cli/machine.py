@@ -32,12 +32,12 @@ def setup(
         "nothing else).")] = False,
     agent: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         "--agent", help="Only this agent: claude-code, codex, gemini, opencode, cursor, "
-        "copilot, qwen, cline, goose or crush (repeatable).",
+        "copilot, qwen, cline, goose, crush or amp (repeatable).",
         autocompletion=complete_agent, show_default=False)] = None,
     json: JsonOpt = False,
 ) -> None:
     """Set up mem in the agents found here (Claude Code, Codex CLI, Gemini CLI, OpenCode,
-    Cursor, Copilot CLI, Qwen Code, Cline, Goose, Crush).
+    Cursor, Copilot CLI, Qwen Code, Cline, Goose, Crush, Amp).
 
     For each agent on PATH or with its settings folder: mem's hooks (the brief at session
     start, the transcript kept at the end) where the agent runs hooks, and its MCP server,
@@ -88,9 +88,8 @@ def _show_setup(o: Output, result: "SetupResult") -> None:
         o.info("nothing to take out: mem is in no agent's settings")
     elif not any(agent.found for agent in result.agents):
         o.info("no agent found here: install one (Claude Code, Codex CLI, Gemini CLI, "
-               "OpenCode, Cursor, Copilot CLI, Qwen Code, Cline, Goose or Crush), then run "
-               "mem setup "
-               "again")
+               "OpenCode, Cursor, Copilot CLI, Qwen Code, Cline, Goose, Crush or Amp), then "
+               "run mem setup again")
     elif not any(agent.error for agent in result.agents):
         o.info("nothing to change: mem is set up in every agent found")
 

@@ -1,6 +1,6 @@
 """The agents on this machine: which of Claude Code, Codex CLI, Gemini CLI, OpenCode,
-Cursor, Copilot CLI, Qwen Code, Cline, Goose and Crush are here, which release each is,
-and what that release asks of mem's hooks.
+Cursor, Copilot CLI, Qwen Code, Cline, Goose, Crush and Amp are here, which release each
+is, and what that release asks of mem's hooks.
 
 An agent is found when its command is on PATH or its settings folder exists (an agent
 installed off PATH still reads its settings). Its release is what `AGENT --version`
@@ -84,8 +84,11 @@ CLINE = Spec("cline", "Cline", "cline", "cline", "cline", "npm install -g cline@
 GOOSE = Spec("goose", "Goose", "goose", "goose", "", "goose update", ("XDG_CONFIG_HOME",))
 CRUSH = Spec("crush", "Crush", "crush", "crush", "@charmland/crush",
              "npm install -g @charmland/crush@latest", ("XDG_CONFIG_HOME",))
+# @sourcegraph/amp installs @ampcode/cli, whose package holds the command (and says its
+# release: the native binary's --version says it too, with its date).
+AMP = Spec("amp", "Amp", "amp", "amp", "@ampcode/cli", "amp update", ("XDG_CONFIG_HOME",))
 AGENTS: tuple[Spec, ...] = (CLAUDE, CODEX, GEMINI, OPENCODE, CURSOR, COPILOT, QWEN, CLINE,
-                            GOOSE, CRUSH)
+                            GOOSE, CRUSH, AMP)
 BY_NAME = {spec.name: spec for spec in AGENTS}
 
 

@@ -53,10 +53,11 @@ def _run(vault: Vault, text: str, filters: Filters, state: UserState,
             else:
                 hits, total = index.search(query, filters.limit) if words_only else \
                     _lexical(index, query, text, filters, now, vault)
-                question, held = (None, {}) if words_only else \
-                    _evidence(vault, index, text, stems, [h.memory_id for h in hits])
+                ideal = index.ideal(stems)
+                question, held = (None, {}) if words_only else _evidence(
+                    vault, index, text, stems, {h.memory_id: h.score for h in hits}, ideal)
                 top = _kept(fuse([(h.memory_id, h.score) for h in hits], [],
-                                 ideal=index.ideal(stems), floor=not words_only,
+                                 ideal=ideal, floor=not words_only,
                                  kinds={h.memory_id: h.kind for h in hits},
                                  question=question, held=held),
                             filters.limit, weak)
@@ -97,11 +98,12 @@ def _lexical(index: SearchIndex, query: Any, text: str, filters: Filters,
 
 
 def _evidence(vault: Vault, index: SearchIndex, text: str, stems: list[str],
-              ids: list[str]) -> tuple[Asked | None, dict[str, int]]:
+              scores: dict[str, float], ideal: float) -> tuple[Asked | None, dict[str, int]]:
     """What of the question is evidence of a match (index/fusion.py `asked`), and which
-    of its stems each candidate holds; (None, {}): every searched word is (no frame word,
-    no topic word the memory lacks), so whatever clears the floor matches."""
-    from memvault.index.fusion import HELD_MAX, asked
+    of its stems each candidate clearing the words' floor holds (by its BM25 `scores`);
+    (None, {}): every searched word is (no frame word, no topic word the memory lacks),
+    so whatever clears the floor matches."""
+    from memvault.index.fusion import HELD_MAX, WORDS_FLOOR, asked, words_relevance
     from memvault.index.keyed import ROLE_WORDS, STOPWORDS
 
     if len(stems) > HELD_MAX:
@@ -111,7 +113,8 @@ def _evidence(vault: Vault, index: SearchIndex, text: str, stems: list[str],
     question = asked(a, text, stems, skip, index.doc_freqs(stems)[0])
     if question.held == (1 << len(stems)) - 1:
         return None, {}
-    return question, index.holding(stems, ids)
+    return question, index.holding(stems, [
+        m for m, score in scores.items() if words_relevance(score, ideal) >= WORDS_FLOOR])
 
 
 def _kept(ranked: list[Fused], limit: int, weak: bool) -> list[Fused]:
@@ -285,10 +288,10 @@ def _fused(vault: Vault, text: str, filters: Filters, state: UserState,
             semantic = [(h.memory_id, h.score) for h in near if h.memory_id in hits]
             # Where this model puts what does not match this query: the floor's origin.
             floor = meaning_floor(store.baseline(vector))
-            question, held = (None, {}) if semantic_only else \
-                _evidence(vault, index, text, stems, list(hits))
-            fused = fuse([(h.memory_id, h.score) for h in lexical], semantic,
-                         ideal=index.ideal(stems),
+            ideal = index.ideal(stems)
+            question, held = (None, {}) if semantic_only else _evidence(
+                vault, index, text, stems, {m: h.score for m, h in hits.items()}, ideal)
+            fused = fuse([(h.memory_id, h.score) for h in lexical], semantic, ideal=ideal,
                          lexical_scores={m: hits[m].score for m in others if m in hits},
                          semantic_only=semantic_only,
                          kinds={m: h.kind for m, h in hits.items()},

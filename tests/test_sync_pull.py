@@ -390,6 +390,33 @@ class Asked(FolderRemote):
         return super().get(name)
 
 
+def test_a_pull_lets_each_sealed_page_go_once_its_records_are_taken(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: None) -> None:
+    """The pages kept sealed from the first read shrink as their records are stored (a
+    second machine's peak is not all of them held to the end), and none is fetched
+    twice."""
+    (tmp_path / "remote").mkdir()
+    a = machine(tmp_path, "a")
+    fill(a)
+    sync_ops.sync(a, FolderRemote(str(tmp_path / "remote"), tmp_path / "remote"))
+    held: list[int] = []
+    get = sync_ops.Fetched.get
+
+    def noted(self: sync_ops.Fetched, name: str, **last: Any) -> Any:
+        body = get(self, name, **last)
+        if body is not None and body["kind"] == "add":
+            held.append(self.sealed_bytes)
+        return body
+
+    monkeypatch.setattr(sync_ops.Fetched, "get", noted)
+    remote = Counting(tmp_path / "remote")
+    b = machine(tmp_path, "b")
+    assert sync_ops.sync(b, remote).pulled == len(contents(a))
+    assert len(held) > 3
+    assert held == sorted(held, reverse=True) and held[0] > held[-1] == 0
+    assert len(remote.fetched) == len(set(remote.fetched))
+
+
 def test_objects_are_fetched_ahead_while_each_is_opened(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """While the caller opens one object, the next ones are on their way: the workers
@@ -409,7 +436,7 @@ def test_objects_are_fetched_ahead_while_each_is_opened(
         objects = [n for n in names if "/o/" in n]
         assert len(objects) > 2 * 2 * remote.workers
         remote.asked.clear()
-        for at, (_, body, _) in enumerate(s.fetch_new(objects)):
+        for at, (_, body, _, _) in enumerate(s.fetch_new(objects)):
             assert body is not None
             ahead = min(len(objects), at + 1 + 2 * remote.workers)
             waited = 0.0

@@ -464,8 +464,9 @@ class SearchIndex:
         created = _micros(record.created_at)
         text = a.digests(record.content)
         # Who spoke is searchable: the role, and a chat member's name ("what did Ana say").
-        role = a.digests(" ".join(filter(None, (record.role, record.name)))) \
-            if record.type == "message" else b""
+        speaker = " ".join(filter(None, (record.role, record.name))) \
+            if record.type == "message" else ""
+        role = a.digests(speaker) if speaker else b""
         location = entry.location
         doc = tantivy.Document(id=record.memory_id, type=record.type,
                                category=record.category, created=created,
@@ -481,21 +482,23 @@ class SearchIndex:
             doc.add_text("session", a.opaque("session", record.session_id))
         if record.agent:
             doc.add_text("agent", a.opaque("agent", record.agent))
-        return self._indexed(doc, record.type, created, spaced(text), role,
+        # Hex made once a text (memoised): a turn is its neighbours' context too.
+        return self._indexed(doc, record.type, created, a.hashed(record.content), role,
                              " ".join(a.hashed(c) for c in entry.context),
-                             bool(record.superseded_by))
+                             bool(record.superseded_by), a.hashed(speaker) if role else "")
 
     def _indexed(self, doc: Any, kind: str, created: int, words: str, role: bytes,
-                 context: str, superseded: bool) -> Any:
+                 context: str, superseded: bool, who: str = "") -> Any:
         """Add the fields that are searched but not stored, from what is stored: so a
         document is built the same way from a record (`document`) and carried over from
         the index (`rewrite`). `words` and `context` are hashed terms, space-separated."""
         body = words
         if kind == "message":
             # Speakers and dates are searchable too ("what did Ana say in May?").
-            body = " ".join(filter(None, (spaced(role), body, self._day_terms(created))))
+            who = who or spaced(role)
+            body = " ".join(filter(None, (who, body, self._day_terms(created))))
             if role:
-                doc.add_text("who", spaced(role))
+                doc.add_text("who", who)
         doc.add_text("body", body)
         doc.add_text("own", words)
         # Context lends a turn its neighbours' words (an answer's words are often in the

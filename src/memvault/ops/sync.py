@@ -447,16 +447,23 @@ class Session:
             return b""
 
     def _opened(self, name: str, blob: bytes) -> dict[str, Any] | None:
+        return self._summarised(name, blob)[0]
+
+    def _summarised(self, name: str, blob: bytes) -> tuple[dict[str, Any] | None,
+                                                           dict[str, Any]]:
+        """An object's body (None: it does not open, or is not of a known shape) and
+        its summary, made once (a first pull summarises every record)."""
         if not blob:
-            return None
+            return None, {}
         try:
-            return self.open_blob(name, blob)
+            body = self.open_blob(name, blob, check=False)
+            return body, _summary(body)
         except syncseal.SyncAuthError:
             if syncseal.of_known_format(blob):
                 self.broken.append(name)
-            return None
+            return None, {}
         except (DataError, KeyError, TypeError):
-            return None
+            return None, {}
 
     def open_blob(self, name: str, blob: bytes, check: bool = True) -> dict[str, Any]:
         """An object's body; `check`: its shape too (not again for one checked when it
@@ -468,9 +475,9 @@ class Session:
         return body
 
     def fetch_new(self, names: list[str]) -> Iterator[tuple[str, dict[str, Any] | None,
-                                                            bytes]]:
-        """(name, body or None, sealed bytes) of each object, in order: fetched on the
-        workers a few ahead of the one taken (so the network's waits overlap the
+                                                            bytes, dict[str, Any]]]:
+        """(name, body or None, sealed bytes, summary) of each object, in order: fetched
+        on the workers a few ahead of the one taken (so the network's waits overlap the
         opening), opened here one at a time as the caller takes them, so a first pull
         holds one object opened (an add's page parsed is ten times its JSON), and its
         pages are parsed on this thread, not in a memory pool of each worker's."""
@@ -491,10 +498,10 @@ class Session:
             following = next(rest, None)
             if following is not None:
                 ask(following)
-            body = self._opened(name, blob)
+            body, summary = self._summarised(name, blob)
             if body is None:
                 self.damaged += 1
-            yield name, body, blob
+            yield name, body, blob, summary
             del body
 
     def write(self, kid: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -574,12 +581,15 @@ class Fetched:
         self.sealed.clear()
         self.sealed_bytes = 0
 
-    def get(self, name: str) -> dict[str, Any] | None:
+    def get(self, name: str, last: bool = False) -> dict[str, Any] | None:
         """The body of an object (None: it no longer opens), from what was kept or
-        fetched again; any object, read now or not."""
+        fetched again; any object, read now or not. `last`: not kept sealed any more
+        (its records are taken: the rest of a pull holds less)."""
         if name in self.opened:
             return self.opened[name]
-        blob = self.sealed.get(name)
+        blob = self.sealed.pop(name, None) if last else self.sealed.get(name)
+        if last and blob is not None:
+            self.sealed_bytes -= len(blob)
         if blob is not None:
             try:
                 return self.s.open_blob(name, blob, check=False)
@@ -642,9 +652,9 @@ def _sync(s: Session, path: Path) -> SyncResult:
 
     current = {name: cache.objects[name] for name in names if name in cache.objects}
     bodies = Fetched(s)
-    for name, body, blob in s.fetch_new([n for n in names if n not in cache.objects]):
+    for name, body, blob, summary in s.fetch_new([n for n in names if n not in cache.objects]):
         if body is not None:
-            current[name] = _summary(body)
+            current[name] = summary
             bodies.keep(name, body, blob)
     if sum(len(current[n]["ids"]) for n in bodies.adds) >= BATCH:
         # A large pull: what each object holds is true whatever this sync does next, so
@@ -1042,7 +1052,9 @@ def _pull_wanted(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]]
     with contextlib.ExitStack() as held:
         run = _Run(held, memo)
         for name in sorted(names, key=lambda n: (str(current[n].get("at", "")), n)):
-            body = bodies.get(name)
+            # Let go once its records are taken, unless it holds later versions (of
+            # records held here, which the updates that follow replace).
+            body = bodies.get(name, last=not current[name].get("v"))
             if body is None:
                 continue
             # The summary names the records in the body's order: each record takes its
@@ -1093,7 +1105,11 @@ class _Syncs:
     """The new files of a batch created, written and fsynced on a few threads while the
     next ones are sealed here (making a file and waiting for the disk are the kernel's
     work, not this thread's), and each folder fsynced once: all of it before the batch's
-    audit entry says the records are in."""
+    audit entry says the records are in. Handed over a few files at a time: each task
+    wakes a thread, which takes the interpreter's lock from this one to start."""
+
+    FILES = 8  # a task's files
+    BYTES = 1 << 20  # or its bytes
 
     def __init__(self) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -1101,13 +1117,24 @@ class _Syncs:
         self.pool = ThreadPoolExecutor(4, "mem-fsync")
         self.pending: list[Future[None]] = []
         self.dirs: set[Path] = set()
+        self.files: list[tuple[Path, bytes]] = []
+        self.size = 0
 
     def __call__(self, path: Path, data: bytes) -> None:
-        self.pending.append(self.pool.submit(_write_new, path, data))
+        self.files.append((path, data))
+        self.size += len(data)
         self.dirs.add(path.parent)
+        if len(self.files) >= self.FILES or self.size >= self.BYTES:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        if self.files:
+            self.pending.append(self.pool.submit(_write_new, self.files))
+            self.files, self.size = [], 0
 
     def wait(self) -> None:
         try:
+            self._hand_over()
             for done in self.pending:
                 done.result()
             for folder in sorted(self.dirs):
@@ -1116,9 +1143,10 @@ class _Syncs:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _write_new(path: Path, data: bytes) -> None:
-    fsio.append_line(path, data, sync=False)
-    fsio.fsync_file(path)
+def _write_new(files: list[tuple[Path, bytes]]) -> None:
+    for path, data in files:
+        fsio.append_line(path, data, sync=False)
+        fsio.fsync_file(path)
 
 
 def _store_batch(tx: Transaction, items: list[tuple[Record, bool]],

@@ -4,7 +4,12 @@ fused by the product's rule (index/fusion.py) and measured on both dev sets at o
 fusion_study.py varied the fusion over a fixed semantic leg; this one varies the leg:
 a turn's vector mixed with its session neighbours', a session's centroid as a boost, the
 query without its function words, the query moved towards the vectors of its best
-lexical hits (Rocchio), and the semantic leg re-ranking the lexical top N only.
+lexical hits (Rocchio), and the semantic leg re-ranking the lexical top N only; then,
+with the weak-words rule, the neighbours' weight tied to the turn's length (`length`),
+the better of the own and the mixed cosine or both as legs of their own (`pick2`),
+neighbours of one speaker or the turn before only (`speaker`), the words smoothed with
+the neighbours' or the session's BM25 (`bm25`), and the fusion's constants swept with
+them (`joint`, `joint-fine`, `joint-len`, `weakown`).
 
 Per memory it caches every turn's vector (the built-in model, as `mem embed` makes
 them: the record's content) with its session, and per question its vector and mem's
@@ -12,7 +17,8 @@ lexical top 300 (`mem search --mode lexical`, through the search operation, on t
 vaults bench_hybrid.py ingested). Halves are by a hash of the question's id (LongMemEval)
 or of its conversation and text (LoCoMo), not alternate questions.
 
-    python bench/meaning_study.py [--grid main|win|text|short|chunk|pick|marginM] [--detail]
+    python bench/meaning_study.py [--grid main|win|text|short|chunk|pick|marginM|length|pick2|
+                                   speaker|bm25|joint|joint-fine|joint-len|weakown] [--detail]
                                    [--sets locomo lme] [--only SUBSTRING] [--refresh]
 """
 
@@ -25,7 +31,7 @@ import os
 import pickle
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +51,7 @@ class Memory:
     sessions: list[str]
     texts: list[str]
     vectors: Any  # (n, 256) float32
+    speakers: list[str] = field(default_factory=list)  # filled on load (older caches)
 
 
 @dataclass
@@ -151,6 +158,44 @@ def windowed(mem: Memory, a: float, width: int = 1) -> Any:
     return unit(out)
 
 
+def words_of(text: str) -> int:
+    return len(text.split())
+
+
+def borrowed(mem: Memory, leg: Leg) -> Any:
+    """Each turn's vector plus its own a_i × each same-session neighbour's, where a_i is
+    the neighbour weight tied to how much the turn says by itself: `window` for a turn
+    of at most `scale` words, `window` × (scale / words) ^ power for a longer one. With
+    `speaker` "same" (or "other") only neighbours of that speaker are borrowed from;
+    `side` "prev" / "next" only the turn before / after."""
+    import numpy as np
+
+    v = mem.vectors
+    n = len(v)
+    lengths = np.asarray([max(1, words_of(t)) for t in mem.texts], dtype=np.float32)
+    a = np.full(n, leg.window, dtype=np.float32)
+    if leg.scale:
+        a = a * np.minimum(1.0, (leg.scale / lengths) ** leg.power)
+    out = v.copy()
+    for i in range(n):
+        for j in (i - 1, i + 1):
+            if not 0 <= j < n or mem.sessions[j] != mem.sessions[i]:
+                continue
+            if (leg.side == "prev" and j > i) or (leg.side == "next" and j < i):
+                continue
+            if mem.speakers and leg.agent != "any":
+                agent_i, agent_j = (mem.speakers[k] == "assistant" for k in (i, j))
+                if (agent_i and leg.agent in ("own", "both")) or (
+                        agent_j and leg.agent in ("from", "both")):
+                    continue
+            if mem.speakers and leg.speaker != "any":
+                same = mem.speakers[j] == mem.speakers[i]
+                if same != (leg.speaker == "same"):
+                    continue
+            out[i] += a[i] * v[j]
+    return unit(out)
+
+
 def sided(mem: Memory, a: float, side: str) -> Any:
     """Each turn's vector plus a × the one neighbour before (or after) it in its session."""
     v = mem.vectors
@@ -203,6 +248,16 @@ class Leg:
     text_window: bool = False  # the turn embedded with its neighbours' text (one mean)
     side: str = "both"  # window: "both" neighbours, or "prev" / "next" only
     short: int = 0  # window only the turns of at most this many words (0: every turn)
+    scale: int = 0  # the neighbours' weight falls past this many words (see `borrowed`)
+    power: float = 1.0
+    speaker: str = "any"  # borrow from neighbours of the "same" / "other" speaker only
+    agent: str = "any"  # an agent's turn: "own" keeps its vector, "from" is not borrowed
+    #                     from, "both" neither (a LongMemEval assistant; LoCoMo has none)
+    pick: str = "sum"  # "max": the better of own and mixed cosine; "legs": two pools
+    lam: float = 0.0  # words smoothed: BM25 + lam × the neighbours' (or session's best)
+    lam_of: str = "nb"  # "nb" (the same-session neighbours) or "session" (its best)
+    weak: tuple[float, float] | None = None  # (WEAK_WORDS, WEAK_WEIGHT) instead of the product's
+    weak_own: bool = False  # where the words are weak, the turn's own vector (no mixing)
 
     def name(self) -> str:
         parts = []
@@ -216,6 +271,20 @@ class Leg:
             parts.append(self.side)
         if self.short:
             parts.append(f"short{self.short}")
+        if self.scale:
+            parts.append(f"len{self.scale}^{self.power}")
+        if self.speaker != "any":
+            parts.append(f"spk-{self.speaker}")
+        if self.agent != "any":
+            parts.append(f"agent-{self.agent}")
+        if self.pick != "sum":
+            parts.append(self.pick)
+        if self.lam:
+            parts.append(f"bm25{self.lam_of}{self.lam}")
+        if self.weak:
+            parts.append(f"weak{self.weak[0]}/{self.weak[1]}")
+        if self.weak_own:
+            parts.append("weak-own")
         if self.own:
             parts.append(f"own{self.own}")
         if self.chunk:
@@ -235,10 +304,13 @@ class Cos:
         self.pos = [{m: i for i, m in enumerate(mem.ids)} for mem in memories]
 
     def vectors(self, k: int, leg: Leg) -> Any:
-        key = (k, leg.window, leg.width, leg.text_window, leg.side, leg.short)
+        key = (k, leg.window, leg.width, leg.text_window, leg.side, leg.short, leg.scale,
+               leg.power, leg.speaker, leg.agent)
         if key not in self._vec:
             mem = self.memories[k]
-            if leg.text_window:
+            if leg.window and (leg.scale or leg.speaker != "any" or leg.agent != "any"):
+                self._vec[key] = borrowed(mem, leg)
+            elif leg.text_window:
                 from memvault.embed.builtin import load
 
                 t, s = mem.texts, mem.sessions
@@ -304,6 +376,8 @@ class Cos:
                 np.maximum.at(sims, owner, cv @ qv)
         if leg.own:
             sims = sims + leg.own * (mem.vectors @ qv)
+        if leg.pick == "max":  # the better of the turn's own cosine and the mixed one
+            sims = np.maximum(sims, mem.vectors @ qv)
         if leg.session:
             if leg.session_max:
                 order = {s: k for k, s in enumerate(dict.fromkeys(mem.sessions))}
@@ -325,8 +399,10 @@ N = 50
 MARGIN: float | None = None  # --grid margin: a semantic-only candidate let in at 10th
 
 
-def fused(q: Q, cos: dict[str, float], weight: float, rerank: int = 0) -> list[str]:
-    out = _fused(q, cos, weight, rerank)
+def fused(q: Q, cos: dict[str, float], weight: float, rerank: int = 0,
+          leg: Leg | None = None, own: dict[str, float] | None = None,
+          lexical: list[tuple[str, float]] | None = None) -> list[str]:
+    out = _fused(q, cos, weight, rerank, leg or Leg(), own, lexical)
     if MARGIN is None:
         return out
     # The semantic leg's best, if the fused top 10 lacks it and its cosine beats every
@@ -338,34 +414,101 @@ def fused(q: Q, cos: dict[str, float], weight: float, rerank: int = 0) -> list[s
     return out[:9] + [best] + [m for m in out[9:] if m != best]
 
 
-def _fused(q: Q, cos: dict[str, float], weight: float, rerank: int = 0) -> list[str]:
+def _fused(q: Q, cos: dict[str, float], weight: float, rerank: int, leg: Leg,
+           own: dict[str, float] | None, lexical_all: list[tuple[str, float]] | None
+           ) -> list[str]:
     from memvault.index.fusion import fuse
 
-    lexical = q.lexical[:N]
+    ranked = lexical_all if lexical_all is not None else q.lexical
+    lexical = ranked[:N]
     if rerank:  # the semantic leg only over the lexical top `rerank`
-        pool = {m for m, _ in q.lexical[:rerank]}
+        pool = {m for m, _ in ranked[:rerank]}
         semantic = sorted(((m, cos[m]) for m in pool if m in cos), key=lambda kv: -kv[1])
     else:
         semantic = sorted(cos.items(), key=lambda kv: -kv[1])[:N]
-    scores = dict(q.lexical)
+    scores = dict(ranked)
+    if own is not None and leg.weak_own:
+        from memvault.index import fusion
+
+        weak_words = (leg.weak or (fusion.WEAK_WORDS, 0.0))[0]
+        best = max((v for _, v in lexical), default=0.0) / q.ideal if q.ideal > 0 else 0.0
+        if best < weak_words:  # weak words: the own vectors' leg
+            semantic = sorted(own.items(), key=lambda kv: -kv[1])[:N]
+        own = None
+    if own is not None:  # two semantic legs (own and mixed), each its own pool
+        return _three(q, lexical, scores, semantic,
+                      sorted(own.items(), key=lambda kv: -kv[1])[:N], weight, leg)
     # `weight`: the words' share where they are strong (the product's LEXICAL_WEIGHT);
-    # the weak-words rule as the product has it.
-    with _weight(weight):
+    # the weak-words rule as the product has it (or the leg's).
+    with _weight(weight, leg.weak):
         out = fuse(lexical, semantic, ideal=q.ideal,
                    lexical_scores={m: scores.get(m, 0.0) for m, _ in semantic}, floor=False)
     return [f.memory_id for f in out]
 
 
-@contextlib.contextmanager
-def _weight(weight: float) -> Iterator[None]:
+def _three(q: Q, lexical: list[tuple[str, float]], scores: dict[str, float],
+           mixed: list[tuple[str, float]], own: list[tuple[str, float]], weight: float,
+           leg: Leg) -> list[str]:
+    """The product's rule with two semantic legs: each leg's cosines min-max normalised
+    over the candidates (a candidate a leg did not return counts its lowest), the
+    meaning's share split evenly between them."""
     from memvault.index import fusion
 
-    saved = fusion.LEXICAL_WEIGHT
+    weak_words, weak_weight = leg.weak or (fusion.WEAK_WORDS, fusion.WEAK_WEIGHT)
+    ids = list(dict.fromkeys([m for m, _ in lexical] + [m for m, _ in mixed]
+                             + [m for m, _ in own]))
+    rel = {m: scores.get(m, 0.0) / q.ideal if q.ideal > 0 else 0.0 for m in ids}
+    spread = max(rel.values()) - min(rel.values())
+    best = max((rel[m] for m, _ in lexical), default=0.0)
+    w = weight if best >= weak_words else weak_weight
+    share = (1 - w) / w
+    near = {m: 0.0 for m in ids}
+    for legs in (mixed, own):
+        got = dict(legs)
+        low = min(got.values())
+        for m, v in fusion.normalised({m: got.get(m, low) for m in ids}).items():
+            near[m] += v / 2
+    return sorted(ids, key=lambda m: (-(rel[m] + share * near[m] * spread), -near[m], m))
+
+
+def smoothed(q: Q, mem: Memory, pos: dict[str, int], lam: float, of: str
+             ) -> list[tuple[str, float]]:
+    """The lexical top (300) with each turn's BM25 plus lam × its same-session neighbours'
+    (or its session's best), as far as the top holds them (a turn outside it: 0)."""
+    got = dict(q.lexical)
+    best: dict[str, float] = {}
+    if of == "session":
+        for m, v in q.lexical:
+            if m in pos:
+                s = mem.sessions[pos[m]]
+                best[s] = max(best.get(s, 0.0), v)
+    out = []
+    for m, v in q.lexical:
+        i = pos.get(m)
+        extra = 0.0
+        if i is not None:
+            if of == "session":
+                extra = best.get(mem.sessions[i], 0.0)
+            else:
+                extra = sum(got.get(mem.ids[j], 0.0) for j in (i - 1, i + 1)
+                            if 0 <= j < len(mem.ids) and mem.sessions[j] == mem.sessions[i])
+        out.append((m, v + lam * extra))
+    out.sort(key=lambda kv: (-kv[1], kv[0]))
+    return out
+
+
+@contextlib.contextmanager
+def _weight(weight: float, weak: tuple[float, float] | None = None) -> Iterator[None]:
+    from memvault.index import fusion
+
+    saved = fusion.LEXICAL_WEIGHT, fusion.WEAK_WORDS, fusion.WEAK_WEIGHT
     fusion.LEXICAL_WEIGHT = weight
+    if weak is not None:
+        fusion.WEAK_WORDS, fusion.WEAK_WEIGHT = weak
     try:
         yield
     finally:
-        fusion.LEXICAL_WEIGHT = saved
+        fusion.LEXICAL_WEIGHT, fusion.WEAK_WORDS, fusion.WEAK_WEIGHT = saved
 
 
 def evaluate(qs: list[Q], ranked: list[list[str]]) -> dict[str, float]:
@@ -421,18 +564,39 @@ def main(argv: list[str] | None = None) -> None:
 
     show("lexical", base)
     show("fts5", fts)
+    speakers(memories, args.sets)
     legs = grid(args.grid)
     for leg, weights, rerank in legs:
+        if args.only and not any(args.only in f"{leg.name()} w={w}" for w in weights):
+            continue
         per_q = [cos.cosines(j, leg) for j in range(len(qs))]
+        owns = [cos.cosines(j, Leg()) if leg.pick == "legs" or leg.weak_own else None
+                for j in range(len(qs))]
+        lexicals = [smoothed(q, memories[q.memory], cos.pos[q.memory], leg.lam, leg.lam_of)
+                    if leg.lam else None for q in qs]
         for w in weights:
             label = f"{leg.name()} w={w}" + (f" rerank{rerank}" if rerank else "")
             if args.only and args.only not in label:
                 continue
-            show(label, evaluate(qs, [fused(q, c, w, rerank) for q, c in zip(qs, per_q,
-                                                                             strict=True)]))
+            show(label, evaluate(qs, [fused(q, c, w, rerank, leg, o, lx) for q, c, o, lx
+                                      in zip(qs, per_q, owns, lexicals, strict=True)]))
         if 0.0 not in weights:
             show(f"{leg.name()} alone", evaluate(qs, [
                 [m for m, _ in sorted(c.items(), key=lambda kv: -kv[1])[:N]] for c in per_q]))
+
+
+def speakers(memories: list[Memory], sets: list[str]) -> None:
+    """Each turn's speaker (a LoCoMo name, a LongMemEval role), for caches made before
+    they were kept: the memories are in the order `collect` made them."""
+    import locomo
+    import longmemeval
+
+    turns: list[list[str]] = []
+    for dataset in sets:
+        turns += ([[t.speaker for t in c.turns] for c in locomo.load()] if dataset == "locomo"
+                  else [[t.role for t in q.turns] for q in longmemeval.load()])
+    for mem, said in zip(memories, turns, strict=True):
+        mem.speakers = said if len(said) == len(mem.ids) else []
 
 
 def grid(name: str) -> list[tuple[Leg, tuple[float, ...], int]]:
@@ -463,6 +627,48 @@ def grid(name: str) -> list[tuple[Leg, tuple[float, ...], int]]:
         return [(Leg(window=0.75, short=20), (0.9, 0.85), 0),
                 (Leg(window=0.75, short=40), (0.9, 0.85), 0),
                 (Leg(window=0.5, short=40), (0.9, 0.85), 0)]
+    if name == "length":  # (1) the neighbours' weight tied to how much the turn says
+        return [(Leg(window=a, scale=sc, power=p), (0.9, 0.85), 0)
+                for a in (0.5, 0.75, 1.0) for sc in (10, 20, 30, 40, 60)
+                for p in (1.0, 2.0)]
+    if name == "pick2":  # (2) the better of own and mixed; own and mixed as two legs
+        return [(Leg(window=a, pick=pk), (0.9, 0.85, 0.8), 0)
+                for a in (0.5, 0.75, 1.0) for pk in ("max", "legs")]
+    if name == "speaker":  # (3) the same speaker only, the other only, the turn before
+        return [(Leg(window=a, speaker=sp), (0.9, 0.85), 0)
+                for a in (0.5, 0.75, 1.0) for sp in ("same", "other")] + [
+                (Leg(window=a, side="prev", speaker="other" if o else "any"), (0.9, 0.85), 0)
+                for a in (0.5, 0.75, 1.0) for o in (False, True)]
+    if name == "bm25":  # (4) the words smoothed with the neighbours' or the session's
+        return [(Leg(window=win, lam=lam, lam_of=of), (0.9,), 0)
+                for win in (0.0, 0.5) for of in ("nb", "session")
+                for lam in (0.05, 0.1, 0.2, 0.3)]
+    if name.startswith("joint"):  # (5) the fusion's constants swept with the leg
+        legs = [Leg(), Leg(window=0.5), Leg(window=0.5, pick="max"),
+                Leg(window=0.75, pick="max"), Leg(window=1.0, pick="max")]
+        if name == "joint-len":
+            legs = [Leg(window=a, scale=sc, pick=pk) for a in (0.5, 0.75, 1.0)
+                    for sc in (20, 40) for pk in ("sum", "max")]
+        if name == "joint-fine":
+            return [(replace(leg, weak=(ww, wt)), (0.95, 0.92, 0.9, 0.88), 0)
+                    for leg in [Leg(window=a, pick=pk) for a in (0.5, 0.75, 1.0)
+                                for pk in ("sum", "max")]
+                    for ww in (0.8, 0.85, 0.9) for wt in (0.55, 0.6, 0.62, 0.65, 0.68)]
+        return [(replace(leg, weak=(ww, wt)), (0.9, 0.85), 0) for leg in legs
+                for ww in (0.8, 0.85, 0.9, 1.0) for wt in (0.6, 0.65, 0.7, 0.75)]
+    if name == "agent":  # an agent's reply: not mixed, not borrowed from, neither
+        return [(replace(leg, agent=ag), (0.9, 0.85), 0)
+                for leg in [Leg(window=a, pick=pk) for a in (0.5, 0.75, 1.0)
+                            for pk in ("sum", "max")]
+                for ag in ("own", "from", "both")]
+    if name == "agent-len":  # people's turns only, the weight by length, around the peak
+        return [(Leg(window=a, scale=sc, agent="both"), (0.92, 0.9, 0.88), 0)
+                for a in (0.4, 0.5, 0.6, 0.75, 1.0) for sc in (0, 30, 40, 60)]
+    if name == "weakown":
+        return [(replace(leg, weak=(ww, wt), weak_own=True), (0.95, 0.92, 0.9, 0.88), 0)
+                for leg in [Leg(window=a, pick=pk) for a in (0.5, 0.75, 1.0)
+                            for pk in ("sum", "max")]
+                for ww in (0.8, 0.85, 0.9) for wt in (0.62, 0.65, 0.7)]
     if name == "pick":
         return [(Leg(), (0.9,), 0), (Leg(window=0.5), (0.9,), 0),
                 (Leg(window=0.75), (0.9,), 0)]

@@ -217,3 +217,30 @@ def test_a_record_holding_only_the_frame_or_a_lacking_run_does_not_match() -> No
     assert all(f.matches for f in fuse(lexical, [], ideal=IDEAL))
     assert all(f.matches for f in fuse(lexical, [], ideal=IDEAL, question=lacking,
                                        held=held, floor=False))
+
+
+@pytest.mark.parametrize(("question", "held"), [
+    (0b10, 0b01),  # "does the user use terraform": it holds only the frame, "use"
+    (0b00, 0b10),  # "what is the user's blood type": only "type", of the run lacking blood
+])
+def test_meaning_vouches_for_what_the_words_refuse_at_its_own_floor(
+        question: int, held: int) -> None:
+    """A record the words' rule refuses still matches when its cosine reaches the
+    meaning's floor, the one `--mode semantic` uses (the query's baseline lifted by
+    MEANING_LIFT): the meaning tells a paraphrase ("which browser does the user use" →
+    "Uses Firefox") from a question the memory cannot answer. Under the floor it stays
+    weak: no lower bar for such records (bench/RANKING.md, "What a match is, at last")."""
+    from memvault.index.fusion import Asked
+
+    asks = Asked(topic=0b10, held=question)  # stems: use, terraform (or type, blood)
+    floor = meaning_floor((0.05, 0.1))
+    lexical = [("refused", 9.0), ("other", 1.0)]
+    for cosine, matches in ((floor, True), (floor + 0.2, True), (floor - 0.01, False)):
+        ranked = fuse(lexical, [("refused", cosine), ("other", 0.0)], ideal=IDEAL,
+                      meaning_floor=floor, question=asks,
+                      held={"refused": held, "other": 0})
+        got = {f.memory_id: f.matches for f in ranked}
+        assert got == {"refused": matches, "other": False}, cosine
+    # By words alone nothing vouches: refused, however strongly held.
+    ranked = fuse(lexical, [], ideal=IDEAL, question=asks, held={"refused": held})
+    assert not any(f.matches for f in ranked)

@@ -170,11 +170,13 @@ def ranks(vault: Vault, ids: dict[str, str], mode: str | None) -> dict[str, int 
 @pytest.mark.parametrize("mode", [None, "lexical"])
 def test_the_planted_memory_is_in_the_first_three(memory: tuple[Vault, dict[str, str]],
                                                   mode: str | None) -> None:
-    """At least 90 % by default (29 of 32). By words alone one fewer (28): "what does
-    the user prefer for indentation" shares only its frame ("prefer") with "Prefers
-    tabs over spaces", and no word of its topic with any record, as "what does the user
-    prefer for embroidery" does; words cannot tell the two apart, and a frame is no
-    match (index/fusion.py; bench/RANKING.md, "What a match is, at last")."""
+    """At least 90 % by default (29 of 32). By words alone one fewer (28): "which
+    browser does the user use" shares only its frame ("use") with "Uses Firefox for web
+    development", and a frame is no match by words; by default the meaning vouches for
+    it (test_the_meaning_vouches_for_what_the_words_refuse). Lost in both modes: "what
+    does the user prefer for indentation" (test_role_words_are_not_evidence), "how does
+    the user like to test" and "what laptop does the user have" (neither planted memory
+    holds a word of its question's topic, and the built-in model puts neither near it)."""
     vault, ids = memory
     placed = ranks(vault, ids, mode)
     top3 = [q for q, r in placed.items() if r is not None and r <= 3]
@@ -202,18 +204,52 @@ def test_what_the_memory_does_not_hold_finds_nothing(memory: tuple[Vault, dict[s
     assert not found["zebra unicorn"]
 
 
-def test_role_words_are_not_evidence(memory: tuple[Vault, dict[str, str]]) -> None:
+# The issue's own question, by default, is lost with the built-in model: it shares only
+# its frame ("prefer") with "Prefers tabs over spaces" (no record holds "indent"), and the
+# model puts the two at a cosine of 0.18 where the meaning's floor is 0.44 (a lifted
+# 0.15 of the 0.42 needed); no lower floor for what the words refuse tells it from the
+# questions the memory cannot answer (bench/RANKING.md, "What a match is, at last"). A
+# model that puts them near finds it through the same rule.
+INDENTATION = pytest.param(
+    "what does the user prefer for indentation", "Prefers tabs over spaces", (None,),
+    marks=pytest.mark.xfail(strict=True, reason="the built-in model's meaning does not "
+                            "put tabs near indentation"))
+
+
+@pytest.mark.parametrize(("question", "planted", "modes"), [
+    INDENTATION,
+    ("which merge strategy does the user like", "Prefers squash merges", ("lexical", None)),
+])
+def test_role_words_are_not_evidence(memory: tuple[Vault, dict[str, str]], question: str,
+                                     planted: str, modes: tuple[str | None, ...]) -> None:
     """"user" names who is asked about: it matches no record by its speaker, so the
     short turns the user typed do not outrank the stored preference; no transcript turn
     ranks above it."""
     vault, ids = memory
-    for mode in ("lexical", None):
-        found = recall.search(vault, "which merge strategy does the user like",
-                              Filters(limit=10), audit=False, mode=mode)
+    for mode in modes:
+        found = recall.search(vault, question, Filters(limit=10), audit=False, mode=mode)
         got = [h.memory_id for h in found.results]
-        planted = ids["Prefers squash merges"]
-        assert planted in got[:3], (mode, [h.content[:40] for h in found.results])
-        assert all(h.type != "message" for h in found.results[:got.index(planted)]), mode
+        assert ids[planted] in got[:3], (mode, [h.content[:40] for h in found.results])
+        assert all(h.type != "message" for h in found.results[:got.index(ids[planted])]), \
+            mode
+
+
+def test_the_meaning_vouches_for_what_the_words_refuse(
+        memory: tuple[Vault, dict[str, str]]) -> None:
+    """"which browser does the user use" shares only its frame ("use") with "Uses Firefox
+    for web development": by words that is no match (listed weak with --all); by
+    default the meaning vouches for it, its cosine above the meaning's own floor (the
+    one --mode semantic uses): a match, among the first three."""
+    vault, ids = memory
+    firefox = ids["Uses Firefox for web development"]
+    question = "which browser does the user use"
+    words = recall.search(vault, question, Filters(limit=50), audit=False, mode="lexical",
+                          weak=True)
+    assert firefox in [h.memory_id for h in words.results if h.weak]
+    assert firefox not in [h.memory_id for h in words.results if not h.weak]
+    for mode in (None, "semantic"):
+        found = recall.search(vault, question, Filters(limit=10), audit=False, mode=mode)
+        assert firefox in [h.memory_id for h in found.results[:3]], mode
 
 
 def test_the_frame_of_a_question_is_no_evidence(memory: tuple[Vault, dict[str, str]]

@@ -10,7 +10,7 @@ also asked of a vault of the other set (a LoCoMo question of a LongMemEval user'
 and back): those are unrelated pairs, whose best scores say where a floor must be. Then
 every rule is scored on the cache.
 
-    python bench/relevance_study.py [--refresh]
+    python bench/relevance_study.py [--refresh] [--detail] [--frame | --vouch]
 """
 
 from __future__ import annotations
@@ -502,6 +502,37 @@ def frame_study(true: list[Case], null: list[Case], detail: bool) -> None:
         report(name, true, null, rank, detail, lex)
 
 
+def vouched(c: Case, vouch: float) -> Ranked:
+    """The product's rule (the frame, a run the memory lacks, the -ed ending a run), and
+    a record the words' rule refuses (its words' relevance ≥ 0.15, but it holds only the
+    frame or a lacking run) matches when its lifted cosine reaches `vouch`: 0.42 is the
+    meaning's own floor, the product's."""
+    words = {**c.words, **dict(c.lexical)}
+    a = asked(c, FRAME_ALL, True)
+    out = []
+    for m in weak_words(c, 0.85, 0.7):
+        rw = words.get(m, 0.0) / c.ideal if c.ideal > 0 else 0.0
+        held = c.held.get(m, 0)
+        ok = rw >= 0.15 and bool(held & a.topic)
+        if ok and a.absent:
+            ok = bool(held & a.topic & ~a.blocked)
+        near = lifted(c, m)
+        out.append((m, 0.0, ok or near >= 0.42 or (rw >= 0.15 and near >= vouch)))
+    return out
+
+
+def vouch_study(true: list[Case], null: list[Case], detail: bool) -> None:
+    """How near by meaning a record the words' rule refuses must be to match: the
+    meaning's own floor (lifted 0.42) and lower ones."""
+    lex = report("lexical (the bar for every category)", true, null,
+                 lambda c: [m for m, _ in c.lexical], detail)
+    report("the product (refused: lifted ≥ 0.42, the floor)", true, null,
+           lambda c: framed(c, FRAME_ALL, "run", verbs=True), detail, lex)
+    for v in (0.42, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1):
+        report(f"refused by words: lifted ≥ {v}", true, null,
+               lambda c, v=v: vouched(c, v), detail, lex)
+
+
 def recall_at(ranked: list[str], gold: set[str]) -> float:
     return 100 * len(gold & set(ranked[:K])) / len(gold) if gold else 0.0
 
@@ -525,7 +556,9 @@ def report(name: str, true: list[Case], null: list[Case], rank: object,
         rows.setdefault(f"{key} {'AB'[c.half]}", []).append(r)
         rows.setdefault(f"{key} {c.kind}", []).append(r)
         if c.dataset == "lme":
-            rows.setdefault("LME hit", []).append(hit_at(kept, c.gold_sessions))
+            hit = hit_at(kept, c.gold_sessions)
+            rows.setdefault("LME hit", []).append(hit)
+            rows.setdefault(f"LME hit {c.kind}", []).append(hit)
     empty = []
     for c in null:
         got = rank(c)  # type: ignore[operator]
@@ -561,6 +594,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--detail", action="store_true")
     parser.add_argument("--frame", action="store_true",
                         help="only the frame and absent-topic rules")
+    parser.add_argument("--vouch", action="store_true",
+                        help="only how near by meaning a record the words refuse must be")
     args = parser.parse_args(argv or [])
     cache = RESULTS / "relevance_cache.pickle"
     if args.refresh or not cache.exists():
@@ -571,6 +606,9 @@ def main(argv: list[str] | None = None) -> None:
     true, null = pickle.loads(cache.read_bytes())
     if args.frame:
         frame_study(true, null, args.detail)
+        return
+    if args.vouch:
+        vouch_study(true, null, args.detail)
         return
 
     print("Unrelated pairs (a question asked of the other set's memory): best scores")

@@ -164,3 +164,94 @@ def test_the_meaning_floor_follows_a_model_of_another_scale(
         doc = found(script_runner, "what vegetables do I cultivate", "--mode", mode)
         assert [h["memory_id"] for h in doc["results"]][:1] == [ids[HERBS]], mode
         assert doc["results"][0]["semantic_score"] > MEANING_FLOOR
+
+
+# A chat between people (generic JSON lines, speakers as `name`) and an agent's session.
+CHAT = [("ana", "Did you finally go to the pottery class on Saturday?"),
+        ("ben", "Yes, I did!"),
+        ("ana", "How was the teacher, and what did you make?")]
+AGENT = [("user", "Can you fix the failing build on main?"),
+         ("assistant", "Done: the import was missing, the build passes now.")]
+
+
+def ingest(script_runner: ScriptRunner, tmp_path: Path, session: str,
+           rows: list[dict[str, str]]) -> None:
+    path = tmp_path / f"{session}-{len(rows)}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = mem(script_runner, "ingest", str(path), "--format", "jsonl", "--session",
+                 session, "--quiet")
+    assert result.returncode == 0, result.stderr
+
+
+def chat_rows(turns: list[tuple[str, str]]) -> list[dict[str, str]]:
+    return [{"id": f"c{i}", "role": "user", "name": who, "content": text,
+             "timestamp": f"2026-03-0{i + 1}T10:00:00Z"} for i, (who, text) in enumerate(turns)]
+
+
+def stored(vault: Vault) -> dict[str, Any]:
+    """Each stored vector by its record's text, of unit length (stored as int8)."""
+    import numpy as np
+
+    from memvault.index.vectors import stored_vectors
+
+    v = Vault(vault.settings)
+    by_id = {r.memory_id: r.content for r in recall.list_records(v, Filters(limit=100)).records}
+    return {by_id[m]: vec / np.linalg.norm(vec)
+            for m, vec in stored_vectors(v.vector_store(v.state().key_version))}
+
+
+def test_a_persons_turn_borrows_the_meaning_of_the_people_beside_it(
+        vault: Vault, tmp_path: Path, script_runner: ScriptRunner) -> None:
+    """"Yes, I did!" means what the turn before it asked: a person's turn is embedded with
+    the people's turns beside it; an agent's reply neither borrows nor lends, and a turn
+    beside only an agent's keeps its own meaning."""
+    import numpy as np
+
+    from memvault.index.vectors import NEIGHBOUR_WEIGHT
+
+    ingest(script_runner, tmp_path, "chat", chat_rows(CHAT))
+    ingest(script_runner, tmp_path, "agent", [
+        {"id": f"a{i}", "role": role, "content": text, "timestamp": f"2026-03-0{i + 1}T11:00:00Z"}
+        for i, (role, text) in enumerate(AGENT)])
+    assert mem(script_runner, "embed").returncode == 0
+    vectors = stored(vault)
+    own = dict(zip([t for _, t in CHAT + AGENT],
+                   load().embed([t for _, t in CHAT + AGENT]), strict=True))
+    asked, said, then = (t for _, t in CHAT)
+    expected = own[said] + NEIGHBOUR_WEIGHT * (own[asked] + own[then])
+    expected /= np.linalg.norm(expected)
+    assert float(vectors[said] @ expected) > 0.999
+    assert float(vectors[said] @ own[said]) < 0.9  # not its own meaning alone
+    # The question beside the answer is nearer to it than to the short answer alone.
+    assert float(vectors[said] @ own[asked]) > float(own[said] @ own[asked]) + 0.1
+    for _, text in AGENT:  # an agent's session: every vector its own text's
+        assert float(vectors[text] @ own[text]) > 0.999
+    # And by meaning, the short answer is found by the question it answers.
+    doc = found(script_runner, "pottery class on Saturday", "--mode", "semantic", "--all")
+    assert said in [h["content"] for h in doc["results"]][:3]
+
+
+def test_a_turn_said_later_remakes_the_vector_it_changes(
+        vault: Vault, tmp_path: Path, script_runner: ScriptRunner) -> None:
+    """A turn said after a person's changes what that turn's vector borrows: its vector is
+    dropped and made again with the new turn's (the background embedder after an ingest
+    or a pull), alike to one made from the whole session at once."""
+    ingest(script_runner, tmp_path, "chat", chat_rows(CHAT[:2]))
+    assert mem(script_runner, "embed").returncode == 0
+    before = stored(vault)
+    ingest(script_runner, tmp_path, "chat", chat_rows(CHAT))
+    v = Vault(vault.settings)
+    said = CHAT[1][1]
+    assert said not in stored(v)  # stale: it now has a turn after it
+    state = v.state()
+    held = v.vector_store(state.key_version).has()
+    new = [r.memory_id for r in recall.list_records(v, Filters(limit=100)).records
+           if r.memory_id not in held]
+    assert embed.embed_new(v, load(), [m for m in new if m])  # what ingest wrote
+    after = stored(v)
+    assert set(after) == {t for _, t in CHAT}
+    assert float(after[said] @ before[said]) < 0.999  # it borrows the new turn too
+    embed.embed_pending(Vault(vault.settings), load(), rebuild=True)
+    whole = stored(vault)
+    for text, vec in after.items():
+        assert float(vec @ whole[text]) > 0.99999, text

@@ -92,7 +92,7 @@ def read_store(directory: Path, dek: bytes, owner: str) -> dict[str, dict[str, A
             return _lp("mem/vectors/segment/v1", owner, str(epoch), name, str(i),
                        str(len(frames)))
 
-        assert doc["format"] == 2 and doc["chunk"] == 64
+        assert doc["format"] == 3 and doc["chunk"] == 64
         keys = _open(key, frames[0], aad(0))
         meta = _open(key, frames[1], aad(1))
         n, d, width, cb = struct.unpack_from("<IHHH", meta)

@@ -42,6 +42,28 @@ class Entry:
     record: Record
     location: Location
     context: tuple[str, ...] = ()
+    # A person's turn: the texts of the people's turns just before and after it in its
+    # session (None: none there), which its vector borrows from (index/vectors.py).
+    beside: tuple[str | None, str | None] = (None, None)
+
+
+def said_by_a_person(record: Record) -> bool:
+    """A turn a person typed (a user's, or a chat member's), not an agent's or a tool's."""
+    return record.type == "message" and record.role == "user"
+
+
+def beside(records: Sequence[Record], i: int) -> tuple[str | None, str | None]:
+    """The texts of the turns just before and after record `i` of a session that a person
+    said, when record `i` is one too: a short turn ("Yes, I did!") means what the people
+    around it said. An agent's reply is not borrowed from and borrows nothing: it restates
+    the user's words at length, and a turn mixed with it is like every question on the
+    reply's topic (bench/RANKING.md, "A turn's neighbours, among people")."""
+    if not 0 <= i < len(records) or not said_by_a_person(records[i]):
+        return None, None
+    before = records[i - 1] if i > 0 else None
+    after = records[i + 1] if i + 1 < len(records) else None
+    return (before.content if before is not None and said_by_a_person(before) else None,
+            after.content if after is not None and said_by_a_person(after) else None)
 
 
 def neighbours(records: Sequence[Record], i: int) -> tuple[str, ...]:
@@ -58,8 +80,8 @@ def file_entries(records: Sequence[Record], locations: Sequence[Location],
     """Index entries for one file's records (all, or those at positions in `only`)."""
     session = bool(locations) and not locations[0].is_doc
     span = only if only is not None else range(len(records))
-    return [Entry(records[i], locations[i], neighbours(records, i) if session else ())
-            for i in span]
+    return [Entry(records[i], locations[i], neighbours(records, i), beside(records, i))
+            if session else Entry(records[i], locations[i]) for i in span]
 
 
 class DerivedIndex(Protocol):

@@ -46,7 +46,9 @@ from memvault.model.location import Location
 from memvault.model.records import ARCHIVE, Record
 from memvault.storage import fsio
 
-FORMAT = 2  # 1: no id keys frame, chunks of 64 (dropped and embedded again)
+# 1: no id keys frame, chunks of 64; 2: every turn embedded alone (both dropped and
+# embedded again).
+FORMAT = 3
 MANIFEST = "manifest"
 SEGMENT_SUFFIX = ".seg"
 MANIFEST_MAGIC = b"memvecm1"
@@ -76,6 +78,11 @@ NAME_LEN = 32  # hex characters of a segment's random name
 # the stored vectors of SAMPLE_CHUNKS chunks spread evenly over the store; fewer than
 # SAMPLE_MIN vectors stored say nothing (index/fusion.py then keeps the built-in floor).
 SAMPLE_CHUNKS, SAMPLE_MIN = 8, 128
+# A person's turn's vector: its own plus this much of each person's turn beside it in
+# its session (index/base.py `beside`), normalised. Measured on both dev sets
+# (bench/RANKING.md, "A turn's neighbours, among people"): LoCoMo R@10 76.7 → 77.5, every
+# category up or even, LongMemEval unchanged; 0.5-0.6 alike, 0.4 and 0.75 weaker.
+NEIGHBOUR_WEIGHT = 0.5
 
 ARCHIVED = 1  # flag bit: the record is an archived original (left the active set)
 
@@ -83,7 +90,7 @@ ARCHIVED = 1  # flag bit: the record is an archived original (left the active se
 @dataclass(frozen=True)
 class VectorItem:
     memory_id: str
-    digest: bytes  # text_digest(embed_text(record)): a changed record is embedded again
+    digest: bytes  # vector_digest(...): a record changed, or beside others, is embedded again
     archived: bool  # archived originals leave the active set; found with include_archive
     vector: Any  # np.ndarray float32 (dims,), unit length
     file: str = ""  # where the record lives (found through the index when empty)
@@ -105,8 +112,38 @@ def text_digest(text: str) -> bytes:
     return hashlib.sha256(text.encode()).digest()[:DIGEST_LEN]
 
 
-def record_digest(record: Record) -> bytes:
-    return text_digest(embed_text(record))
+def vector_digest(text: str, beside: tuple[str | None, str | None] = (None, None)) -> bytes:
+    """What VectorItem.digest is made with: the text embedded and the texts its vector
+    borrows (before, after), so that a turn said beside it, or one changed or forgotten,
+    makes the vector stale. A text that borrows nothing: text_digest(text)."""
+    if beside == (None, None):
+        return text_digest(text)
+    h = hashlib.sha256(b"mem/vector/beside/v1\0")
+    for part in (text, *beside):
+        raw = b"" if part is None else part.encode()
+        h.update(b"\0" if part is None else b"\1" + len(raw).to_bytes(8, "big") + raw)
+    return h.digest()[:DIGEST_LEN]
+
+
+def entry_digest(entry: Entry) -> bytes:
+    return vector_digest(embed_text(entry.record), entry.beside)
+
+
+def mixed(own: Any, before: Any | None, after: Any | None) -> Any:
+    """A turn's vector: its own plus NEIGHBOUR_WEIGHT of each neighbour's (each of unit
+    length first, whatever the model returns), normalised."""
+    import numpy as np
+
+    def unit(v: Any) -> Any:
+        v = np.asarray(v, dtype=np.float32)
+        n = float(np.linalg.norm(v))
+        return v / n if n > 0 else v
+
+    out = unit(own)
+    for other in (before, after):
+        if other is not None:
+            out = out + NEIGHBOUR_WEIGHT * unit(other)
+    return unit(out)
 
 
 def _file_of(entry: Entry) -> str:
@@ -461,7 +498,7 @@ class VectorStore:
         plain = self._open(body, self._manifest_aad(epoch), "vectors/manifest")
         try:
             doc: dict[str, Any] = json.loads(plain)
-            if doc.get("format") == 1:
+            if doc.get("format") in (1, 2):
                 raise _OlderFormat("vectors/ is of an older format")
             if doc.get("format") != FORMAT or doc.get("epoch") != epoch \
                     or doc.get("chunk") != CHUNK:
@@ -1148,7 +1185,7 @@ class VectorStore:
             memory_id = entry.record.memory_id
             if memory_id not in stored:
                 continue
-            if stored[memory_id] != record_digest(entry.record):
+            if stored[memory_id] != entry_digest(entry):
                 gone.add(memory_id)
             else:
                 update[memory_id] = (ARCHIVED if _archived(entry) else 0, _file_of(entry))
@@ -1196,7 +1233,7 @@ class VectorStore:
                 if entry is None:
                     if changed is None or f in changed or not f:
                         gone.add(memory_id)
-                elif stored[memory_id] != record_digest(entry.record):
+                elif stored[memory_id] != entry_digest(entry):
                     gone.add(memory_id)
                 else:
                     update[memory_id] = (ARCHIVED if _archived(entry) else 0, _file_of(entry))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memvault.errors import EX_FAILURE, EX_TEMPFAIL, Busy, ConfigError, MemError
 from memvault.model.location import Location
@@ -51,6 +51,13 @@ class Pending:
     digest: bytes
     archived: bool
     text: str
+    beside: tuple[str | None, str | None] = (None, None)  # what its vector borrows
+    # A person's turn: the (id, mark) of the lines just before and after it as read
+    # (None: no line there), which must be unchanged too; None: not checked.
+    around: Around | None = None
+
+
+Around = tuple["tuple[str, str] | None", "tuple[str, str] | None"]
 
 
 @dataclass
@@ -121,7 +128,8 @@ def check_model(store: VectorStore, model: ModelId) -> None:
 def _pending_in(vault: Vault, relpath: str, held: dict[str, bytes]) -> Iterator[Pending]:
     """The records of one file without a current vector. A line file whose ids all have
     a vector is not decrypted; a document (small, one envelope) always is."""
-    from memvault.index.vectors import embed_text, text_digest
+    from memvault.index.base import beside, said_by_a_person
+    from memvault.index.vectors import embed_text, text_digest, vector_digest
 
     store = vault.store
     archived = relpath.startswith(ARCHIVE + "/")
@@ -136,12 +144,28 @@ def _pending_in(vault: Vault, relpath: str, held: dict[str, bytes]) -> Iterator[
     if all(h.memory_id in held for h in headers):
         return
     marks = {h.memory_id: h.digest for h in headers}
-    for record in store.read_lines(relpath):
+    records = store.read_lines(relpath)
+    ids = [r.memory_id for r in records]
+    for i, record in enumerate(records):
         text = embed_text(record)
-        digest = text_digest(text)
+        near = beside(records, i)
+        digest = vector_digest(text, near)
         mark = marks.get(record.memory_id)
         if mark is not None and held.get(record.memory_id) != digest:
-            yield Pending(record.memory_id, relpath, mark, digest, archived, text)
+            yield Pending(record.memory_id, relpath, mark, digest, archived, text, near,
+                          _around(ids, i, marks) if said_by_a_person(record) else None)
+
+
+def _next_to(order: Sequence[str], at: dict[str, int], ids: Iterable[str]) -> set[str]:
+    """The ids of the lines just before and after these (positions `at` in `order`)."""
+    return {order[k + d] for m in ids for d in (-1, 1) if 0 <= (k := at[m]) + d < len(order)}
+
+
+def _around(ids: Sequence[str], i: int, marks: dict[str, str]) -> Around:
+    """The (id, mark) of the lines just before and after line `i` (None: none there)."""
+    before = (ids[i - 1], marks.get(ids[i - 1], "")) if i > 0 else None
+    after = (ids[i + 1], marks.get(ids[i + 1], "")) if i + 1 < len(ids) else None
+    return before, after
 
 
 def _batches(items: Iterable[Pending], size: int) -> Iterator[list[Pending]]:
@@ -165,6 +189,7 @@ def _unchanged(vault: Vault, batch: Sequence[Pending]) -> list[Pending]:
     from memvault.index.vectors import embed_text, text_digest
 
     marks: dict[str, dict[str, str]] = {}
+    around: dict[str, dict[str, Around]] = {}
     for relpath in {item.file for item in batch}:
         if relpath in DOC_FILES:
             marks[relpath] = {r.memory_id: text_digest(embed_text(r)).hex()
@@ -172,7 +197,15 @@ def _unchanged(vault: Vault, batch: Sequence[Pending]) -> list[Pending]:
         else:
             marks[relpath] = {h.memory_id: h.digest
                               for h in vault.store.line_headers(relpath)}
-    return [item for item in batch if marks[item.file].get(item.memory_id) == item.mark]
+            if any(item.around is not None for item in batch if item.file == relpath):
+                ids = list(marks[relpath])
+                around[relpath] = {m: _around(ids, i, marks[relpath])
+                                   for i, m in enumerate(ids)}
+    # A person's turn is also unchanged only beside the same lines: one said beside it
+    # meanwhile, or a neighbour rewritten, changes what its vector borrows.
+    return [item for item in batch if marks[item.file].get(item.memory_id) == item.mark
+            and (item.around is None
+                 or around[item.file].get(item.memory_id) == item.around)]
 
 
 def _add(vault: Vault, model: ModelId, batch: Sequence[Pending], vectors: Vectors) -> int:
@@ -199,7 +232,24 @@ def _add(vault: Vault, model: ModelId, batch: Sequence[Pending], vectors: Vector
 
 
 def _embed_batch(embedder: Embedder, batch: Sequence[Pending]) -> Vectors:
-    return embedder.embed([item.text for item in batch])
+    """The batch's vectors: a person's turn's mixed with the people's beside it
+    (index/vectors.py `mixed`), each text embedded once."""
+    if all(item.beside == (None, None) for item in batch):
+        return embedder.embed([item.text for item in batch])
+    import numpy as np
+
+    from memvault.index.vectors import mixed
+
+    texts = list(dict.fromkeys(t for item in batch for t in (item.text, *item.beside)
+                               if t is not None))
+    rows = embedder.embed(texts)
+    at = {t: n for n, t in enumerate(texts)}
+
+    def row(text: str | None) -> Any:
+        return None if text is None else rows[at[text]]
+
+    return np.stack([row(item.text) if item.beside == (None, None)
+                     else mixed(row(item.text), *map(row, item.beside)) for item in batch])
 
 
 # --- one user --------------------------------------------------------------------------------
@@ -255,8 +305,9 @@ def embed_user(vault: Vault, embedder: Embedder, *, rebuild: bool = False,
 def embed_new(vault: Vault, embedder: Embedder, memory_ids: Collection[str],
               batch: int = BATCH) -> int:
     """Embed the records with these ids that have no vector (what an add or an ingest
-    just stored): the index locates each, one line (or one document) is decrypted per
-    record, so the work is proportional to them, never to the user's history. Records
+    just stored), and the person's turns beside them whose vector they made stale: the
+    index locates each, one line (or one document) is decrypted per record and per turn
+    beside one, so the work is proportional to them, never to the user's history. Records
     gone since are passed over. Returns how many vectors were added; 0 when the stored
     vectors are of another model (`mem doctor` says so)."""
     if not memory_ids or not vault.exists():
@@ -275,47 +326,67 @@ def embed_new(vault: Vault, embedder: Embedder, memory_ids: Collection[str],
     wanted = sorted(i for i in memory_ids if i not in held)
     added = 0
     for at in range(0, len(wanted), batch):
-        items = list(_located(vault, state, wanted[at:at + batch]))
+        items = list(_located(vault, state, wanted[at:at + batch], held))
         if items:
             added += _add(vault, embedder.model, items, _embed_batch(embedder, items))
     return added
 
 
-def _located(vault: Vault, state: UserState, ids: list[str]) -> Iterator[Pending]:
-    """The records with these ids as Pending items, read through the index: the line
-    headers of their files first (then a record read after them is at least as new as
-    the mark it is added under), then one line per record."""
-    from memvault.index.base import IndexUnavailable
-    from memvault.index.vectors import embed_text, text_digest
+def _located(vault: Vault, state: UserState, ids: list[str], held: dict[str, bytes]
+             ) -> Iterator[Pending]:
+    """The records with these ids as Pending items, and the turns beside them that have no
+    vector (a person's turn whose vector a turn said after it made stale), read through
+    the index: the line headers of their files first (then a record read after them is
+    at least as new as the mark it is added under), then one line per record and per
+    turn beside one (what it borrows, and whether it is a person's)."""
+    from memvault.index.base import IndexUnavailable, beside, said_by_a_person
+    from memvault.index.vectors import embed_text, text_digest, vector_digest
 
     index = vault.ready_index(state)
     try:
         located: dict[str, Location] = index.locate(ids)
     except IndexUnavailable:
         return
-    marks: dict[str, dict[str, str]] = {}
     docs: dict[str, dict[str, Record]] = {}
+    lines: dict[str, list[str]] = {}
     for memory_id, location in sorted(located.items(), key=lambda kv: kv[1].file):
         relpath = location.file
-        archived = relpath.startswith(ARCHIVE + "/")
-        if location.is_doc:
-            if relpath not in docs:
-                docs[relpath] = {r.memory_id: r for r in vault.store.doc_records(relpath)}
-            record = docs[relpath].get(memory_id)
-            if record is not None:
-                text = embed_text(record)
-                digest = text_digest(text)
-                yield Pending(memory_id, relpath, digest.hex(), digest, archived, text)
+        if not location.is_doc:
+            lines.setdefault(relpath, []).append(memory_id)
             continue
-        if relpath not in marks:
-            marks[relpath] = {h.memory_id: h.digest
-                              for h in vault.store.line_headers(relpath)}
-        mark = marks[relpath].get(memory_id)
-        line = vault.store.read_at(location, memory_id) if mark is not None else None
-        if line is not None:
-            assert mark is not None
-            text = embed_text(line)
-            yield Pending(memory_id, relpath, mark, text_digest(text), archived, text)
+        if relpath not in docs:
+            docs[relpath] = {r.memory_id: r for r in vault.store.doc_records(relpath)}
+        record = docs[relpath].get(memory_id)
+        if record is not None:
+            text = embed_text(record)
+            digest = text_digest(text)
+            yield Pending(memory_id, relpath, digest.hex(), digest,
+                          relpath.startswith(ARCHIVE + "/"), text)
+    for relpath, wanted in lines.items():
+        archived = relpath.startswith(ARCHIVE + "/")
+        marks = {h.memory_id: h.digest for h in vault.store.line_headers(relpath)}
+        order = list(marks)
+        at = {m: k for k, m in enumerate(order)}
+        todo = {m for m in wanted if m in at}
+        todo |= {m for m in _next_to(order, at, todo) if m not in held}
+        need = todo | _next_to(order, at, todo)
+        try:
+            where = {**located, **index.locate(sorted(need - located.keys()))}
+        except IndexUnavailable:
+            return
+        records = {m: r for m in need if (loc := where.get(m)) is not None
+                   and (r := vault.store.read_at(loc, m)) is not None}
+        for memory_id in sorted(todo, key=at.__getitem__):
+            k = at[memory_id]
+            seq = [order[j] for j in (k - 1, k, k + 1) if 0 <= j < len(order)]
+            if any(m not in records for m in seq):
+                continue  # gone meanwhile: the next run sees the file as it is then
+            record = records[memory_id]
+            text = embed_text(record)
+            near = beside([records[m] for m in seq], seq.index(memory_id))
+            yield Pending(memory_id, relpath, marks[memory_id], vector_digest(text, near),
+                          archived, text, near,
+                          _around(order, k, marks) if said_by_a_person(record) else None)
 
 
 # --- many users --------------------------------------------------------------------------

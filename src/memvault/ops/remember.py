@@ -165,13 +165,16 @@ def _supersede(tx: Transaction, old: Record, new: Record) -> None:
     old.superseded_by = new.memory_id
     location = tx.vault.search_index(tx.epoch).locate([old.memory_id]).get(old.memory_id)
     if location is not None:
-        context: tuple[str, ...] = ()
-        if not location.is_doc:
-            context = _context_of(tx, location, old.memory_id)
-        tx.index([Entry(old, location, context)])
+        tx.index([_entry_of(tx, location, old)])
 
 
-def _context_of(tx: Transaction, location: Location, memory_id: str) -> tuple[str, ...]:
+def _entry_of(tx: Transaction, location: Location, record: Record) -> Entry:
+    """`record`'s index entry, with its session's turns around it (a turn's context and
+    what its vector borrows are unchanged by a supersede)."""
+    if location.is_doc:
+        return Entry(record, location)
     scan = tx.store.read_scan(location.file)
     entries = file_entries(scan.records, scan.locations(location.file))
-    return next((e.context for e in entries if e.record.memory_id == memory_id), ())
+    at = next((e for e in entries if e.record.memory_id == record.memory_id), None)
+    return Entry(record, location, at.context, at.beside) if at is not None \
+        else Entry(record, location)

@@ -255,3 +255,34 @@ def test_a_turn_said_later_remakes_the_vector_it_changes(
     whole = stored(vault)
     for text, vec in after.items():
         assert float(vec @ whole[text]) > 0.99999, text
+
+
+def test_a_pull_makes_a_persons_turn_the_vector_the_first_machine_made(
+        tmp_path: Path) -> None:
+    """A second machine embeds what it pulls, in two pulls as the chat grew: each person's
+    turn gets the vector the first machine made from the whole session."""
+    from memvault.ops import sync
+    from memvault.ops.ingest import ingest_text
+    from memvault.storage.remote import FolderRemote
+    from tests.test_sync import machine
+
+    (tmp_path / "remote").mkdir()
+
+    def remote() -> FolderRemote:
+        return FolderRemote(str(tmp_path / "remote"), tmp_path / "remote")
+
+    a = machine(tmp_path, "a")
+    for n in (2, 3):
+        ingest_text(a, "\n".join(json.dumps(r) for r in chat_rows(CHAT[:n])), None, "jsonl",
+                    session="chat")
+        sync.sync(a, remote())
+        b = machine(tmp_path, "b")
+        assert sync.sync(b, remote()).pulled == (2 if n == 2 else 1)
+        embed.embed_new(b, load(), b.written)  # as the background embedder after a pull
+    embed.embed_pending(machine(tmp_path, "a"), load())
+    here, there = stored(machine(tmp_path, "a")), stored(machine(tmp_path, "b"))
+    assert set(here) == set(there) == {t for _, t in CHAT}
+    for text, vec in here.items():
+        assert float(vec @ there[text]) > 0.99999, text
+    said = CHAT[1][1]  # made again on the second pull, with the turn said after it
+    assert float(there[said] @ load().embed([said])[0]) < 0.9

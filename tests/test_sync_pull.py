@@ -321,14 +321,18 @@ def test_a_large_pull_names_a_bounded_number_of_ids_and_every_record_gets_its_ve
 
 
 def big_cache() -> sync_ops.Cache:
+    from memvault.model.ids import IdList, IdSet
     from memvault.model.records import uuid7
 
-    ids = [uuid7() for _ in range(150_000)]
+    # Ids of another form than mem's own (a hand-made vault, an import's) among them.
+    ids = [uuid7() if n % 5000 else f"other-{n}" for n in range(150_000)]
     return sync_ops.Cache(
-        objects={f"ns/o/k-{n}": {"kind": "add", "at": "t", "ids": ids[n * 2000:(n + 1) * 2000],
-                                 "archived": [], "v": {}} for n in range(75)},
-        local=set(ids), epoch=1, keys={"k"}, last_sync="t", remote="/r",
-        files={f"sessions/s{n}.jsonl": [1, 2, ids[n * 100:(n + 1) * 100]]
+        objects={f"ns/o/k-{n}": {"kind": "add", "at": "t",
+                                 "ids": IdList.of(ids[n * 2000:(n + 1) * 2000]),
+                                 "archived": IdList.of(ids[n * 2000:n * 2000 + 3]),
+                                 "v": {}} for n in range(75)},
+        local=IdSet(ids), epoch=1, keys={"k"}, last_sync="t", remote="/r",
+        files={f"sessions/s{n}.jsonl": [1, 2, IdList.of(ids[n * 100:(n + 1) * 100])]
                for n in range(1500)})
 
 

@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from memvault.crypto import syncseal
 from memvault.errors import EX_TEMPFAIL, Busy, DataError, MemError, NotFound, Refused
 from memvault.index.base import file_entries
+from memvault.model.ids import IdList, IdMap, IdSet, json_default
 from memvault.model.location import session_file
 from memvault.model.records import CONTEXT_NEIGHBOURS, DOC_FILES, Record, born, now_iso
 from memvault.model.results import SyncAllResult, SyncResult, UserProblem
@@ -40,8 +41,10 @@ if TYPE_CHECKING:
 Item = tuple[str, bool, bytes, str]
 DIR = "u/"  # the remote's directory of users: one sealed entry per user (docs/sync.md)
 PAGE = 2000  # records per add object: an upload resumes from the last page sent
-CACHE_FORMAT = 3  # 2: one JSON document after its MAC; 1: inside a JSON object with its MAC
-IDS_A_LINE = 10_000  # ids held here, a line of the cache each
+# 4: ids packed (IdList.to_json); 3: ids as strings; 2: one JSON document after its MAC;
+# 1: inside a JSON object with its MAC
+CACHE_FORMAT = 4
+IDS_A_LINE = 4096  # ids held here, a line of the cache each (64 KiB packed)
 
 
 def cache_path(vault: Vault) -> Path:
@@ -55,13 +58,13 @@ class Cache:
     """What this machine knows of the remote and of itself at its last sync."""
 
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> summary
-    local: AbstractSet[str] = field(default_factory=set)  # ids held here at the last sync
+    local: IdSet = field(default_factory=IdSet)  # ids held here at the last sync
     epoch: int = 0  # the local key epoch at the last sync
     keys: set[str] = field(default_factory=set)  # remote key ids seen
     frozen: bool = False
     last_sync: str | None = None
     remote: str | None = None
-    # relpath -> [size, mtime_ns, ids] of the line files at the last sync
+    # relpath -> [size, mtime_ns, IdList] of the line files at the last sync
     files: dict[str, Any] = field(default_factory=dict)
     # directory entry name -> the namespace of the user it names (entries opened before)
     entries: dict[str, str] = field(default_factory=dict)
@@ -79,12 +82,30 @@ class Cache:
 
         yield orjson.dumps(self.head()) + b"\n"
         for name, info in self.objects.items():
-            yield orjson.dumps(["o", name, info]) + b"\n"
+            yield orjson.dumps(["o", name, info], default=json_default) + b"\n"
         for relpath, known in self.files.items():
-            yield orjson.dumps(["f", relpath, known]) + b"\n"
-        held = iter(self.local)
-        while chunk := list(itertools.islice(held, IDS_A_LINE)):
-            yield orjson.dumps(["l", chunk]) + b"\n"
+            yield orjson.dumps(["f", relpath, known], default=json_default) + b"\n"
+        chunk: list[bytes] = []
+        size = 0
+        for block in self.local.blocks():  # packed: no string made for an id
+            chunk.append(block)
+            size += len(block)
+            if size >= IDS_A_LINE * 16:
+                yield orjson.dumps(["l", IdList(b"".join(chunk))], default=json_default) + b"\n"
+                chunk, size = [], 0
+        if chunk:
+            yield orjson.dumps(["l", IdList(b"".join(chunk))], default=json_default) + b"\n"
+        if self.local.other:
+            yield orjson.dumps(["l", IdList(b"", tuple(self.local.other))],
+                               default=json_default) + b"\n"
+
+
+def _summary_read(info: dict[str, Any]) -> dict[str, Any]:
+    """A summary as the cache keeps it, its lists of ids packed again."""
+    for key in ("ids", "archived"):
+        if key in info:
+            info[key] = IdList.from_json(info[key])
+    return info
 
 
 def _read_cache(path: Path, kek: bytes | None, cache: Cache) -> bool:
@@ -106,8 +127,7 @@ def _read_cache(path: Path, kek: bytes | None, cache: Cache) -> bool:
         cache.epoch, cache.keys = int(doc["epoch"]), set(doc["keys"])
         cache.frozen, cache.last_sync = bool(doc["frozen"]), doc.get("last_sync")
         cache.remote, cache.entries = doc.get("remote"), dict(doc.get("entries") or {})
-        local: set[str] = set()
-        cache.local = local
+        local = cache.local = IdSet()
         line = fh.readline()
         while line:
             after = fh.readline()
@@ -118,11 +138,12 @@ def _read_cache(path: Path, kek: bytes | None, cache: Cache) -> bool:
                 macer.update(line)
             kind, *rest = orjson.loads(line)
             if kind == "o":
-                cache.objects[str(rest[0])] = dict(rest[1])
+                cache.objects[str(rest[0])] = _summary_read(dict(rest[1]))
             elif kind == "f":
-                cache.files[str(rest[0])] = list(rest[1])
+                size, mtime, ids = rest[1]
+                cache.files[str(rest[0])] = [int(size), int(mtime), IdList.from_json(ids)]
             elif kind == "l":
-                local.update(rest[0])
+                local.update(IdList.from_json(rest[0]))
             else:
                 return False
             line = after
@@ -187,27 +208,52 @@ def waiting(vault: Vault) -> int:
         read = _read_cache(cache_path(vault), None, cache)
     except (OSError, ValueError, KeyError, TypeError, IndexError, DataError):
         read = False
-    seen, memo = (cache.local, cache.files) if read else (set(), None)
-    return len(scan_local(vault, memo).keys() - seen)
+    seen, memo = (cache.local, cache.files) if read else (IdSet(), None)
+    return len(scan_local(vault, memo).ids.minus(seen))
+
+
+@dataclass
+class Held:
+    """The ids this machine holds, and those of them archived, compact (a million ids
+    are some 25 MB, not the 130 of a dict of their strings)."""
+
+    ids: IdSet = field(default_factory=IdSet)
+    archived: IdSet = field(default_factory=IdSet)
+
+    def __contains__(self, memory_id: object) -> bool:
+        return memory_id in self.ids
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def get(self, memory_id: str) -> bool | None:
+        """Whether a record held here is archived (None: not held)."""
+        return (memory_id in self.archived) if memory_id in self.ids else None
 
 
 def scan_local(vault: Vault, memo: dict[str, Any] | None = None,
-               changed: set[str] | None = None) -> dict[str, bool]:
-    """Every record id this machine holds, and whether it is archived: clear ids only
-    (line headers, the two small documents), nothing else decrypted. `memo` (relpath ->
-    [size, mtime_ns, ids]) spares the headers of line files unchanged since it was
+               changed: set[str] | None = None) -> Held:
+    """Every record id this machine holds, and which are archived: clear ids only (line
+    headers, the two small documents), nothing else decrypted. `memo` (relpath ->
+    [size, mtime_ns, IdList]) spares the headers of line files unchanged since it was
     filled, so a sync reads O(what changed); `changed` collects the files read again."""
+    out = Held()
     if not vault.exists():
-        return {}
-    store, layout, out = vault.store, vault.layout, {}
+        return out
+    store, layout = vault.store, vault.layout
     for home in DOC_FILES:
-        for r in store.doc_records(home):
-            out[r.memory_id] = False
+        out.ids.update(r.memory_id for r in store.doc_records(home))
     seen: set[str] = set()
-    for archived in (False, True):  # archived last: a record caught in both is archived
+    for archived in (False, True):  # a record caught in both is archived
         for relpath in layout.line_files(archived=archived):
             seen.add(relpath)
-            out.update(dict.fromkeys(_line_ids(vault, relpath, memo, changed), archived))
+            ids = _line_ids(vault, relpath, memo, changed)
+            out.ids.update(ids)
+            if archived:
+                out.archived.update(ids)
     if memo is not None:
         for gone in set(memo) - seen:
             del memo[gone]
@@ -215,18 +261,18 @@ def scan_local(vault: Vault, memo: dict[str, Any] | None = None,
 
 
 def _line_ids(vault: Vault, relpath: str, memo: dict[str, Any] | None,
-              changed: set[str] | None = None) -> list[str]:
+              changed: set[str] | None = None) -> IdList:
     if memo is None:
-        return list(vault.store.line_ids(relpath))
+        return IdList.of(vault.store.line_ids(relpath))
     try:
         st = vault.layout.path(relpath).stat()
     except FileNotFoundError:
-        return []
+        return IdList()
     known = memo.get(relpath)
     if known is not None and known[0] == st.st_size and known[1] == st.st_mtime_ns:
-        ids: list[str] = known[2]  # read, never changed, by the caller
+        ids: IdList = known[2]
         return ids
-    ids = list(vault.store.line_ids(relpath))
+    ids = IdList.of(vault.store.line_ids(relpath))
     memo[relpath] = [st.st_size, st.st_mtime_ns, ids]
     if changed is not None:
         changed.add(relpath)
@@ -267,9 +313,10 @@ def _summary(body: dict[str, Any]) -> dict[str, Any]:
             updated = record.get("updated_at")
             if updated and str(updated) > str(record.get("created_at")):
                 versions[i] = str(updated)
-        out["ids"], out["archived"], out["v"] = ids, archived, versions
+        out["ids"], out["archived"] = IdList.of(ids), IdList.of(archived)
+        out["v"] = versions
     elif kind in ("archive", "forget"):
-        out["ids"] = [str(i) for i in body["ids"]]
+        out["ids"] = IdList.of(str(i) for i in body["ids"])
         if kind == "forget":
             out["marks"] = [str(m) for m in body.get("marks", [])]
     elif kind == "freeze":
@@ -519,8 +566,8 @@ class Session:
                                                           else b"false")
                                   for _, archived, plain, _ in items), b"]}"))
         return self._put(kid, raw, {"kind": "add", "at": at,
-                                    "ids": [item[0] for item in items],
-                                    "archived": [i for i, a, _, _ in items if a],
+                                    "ids": IdList.of(item[0] for item in items),
+                                    "archived": IdList.of(i for i, a, _, _ in items if a),
                                     "v": {i: v for i, _, _, v in items if v}})
 
     def _put(self, kid: str, raw: bytes, info: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -682,19 +729,18 @@ def _sync(s: Session, path: Path) -> SyncResult:
 
     state = vault.state() if vault.exists() else None
     epoch0 = state.key_version if state else 0
-    deleted_here = {i for i in cache.local if i not in local0}
+    deleted_here = set(cache.local.minus(local0.ids))
 
-    remote_ids: dict[str, str] = {}  # id -> the object that holds its latest version
+    remote_ids = IdMap()  # id -> the object that holds its latest version
     remote_versions: dict[str, str] = {}  # id -> that version, when not ""
-    remote_archived: set[str] = set()
+    remote_archived = IdSet()
     remote_tombs: set[str] = set()
     remote_marks: set[str] = set()
     for name, info in current.items():
         if info["kind"] == "add":
             versions = info.get("v", {})
             if not versions:  # most objects: an id seen before keeps its first object
-                for i in info["ids"]:
-                    remote_ids.setdefault(i, name)
+                remote_ids.setdefault_all(info["ids"], name)
                 remote_archived.update(info["archived"])
                 continue
             for i in info["ids"]:
@@ -716,14 +762,14 @@ def _sync(s: Session, path: Path) -> SyncResult:
     tombs = remote_tombs | dead | deleted_here | (state.erased if state else set())
 
     # --- pull ---------------------------------------------------------------------------
-    pulled = _pull_adds(s, bodies, current, remote_ids, local0.keys(), tombs, memo)
-    updated = _pull_updates(s, bodies, current, remote_ids, local0, tombs, memo)
+    pulled = _pull_adds(s, bodies, current, remote_ids, local0.ids, tombs, memo)
+    updated = _pull_updates(s, bodies, current, remote_ids, local0.ids, tombs, memo)
     bodies.release()  # what is written again below is fetched again
     local = scan_local(vault, memo) if pulled else local0
     archive_here = {i for i in remote_archived if local.get(i) is False} - tombs
     if archive_here:
         _archive_here(vault, archive_here)
-    forget_here = (remote_tombs & local.keys()) - deleted_here
+    forget_here = {i for i in remote_tombs if i in local} - deleted_here
     forgotten = _forget_here(vault, forget_here) if forget_here else 0
     state = vault.state() if vault.exists() else None
     if state is not None and (remote_marks - state.forgotten or remote_tombs - state.erased):
@@ -768,21 +814,21 @@ def _sync(s: Session, path: Path) -> SyncResult:
     # No set of every id held is made below: a million ids is 35 MB a set.
     local1 = local
     if updated or archive_here or forget_here or reencrypted:
-        local = {}
+        local = Held()
         local1 = scan_local(vault, memo)
     state = vault.state() if vault.exists() else None
     # erased while applying (summaries made from them)
-    tombs |= {i for i in local0 if i not in local1}
+    tombs.update(local0.ids.minus(local1.ids))
     # A destroy the remote lacks goes under a new key: every object is written again
     # without what it erased, and the old keys go, so no old copy opens any more.
     resend_destroy = here_destroy > remote_destroy
     if newest is None or rotated_here or resend_destroy:
         newest = s.new_key()
-    push_ids = {i for i in local1 if i not in remote_ids and i not in tombs and
+    push_ids = {i for i in local1.ids.minus(remote_ids) if i not in tombs and
                 (not cut or born(i) > cut)}
     push_tombs = tombs - remote_tombs - dead
     push_marks = (state.forgotten if state else set()) - remote_marks
-    push_archived = {i for i, a in local1.items() if a} & remote_ids.keys() - remote_archived
+    push_archived = {i for i in local1.archived.minus(remote_archived) if i in remote_ids}
 
     written: dict[str, dict[str, Any]] = {}
     page: list[Item] = []
@@ -827,7 +873,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
         s.deleted += 1
 
     cache.objects = current
-    cache.local = local1.keys()  # not copied: a million ids
+    cache.local = local1.ids  # not copied: a million ids
     cache.epoch = state.key_version if state else 0
     cache.keys = set(s.keys)
     cache.frozen = state.frozen if state else False
@@ -889,6 +935,8 @@ def _sealed(vault: Vault, ids: set[str], memo: dict[str, Any]) -> Iterator[Item]
     import orjson
 
     store = vault.store
+    # A first sync's ids, packed once, so each file's are looked for without a string.
+    wanted = IdSet(ids) if len(ids) > 10_000 else None
     for home in DOC_FILES:
         for r in store.doc_records(home):
             if r.memory_id in ids:
@@ -899,7 +947,7 @@ def _sealed(vault: Vault, ids: set[str], memo: dict[str, Any]) -> Iterator[Item]
             # scan_local filled the memo moments ago: what each file held then decides
             # which files are read (a record moved in since goes with the next sync).
             held = memo[relpath][2] if relpath in memo else _line_ids(vault, relpath, memo)
-            if any(i in ids for i in held):
+            if held.any_in(wanted) if wanted is not None else any(i in ids for i in held):
                 for memory_id, created_at, plain in store.line_plains(relpath, ids):
                     yield memory_id, archived, plain, _plain_version(plain, created_at)
 
@@ -931,7 +979,7 @@ def _grown_here(vault: Vault, changed: set[str], remote: Callable[[str], bool],
 
 
 def _pull_updates(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
-                  remote_ids: dict[str, str], local: dict[str, bool], tombs: set[str],
+                  remote_ids: Mapping[str, str], local: AbstractSet[str], tombs: set[str],
                   memo: dict[str, Any]) -> int:
     """Replace records held here by a later version another machine pushed (only objects
     read now can hold one this machine has not seen; only those whose summary names a
@@ -1001,7 +1049,7 @@ BATCH = 20_000  # records stored per transaction by a pull
 
 
 def _pull_adds(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
-               remote_ids: dict[str, str], local: AbstractSet[str], tombs: set[str],
+               remote_ids: Mapping[str, str], local: AbstractSet[str], tombs: set[str],
                memo: dict[str, Any] | None = None) -> int:
     """Add the records the remote holds and this machine lacks (never a forgotten one):
     object by object in the order they were written (a machine's pages in its files'
@@ -1045,7 +1093,7 @@ class _Run:
 
 
 def _pull_wanted(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
-                 remote_ids: dict[str, str], names: set[str], wanted: Callable[[str], bool],
+                 remote_ids: Mapping[str, str], names: set[str], wanted: Callable[[str], bool],
                  memo: dict[str, Any] | None) -> int:
     added = 0
     batch: dict[str, tuple[Record, bool]] = {}
@@ -1057,14 +1105,8 @@ def _pull_wanted(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]]
             body = bodies.get(name, last=not current[name].get("v"))
             if body is None:
                 continue
-            # The summary names the records in the body's order: each record takes its
-            # id's string from it, so the files' list in the memo, the scan after the
-            # pull and the listing's ids share one string an id, not three.
-            ids = current[name]["ids"]
-            for k, item in enumerate(body["records"]):
+            for item in body["records"]:
                 i = item["r"]["memory_id"]
-                if k < len(ids) and ids[k] == i:
-                    i = item["r"]["memory_id"] = ids[k]
                 if wanted(i) and remote_ids.get(i) == name:
                     batch[i] = (Record.from_stored(item["r"]), bool(item["a"]))
             del body
@@ -1162,7 +1204,7 @@ def _store_batch(tx: Transaction, items: list[tuple[Record, bool]],
         record.archived = archived
         by_home.setdefault(home, []).append(record)
     new: list[Record] = []
-    made: list[tuple[str, list[str]]] = []  # the files this batch creates, and their ids
+    made: list[tuple[str, IdList]] = []  # the files this batch creates, and their ids
     syncs = _Syncs()
     try:
         for home, records in sorted(by_home.items()):
@@ -1179,7 +1221,7 @@ def _store_batch(tx: Transaction, items: list[tuple[Record, bool]],
                 tx.store.tail_records(home, 2 * CONTEXT_NEIGHBOURS)
             locations = tx.append_new(home, records, syncs)
             if fresh:
-                made.append((home, [r.memory_id for r in records]))
+                made.append((home, IdList.of(r.memory_id for r in records)))
             turns = [*tail, *records]
             entries = file_entries(turns, [*tail_at, *locations],
                                    range(max(0, len(tail) - CONTEXT_NEIGHBOURS), len(turns)))
@@ -1267,7 +1309,7 @@ def _set_frozen(vault: Vault, frozen: bool) -> None:
     admin.set_frozen(vault, frozen)
 
 
-def _apply_destroy(vault: Vault, at: str, local: dict[str, bool]) -> int:
+def _apply_destroy(vault: Vault, at: str, local: Held) -> int:
     """A destroy made elsewhere at `at`: what this machine stored at or before it goes,
     what it stored after stays (a machine restored from a key backup and used since
     keeps its own records). With nothing after it, the user is destroyed here whole
@@ -1306,12 +1348,12 @@ def _went_back(cache: Cache, current: dict[str, dict[str, Any]], cut: str) -> in
     gone = [info for name, info in cache.objects.items() if name not in current]
     if not gone:
         return 0
-    lost: set[str] = set()
+    lost = IdSet()
     tombs0: set[str] = set()
     destroy0 = ""
     for info in gone:
         if info["kind"] == "add":
-            lost.update(i for i in info["ids"] if not cut or born(i) > cut)
+            lost.update(info["ids"] if not cut else (i for i in info["ids"] if born(i) > cut))
         elif info["kind"] == "forget":
             tombs0.update(info["ids"])
         elif info["kind"] == "destroy":
@@ -1351,10 +1393,11 @@ def _repack(s: Session, newest: str, current: dict[str, dict[str, Any]],
     """Write again, under the newest key, every object sealed under an older one or
     holding an erased record (forgotten, or stored before the last destroy), without
     what was erased; then delete the old ones. Of destroys, the latest is kept."""
+    erased = IdSet(tombs)
     stale = [n for n, info in current.items() if
              not n.rsplit("/", 1)[1].startswith(newest + "-") or
-             (info["kind"] == "add" and any(i in tombs or (cut and born(i) <= cut)
-                                            for i in info["ids"]))]
+             (info["kind"] == "add" and (info["ids"].any_in(erased) or bool(cut) and any(
+                 born(i) <= cut for i in info["ids"])))]
     if not stale:
         return current
     records: dict[str, dict[str, Any]] = {}

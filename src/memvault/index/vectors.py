@@ -129,21 +129,20 @@ def entry_digest(entry: Entry) -> bytes:
     return vector_digest(embed_text(entry.record), entry.beside)
 
 
-def mixed(own: Any, before: Any | None, after: Any | None) -> Any:
-    """A turn's vector: its own plus NEIGHBOUR_WEIGHT of each neighbour's (each of unit
-    length first, whatever the model returns), normalised."""
+def mixed_rows(rows: Any, own: Sequence[int], before: Sequence[int],
+               after: Sequence[int]) -> Any:
+    """Turns' vectors: row own[i] of `rows` plus NEIGHBOUR_WEIGHT of rows before[i] and
+    after[i] (-1: no neighbour there), each of unit length first (whatever the model
+    returns), normalised; float32 rows."""
     import numpy as np
 
-    def unit(v: Any) -> Any:
-        v = np.asarray(v, dtype=np.float32)
-        n = float(np.linalg.norm(v))
-        return v / n if n > 0 else v
-
-    out = unit(own)
-    for other in (before, after):
-        if other is not None:
-            out = out + NEIGHBOUR_WEIGHT * unit(other)
-    return unit(out)
+    m = np.asarray(rows, dtype=np.float32)
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    m = np.divide(m, norms, out=np.zeros_like(m), where=norms > 0)
+    m = np.vstack([m, np.zeros((1, m.shape[1]), dtype=np.float32)])  # row -1: none
+    out = m[list(own)] + NEIGHBOUR_WEIGHT * (m[list(before)] + m[list(after)])
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
 
 
 def _file_of(entry: Entry) -> str:

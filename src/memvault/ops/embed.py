@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from memvault.errors import EX_FAILURE, EX_TEMPFAIL, Busy, ConfigError, MemError
 from memvault.model.location import Location
@@ -233,23 +233,24 @@ def _add(vault: Vault, model: ModelId, batch: Sequence[Pending], vectors: Vector
 
 def _embed_batch(embedder: Embedder, batch: Sequence[Pending]) -> Vectors:
     """The batch's vectors: a person's turn's mixed with the people's beside it
-    (index/vectors.py `mixed`), each text embedded once."""
+    (index/vectors.py `mixed_rows`), each text embedded once."""
     if all(item.beside == (None, None) for item in batch):
         return embedder.embed([item.text for item in batch])
     import numpy as np
 
-    from memvault.index.vectors import mixed
+    from memvault.index.vectors import mixed_rows
 
     texts = list(dict.fromkeys(t for item in batch for t in (item.text, *item.beside)
                                if t is not None))
-    rows = embedder.embed(texts)
     at = {t: n for n, t in enumerate(texts)}
-
-    def row(text: str | None) -> Any:
-        return None if text is None else rows[at[text]]
-
-    return np.stack([row(item.text) if item.beside == (None, None)
-                     else mixed(row(item.text), *map(row, item.beside)) for item in batch])
+    rows = embedder.embed(texts)
+    before = [-1 if item.beside[0] is None else at[item.beside[0]] for item in batch]
+    after = [-1 if item.beside[1] is None else at[item.beside[1]] for item in batch]
+    out: Vectors = mixed_rows(rows, [at[item.text] for item in batch], before, after)
+    # A record that borrows nothing keeps the row the model gave, as before.
+    alone = [n for n, item in enumerate(batch) if item.beside == (None, None)]
+    out[alone] = np.asarray(rows, dtype=np.float32)[[at[batch[n].text] for n in alone]]
+    return out
 
 
 # --- one user --------------------------------------------------------------------------------

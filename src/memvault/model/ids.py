@@ -14,11 +14,15 @@ strings takes over 100.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import ItemsView, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
 SIZE = 16
+# Many ids checked at once, joined: one match in C instead of one call an id.
+_ALL_CANONICAL = re.compile(
+    r"(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})*")
 _PER_BUCKET = 32  # ids a bucket holds on average before the table doubles
 
 
@@ -62,6 +66,12 @@ class IdList:
     def of(cls, ids: Iterable[str]) -> IdList:
         if isinstance(ids, IdList):
             return ids
+        ids = ids if isinstance(ids, list | tuple) else list(ids)
+        joined = "".join(ids)
+        # Every one canonical (most lists): packed in one call.
+        if len(joined) == 36 * len(ids) and all(len(i) == 36 for i in ids) and \
+                _ALL_CANONICAL.fullmatch(joined):
+            return cls(bytes.fromhex(joined.replace("-", "")))
         keys: list[bytes] = []
         other: list[str] = []
         for i in ids:
@@ -180,6 +190,35 @@ class _Table:
             self._grow()
         return True
 
+    def reserve(self, count: int) -> None:
+        """Buckets for `count` keys made now, while empty (not grown to, step by step)."""
+        if not self.count:
+            while count > _PER_BUCKET * (self.mask + 1):
+                self.mask = (self.mask + 1) * 2 - 1
+
+    def put_all(self, packed: bytes, value: bytes = b"") -> None:
+        """put() of each key of `packed` (keys end to end) with `value`, keeping a value
+        a key has already: one loop here, not a call a key."""
+        buckets, mask, width = self.buckets, self.mask, self.width
+        limit = _PER_BUCKET * (mask + 1)
+        for at in range(0, len(packed), SIZE):
+            key = packed[at:at + SIZE]
+            slot = hash(key) & mask
+            bucket = buckets.get(slot)
+            if bucket is None:
+                buckets[slot] = bytearray(key + value)
+            else:
+                found = bucket.find(key)
+                if found >= 0 and (not found % width or _find(bucket, key, width) >= 0):
+                    continue
+                bucket += key
+                bucket += value
+            self.count += 1
+            if self.count > limit:
+                self._grow()
+                buckets, mask = self.buckets, self.mask
+                limit = _PER_BUCKET * (mask + 1)
+
     def get(self, key: bytes) -> bytes | None:
         bucket = self.buckets.get(hash(key) & self.mask)
         if bucket is None:
@@ -245,9 +284,8 @@ class IdSet(AbstractSet[str]):
 
     def update(self, ids: Iterable[str]) -> None:
         if isinstance(ids, IdList | IdSet):  # packed already: no string made
-            put = self.table.put
-            for key in ids.keys():
-                put(key)
+            for block in ([ids.packed] if isinstance(ids, IdList) else ids.blocks()):
+                self.table.put_all(block)
             self.other.update(ids.other)
             return
         for i in ids:
@@ -308,8 +346,17 @@ class IdSet(AbstractSet[str]):
         """The ids here that are not in `ids`, tested packed where both are compact (a
         string is made only for each id returned)."""
         if isinstance(ids, IdSet | IdMap):
-            has = ids.table.has
-            out = [unpack(key) for key in self.table.records() if not has(key)]
+            table = ids.table
+            buckets, mask, width = table.buckets, table.mask, table.width
+            out = []
+            for key in self.table.records():
+                bucket = buckets.get(hash(key) & mask)
+                if bucket is None:
+                    out.append(unpack(key))
+                    continue
+                found = bucket.find(key)
+                if found < 0 or found % width and _find(bucket, key, width) < 0:
+                    out.append(unpack(key))
         else:
             out = [i for i in map(unpack, self.table.records()) if i not in ids]
         return out + [i for i in self.other if i not in ids]
@@ -342,10 +389,7 @@ class IdMap(Mapping[str, str]):
 
     def setdefault_all(self, ids: IdList, name: str) -> None:
         """Each of `ids` -> `name` unless it names one already (packed: no string made)."""
-        value = self._number(name).to_bytes(4, "little")
-        put = self.table.put
-        for key in ids.keys():
-            put(key, value, False)
+        self.table.put_all(ids.packed, self._number(name).to_bytes(4, "little"))
         n = self.numbers[name]
         for i in ids.other:
             self.other.setdefault(i, n)

@@ -244,6 +244,8 @@ def scan_local(vault: Vault, memo: dict[str, Any] | None = None,
     if not vault.exists():
         return out
     store, layout = vault.store, vault.layout
+    if memo:  # about as many as the last scan found
+        out.ids.table.reserve(sum(len(known[2]) for known in memo.values()))
     for home in DOC_FILES:
         out.ids.update(r.memory_id for r in store.doc_records(home))
     seen: set[str] = set()
@@ -732,6 +734,7 @@ def _sync(s: Session, path: Path) -> SyncResult:
     deleted_here = set(cache.local.minus(local0.ids))
 
     remote_ids = IdMap()  # id -> the object that holds its latest version
+    remote_ids.table.reserve(sum(len(i["ids"]) for i in current.values() if i["kind"] == "add"))
     remote_versions: dict[str, str] = {}  # id -> that version, when not ""
     remote_archived = IdSet()
     remote_tombs: set[str] = set()

@@ -57,9 +57,16 @@ def test_a_grown_session_is_appended_to_without_reading_what_it_holds(
 
 
 @real_data
+@pytest.mark.parametrize("spill", [None, 16], ids=["held", "spilled"])
 @pytest.mark.parametrize("change", ["lost", "stale", "torn", "another session's"])
 def test_marks_lost_or_stale_still_store_each_message_once(
-        vault: Vault, tmp_path: Path, change: str) -> None:
+        vault: Vault, tmp_path: Path, change: str, spill: int | None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    if spill is not None:  # the marks of a long session: in a table on disk
+        from memvault.storage import userstore
+
+        monkeypatch.setattr(userstore, "MARKS_SPILL", spill)
+        change += " "
     v, path, raw, relpath = _grown(tmp_path, f"m{abs(hash(change)) % 10**8}")
     marks = (v.layout.dir / "marks" / relpath).with_suffix(".marks")
     assert marks.is_file()
@@ -68,11 +75,11 @@ def test_marks_lost_or_stale_still_store_each_message_once(
     ends = line_ends(raw)
     path.write_bytes(raw[:ends[len(ends) * 19 // 20]])
     ingest_file(v, path)  # appends, and a frame to the marks
-    if change == "lost":
+    if change.strip() == "lost":
         marks.unlink()
-    elif change == "stale":  # the marks as they were before that append
+    elif change.strip() == "stale":  # the marks as they were before that append
         shutil.copyfile(kept, marks)
-    elif change == "torn":
+    elif change.strip() == "torn":
         with marks.open("ab") as fh:
             fh.write(b"garbage without its newline")
     else:
@@ -106,3 +113,44 @@ def test_a_forgotten_message_leaves_the_marks_and_is_never_stored_again(
     held = {r[2] for r in stored(fresh)}
     assert gone.message_id not in held
     assert len(held) > len(records)
+
+
+@real_data
+def test_a_long_session_s_marks_wait_on_disk_not_in_memory(
+        vault: Vault, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first ingest of a huge transcript asks its session's marks about every block it
+    stores: past MARKS_SPILL they wait in a table on disk (an unlinked file), so memory
+    holds at most that many whatever the session's size. Written whole, they are frames
+    of at most that many, each read back (another process holds no more of them), and
+    every message is still stored once."""
+    from memvault.storage import userstore
+
+    monkeypatch.setattr(userstore, "MARKS_SPILL", 16)
+    v, path, raw, relpath = _grown(tmp_path, "spilled")
+    records = v.store.read_lines(relpath)
+    assert len(records) > 4 * 16
+    expected = sorted((v.store.record_mark(r), v.store.content_mark(r.content_hash))
+                      for r in records)
+    marks = v.store.marks(relpath)
+    assert marks.kept.held() <= 16
+    assert sorted(marks.kept.items()) == expected
+    assert marks.holds(expected[-1][0]) and not marks.holds(b"\0" * 16)
+    # Lost, they are made again from the file and written whole by the next append: in
+    # frames of at most MARKS_SPILL.
+    file = (v.layout.dir / "marks" / relpath).with_suffix(".marks")
+    file.unlink()
+    ends = line_ends(raw)
+    path.write_bytes(raw[:ends[len(ends) * 19 // 20]])
+    assert ingest_file(vault_for("spilled"), path).messages_added > 0
+    records = v.store.read_lines(relpath)
+    expected = sorted((v.store.record_mark(r), v.store.content_mark(r.content_hash))
+                      for r in records)
+    assert file.read_bytes().count(b"\n") >= len(expected) // 16
+    fresh = vault_for("spilled")  # another process: the marks read back frame by frame
+    loaded = fresh.store.marks(relpath)
+    assert loaded.kept.held() <= 16 and sorted(loaded.kept.items()) == expected
+    assert not [p for p in v.layout.dir.iterdir() if p.name.startswith(".tmp-")]
+    path.write_bytes(raw)
+    ingest_file(fresh, path)
+    ingest_file(fresh, path)
+    assert stored(fresh) == whole(SESSION, "spilledw") - _subagents(SESSION, "spilledw")

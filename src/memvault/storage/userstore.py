@@ -12,7 +12,7 @@ import errno
 import json
 import os
 import shutil
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +43,10 @@ MARK_LEN = 16
 _MARKS_HEAD = ">QQ32s"  # the line file's inode, the bytes covered, a digest of their end
 _MARKS_TAIL = 64  # the last bytes covered, checked again before the marks are trusted
 MARKS_HELD = 8  # line files whose marks a process keeps in memory
+# Past this many marks a line file's are kept in a table on disk, not in memory (a first
+# ingest of a huge transcript holds its session's marks throughout); a frame of the marks
+# file holds at most this many, so writing or reading them whole holds one frame.
+MARKS_SPILL = 16_384
 
 
 class StateMissing(DataError):
@@ -71,6 +75,78 @@ class LineScan:
         return [Location.line(relpath, o) for o in self.offsets]
 
 
+class MarkMap:
+    """Marks (mark -> content digest): a dict while few, past MARKS_SPILL a table in a
+    temporary SQLite file of `scratch` (the user's folder, else the system's temporary
+    folder), unlinked as soon as it is open, so memory holds its page cache whatever the
+    session's size. The marks are keyed already (the user's metadata key): nothing of a
+    message is written in clear."""
+
+    def __init__(self, pairs: Iterable[tuple[bytes, bytes]] = (),
+                 scratch: Path | None = None) -> None:
+        self._small: dict[bytes, bytes] = {}
+        self._db: Any = None  # sqlite3.Connection once spilled
+        self.scratch = scratch
+        self.update(pairs)
+
+    def get(self, mark: bytes) -> bytes | None:
+        if self._db is None:
+            return self._small.get(mark)
+        row = self._db.execute("SELECT v FROM m WHERE k = ?", (mark,)).fetchone()
+        return bytes(row[0]) if row is not None else None
+
+    def __contains__(self, mark: object) -> bool:
+        return isinstance(mark, bytes) and self.get(mark) is not None
+
+    def __getitem__(self, mark: bytes) -> bytes:
+        digest = self.get(mark)
+        if digest is None:
+            raise KeyError(mark)
+        return digest
+
+    def __setitem__(self, mark: bytes, digest: bytes) -> None:
+        self.update(((mark, digest),))
+
+    def held(self) -> int:
+        """The marks held in memory (once spilled, none: they wait in the table)."""
+        return len(self._small)
+
+    def __len__(self) -> int:
+        if self._db is None:
+            return len(self._small)
+        return int(self._db.execute("SELECT count(*) FROM m").fetchone()[0])
+
+    def __iter__(self) -> Iterator[bytes]:
+        return (k for k, _ in self.items())
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        if self._db is None:
+            yield from list(self._small.items())
+            return
+        # A page of rows at a time, in key order: never all of them in memory.
+        last = b""
+        while True:
+            rows = self._db.execute("SELECT k, v FROM m WHERE k > ? ORDER BY k LIMIT 4096",
+                                    (last,)).fetchall()
+            for k, v in rows:
+                yield bytes(k), bytes(v)
+            if len(rows) < 4096:
+                return
+            last = rows[-1][0]
+
+    def update(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        if self._db is None:
+            self._small.update(pairs)
+            if len(self._small) <= MARKS_SPILL:
+                return
+            pairs, self._small = list(self._small.items()), {}
+            self._db = _scratch_table(self.scratch)
+        db = self._db
+        db.execute("BEGIN")
+        db.executemany("INSERT OR REPLACE INTO m VALUES (?, ?)", pairs)
+        db.execute("COMMIT")
+
+
 @dataclass
 class Marks:
     """What an ingest asks of a stored session, without decrypting it: a keyed mark of
@@ -84,7 +160,7 @@ class Marks:
     writes them whole; a frame lost or torn is only a few lines read again."""
 
     relpath: str
-    kept: dict[bytes, bytes] = field(default_factory=dict)  # mark -> content digest
+    kept: MarkMap = field(default_factory=MarkMap)  # mark -> content digest
     end: int = 0  # bytes of the line file covered (whole lines)
     ino: int = 0
     tail: bytes = b""  # digest of the last bytes covered
@@ -405,8 +481,9 @@ class UserStore:
             out.append(Location.line(relpath, offset))
             offset += len(line)
         # The marks of what the file holds now: a forgotten message's go with it.
-        marks = Marks(relpath, {self.record_mark(r): self.content_mark(r.content_hash)
-                                for r in records}, size=-1)
+        marks = self._new_marks(relpath, size=-1)
+        marks.kept.update((self.record_mark(r), self.content_mark(r.content_hash))
+                          for r in records)
         with suppress(OSError, StorageError):  # derived: the next read makes them again
             self._cover(marks, path)
             self._write_marks(marks)
@@ -450,12 +527,12 @@ class UserStore:
             fh = _open(path, self._name(relpath))
         except FileNotFoundError:
             self._marks.pop(relpath, None)
-            return Marks(relpath, size=-1)
+            return self._new_marks(relpath, size=-1)
         with fh:
             st = os.fstat(fh.fileno())
             marks = self._marks.get(relpath) or self._load_marks(relpath)
             if marks is None or not self._still(marks, st, fh):
-                marks = Marks(relpath, ino=st.st_ino, size=-1)
+                marks = self._new_marks(relpath, ino=st.st_ino, size=-1)
             self._hold(marks)
             if marks.end < st.st_size:
                 self._read_on(marks, fh)
@@ -484,14 +561,15 @@ class UserStore:
         """Add the marks of the lines after those covered: a line at a time."""
         fh.seek(marks.end)
         offset = marks.end
+        pairs: list[tuple[bytes, bytes]] = []  # added a few thousand at a time
         for raw in fh:
             if not raw.endswith(b"\n"):
                 # No newline: torn by an interrupted append (skipped, as read_scan skips
                 # it), or a whole record that lost its newline: stored, not covered.
                 with suppress(DataError):
                     record = self._open_line(marks.relpath, raw)
-                    marks.kept[self.record_mark(record)] = self.content_mark(
-                        record.content_hash)
+                    pairs.append((self.record_mark(record),
+                                  self.content_mark(record.content_hash)))
                     marks.size = -1
                 break
             try:
@@ -499,8 +577,12 @@ class UserStore:
             except DataError as exc:
                 raise DataError(f"{self._name(marks.relpath)} at byte {offset}: "
                                 f"{exc.message}") from None
-            marks.kept[self.record_mark(record)] = self.content_mark(record.content_hash)
+            pairs.append((self.record_mark(record), self.content_mark(record.content_hash)))
+            if len(pairs) >= 4096:
+                marks.kept.update(pairs)
+                pairs = []
             offset += len(raw)
+        marks.kept.update(pairs)
         if offset != marks.end:
             marks.end = offset
             marks.tail = self._tail_of(fh, offset)
@@ -511,8 +593,8 @@ class UserStore:
         lock): a frame appended to the marks, or the marks written whole when those on
         disk do not cover the file up to the append. Derived data: a failure leaves the
         next read to make them again."""
-        for record in records:
-            marks.kept[self.record_mark(record)] = self.content_mark(record.content_hash)
+        pairs = [(self.record_mark(r), self.content_mark(r.content_hash)) for r in records]
+        marks.kept.update(pairs)
         path = self.layout.path(marks.relpath)
         with suppress(OSError, StorageError):
             start, ours = marks.end, self._marks.get(marks.relpath) is marks
@@ -520,7 +602,7 @@ class UserStore:
             if marks.size < 0 or at != start or not ours:
                 self._write_marks(marks)
             else:
-                self._write_marks(marks, [self.record_mark(r) for r in records], start)
+                self._write_marks(marks, pairs, start)
 
     def _cover(self, marks: Marks, path: Path) -> None:
         """Say that the marks cover the whole file as it is now."""
@@ -537,32 +619,56 @@ class UserStore:
         files' folders, not in them (those hold line envelopes only)."""
         return self.layout.dir / MARKS / (relpath.removesuffix(".jsonl") + MARKS_SUFFIX)
 
-    def _frame(self, relpath: str, at: int, marks: Marks, keys: list[bytes]) -> bytes:
+    def _frame(self, relpath: str, at: int, marks: Marks,
+               pairs: list[tuple[bytes, bytes]]) -> bytes:
         import struct
 
         plain = struct.pack(_MARKS_HEAD, marks.ino, marks.end, marks.tail) + b"".join(
-            k + marks.kept[k] for k in keys)
+            k + v for k, v in pairs)
         aad = f"marks\0{self.org}\0{self.user}\0{relpath}\0{at}".encode()
         return envelope.seal_token(self._keys()[1], plain, aad).encode() + b"\n"
 
-    def _write_marks(self, marks: Marks, keys: list[bytes] | None = None,
+    def _frames(self, marks: Marks) -> Iterator[bytes]:
+        """The marks whole, as frames of at most MARKS_SPILL each (one at least): each
+        says what the marks cover, so any of them can be the last read."""
+        at = 0
+        pairs: list[tuple[bytes, bytes]] = []
+        for pair in marks.kept.items():
+            pairs.append(pair)
+            if len(pairs) == MARKS_SPILL:
+                frame = self._frame(marks.relpath, at, marks, pairs)
+                yield frame
+                at, pairs = at + len(frame), []
+        if pairs or not at:
+            yield self._frame(marks.relpath, at, marks, pairs)
+
+    def _write_marks(self, marks: Marks, pairs: list[tuple[bytes, bytes]] | None = None,
                      start: int = 0) -> None:
-        """Write the marks whole, or (`keys`) append a frame of those to the file of
+        """Write the marks whole, or (`pairs`) append a frame of those to the file of
         marks: its frames are read in order, the last one's coverage holding."""
         path = self._marks_path(marks.relpath)
-        if keys is None or marks.size < 0 or start <= 0:
-            data = self._frame(marks.relpath, 0, marks, list(marks.kept))
-            if not path.exists():
+        if pairs is None or marks.size < 0 or start <= 0:
+            if len(marks.kept) <= MARKS_SPILL and not path.exists():
+                data = next(self._frames(marks))
                 fsio.ensure_dir(path.parent)
                 # A new session's: made by its first append (no rename, no fsync).
                 at = fsio.append_line(path, data, sync=False)
                 if at == 0:
                     marks.size = len(data)
                     return
-            fsio.atomic_write(path, data)
-            marks.size = len(data)
+            size = 0
+
+            def frames() -> Iterator[bytes]:
+                nonlocal size
+                for frame in self._frames(marks):
+                    size += len(frame)
+                    yield frame
+
+            fsio.ensure_dir(path.parent)
+            fsio.atomic_write(path, frames())
+            marks.size = size
             return
-        data = self._frame(marks.relpath, marks.size, marks, keys)
+        data = self._frame(marks.relpath, marks.size, marks, pairs)
         # Not synced: the marks follow the file they mark, which is.
         at = fsio.append_line(path, data, sync=False)
         marks.size = at + len(data) if at == marks.size else -1
@@ -575,31 +681,39 @@ class UserStore:
         from memvault.crypto.envelope import AuthError, open_token
 
         try:
-            with _open(self._marks_path(relpath), self._name(relpath)) as fh:
-                data = fh.read()
+            fh = _open(self._marks_path(relpath), self._name(relpath))
         except (OSError, DataError):
             return None
         marks: Marks | None = None
         at = 0
         head = struct.calcsize(_MARKS_HEAD)
         pair = 2 * MARK_LEN
-        for line in data.split(b"\n")[:-1]:
-            aad = f"marks\0{self.org}\0{self.user}\0{relpath}\0{at}".encode()
-            try:
-                plain = open_token(self._keys()[1], line.decode("ascii"), aad)
-            except (AuthError, UnicodeDecodeError):
-                break  # a frame torn or changed: the ones before hold
-            ino, end, tail = struct.unpack_from(_MARKS_HEAD, plain)
-            if marks is None:
-                marks = Marks(relpath)
-            marks.kept.update((plain[i:i + MARK_LEN], plain[i + MARK_LEN:i + pair])
-                              for i in range(head, len(plain) - pair + 1, pair))
-            marks.ino, marks.end, marks.tail = ino, end, tail
-            at += len(line) + 1
-            marks.size = at
-        if marks is not None and at != len(data):
+        with fh:  # a frame at a time: memory holds one, whatever the session's size
+            size = os.fstat(fh.fileno()).st_size
+            for line in fh:
+                if not line.endswith(b"\n"):
+                    break
+                aad = f"marks\0{self.org}\0{self.user}\0{relpath}\0{at}".encode()
+                try:
+                    plain = open_token(self._keys()[1], line[:-1].decode("ascii"), aad)
+                except (AuthError, UnicodeDecodeError):
+                    break  # a frame torn or changed: the ones before hold
+                ino, end, tail = struct.unpack_from(_MARKS_HEAD, plain)
+                if marks is None:
+                    marks = self._new_marks(relpath)
+                marks.kept.update((plain[i:i + MARK_LEN], plain[i + MARK_LEN:i + pair])
+                                  for i in range(head, len(plain) - pair + 1, pair))
+                marks.ino, marks.end, marks.tail = ino, end, tail
+                at += len(line)
+                marks.size = at
+        if marks is not None and at != size:
             marks.size = -1  # frames after a bad one: written whole next time
         return marks
+
+    def _new_marks(self, relpath: str, **fields: Any) -> Marks:
+        """Empty marks of a line file, spilled (if many) to a table in the user's folder."""
+        scratch = self.layout.dir if self.layout.dir.is_dir() else None
+        return Marks(relpath, MarkMap(scratch=scratch), **fields)
 
     def tail_records(self, relpath: str, count: int) -> tuple[list[Record], list[Location]]:
         """The last `count` records of a line file and their locations, read from its
@@ -861,6 +975,40 @@ class UserStore:
             raise StorageError(f"cannot delete {self.layout.dir}: {exc.strerror}; its keys "
                                "are already gone", hint="destroy-again") from None
         return files
+
+
+def _scratch_table(scratch: Path | None) -> Any:
+    """A connection to a new table of marks (k -> v) in a temporary SQLite file of its
+    own, in `scratch` (else the system's temporary folder), unlinked at once: nothing is
+    left behind, even by a kill. Its page cache is all it holds in memory."""
+    import sqlite3
+    import tempfile
+    import time
+
+    error: Exception | None = None
+    for folder in [*([scratch] if scratch is not None else []), Path(tempfile.gettempdir())]:
+        path = folder / f"{fsio.TMP_PREFIX}marks.{os.getpid()}.{time.monotonic_ns()}"
+        try:
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            try:
+                for pragma in ("journal_mode=OFF", "synchronous=OFF",
+                               "locking_mode=EXCLUSIVE", "cache_size=-2048",
+                               "temp_store=FILE"):
+                    db.execute(f"PRAGMA {pragma}")
+                db.execute("CREATE TABLE m (k BLOB PRIMARY KEY, v BLOB NOT NULL) "
+                           "WITHOUT ROWID")
+            except sqlite3.Error:
+                db.close()
+                raise
+        except sqlite3.Error as exc:
+            error = exc
+            with suppress(OSError):
+                path.unlink()
+            continue
+        with suppress(OSError):
+            path.unlink()  # open: the table lives on in the open file (else: closed)
+        return db
+    raise StorageError(f"cannot make a temporary table of a session's marks: {error}")
 
 
 def _open(path: Path, name: str) -> BinaryIO:

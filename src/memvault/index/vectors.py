@@ -836,6 +836,12 @@ class VectorStore:
                 out[i.decode()] = d.tobytes()
         return out
 
+    def digests(self, ids: Collection[str]) -> dict[str, bytes]:
+        """memory_id -> digest of those of `ids` that are stored (has() for a few: only
+        the segments that hold one are read)."""
+        doc = self._readable()
+        return self._digests(doc, ids) if doc is not None else {}
+
     def _digests(self, doc: Mapping[str, Any], ids: Collection[str]) -> dict[str, bytes]:
         """memory_id -> digest of those of `ids` that are stored."""
         holding = self._holding(doc, ids)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from memvault.errors import EX_FAILURE, EX_TEMPFAIL, Busy, ConfigError, MemError
 from memvault.model.location import Location
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from memvault.index.vectors import VectorStore
     from memvault.model.results import EmbedResult, UserProblem
     from memvault.storage.state import UserState
+
+T = TypeVar("T")
 
 BATCH = 256  # texts embedded at once, and records added under the lock at once
 
@@ -140,20 +142,34 @@ def _pending_in(vault: Vault, relpath: str, held: dict[str, bytes]) -> Iterator[
                 yield Pending(record.memory_id, relpath, digest.hex(), digest, archived,
                               embed_text(record))
         return
-    headers = store.line_headers(relpath)
-    if all(h.memory_id in held for h in headers):
+    if all(memory_id in held for memory_id in store.line_ids(relpath)):
         return
-    marks = {h.memory_id: h.digest for h in headers}
-    records = store.read_lines(relpath)
-    ids = [r.memory_id for r in records]
-    for i, record in enumerate(records):
+    # A line at a time, with the lines just before and after it (what its vector borrows
+    # from): memory holds three records, never the file (a long session's is large).
+    for before, (record, mark), after in _threes(store.line_records(relpath)):
+        row = [line[0] for line in (before, (record, mark), after) if line is not None]
         text = embed_text(record)
-        near = beside(records, i)
+        near = beside(row, 1 if before is not None else 0)
         digest = vector_digest(text, near)
-        mark = marks.get(record.memory_id)
         if mark is not None and held.get(record.memory_id) != digest:
+            around = ((before[0].memory_id, before[1] or "") if before else None,
+                      (after[0].memory_id, after[1] or "") if after else None)
             yield Pending(record.memory_id, relpath, mark, digest, archived, text, near,
-                          _around(ids, i, marks) if said_by_a_person(record) else None)
+                          around if said_by_a_person(record) else None)
+
+
+def _threes(items: Iterable[T]) -> Iterator[tuple[T | None, T, T | None]]:
+    """Each item with the one before and the one after it (None at the ends)."""
+    before: T | None = None
+    current: T | None = None
+    started = False
+    for item in items:
+        if started:
+            yield before, cast(T, current), item
+            before = current
+        current, started = item, True
+    if started:
+        yield before, cast(T, current), None
 
 
 def _next_to(order: Sequence[str], at: dict[str, int], ids: Iterable[str]) -> set[str]:
@@ -195,12 +211,16 @@ def _unchanged(vault: Vault, batch: Sequence[Pending]) -> list[Pending]:
             marks[relpath] = {r.memory_id: text_digest(embed_text(r)).hex()
                               for r in vault.store.doc_records(relpath)}
         else:
-            marks[relpath] = {h.memory_id: h.digest
-                              for h in vault.store.line_headers(relpath)}
-            if any(item.around is not None for item in batch if item.file == relpath):
-                ids = list(marks[relpath])
-                around[relpath] = {m: _around(ids, i, marks[relpath])
-                                   for i, m in enumerate(ids)}
+            # The headers a line at a time, keeping only the batch's (and their
+            # neighbours'): a long session's file is never held whole.
+            wanted = {item.memory_id for item in batch if item.file == relpath}
+            marks[relpath], around[relpath] = {}, {}
+            for before, h, after in _threes(vault.store.headers(relpath)):
+                if h.memory_id in wanted:
+                    marks[relpath][h.memory_id] = h.digest
+                    around[relpath][h.memory_id] = (
+                        (before.memory_id, before.digest) if before else None,
+                        (after.memory_id, after.digest) if after else None)
     # A person's turn is also unchanged only beside the same lines: one said beside it
     # meanwhile, or a neighbour rewritten, changes what its vector borrows.
     return [item for item in batch if marks[item.file].get(item.memory_id) == item.mark
@@ -221,7 +241,7 @@ def _add(vault: Vault, model: ModelId, batch: Sequence[Pending], vectors: Vector
             return 0
         store = vault.vector_store(state.key_version)
         check_model(store, model)
-        held = store.has()
+        held = store.digests({item.memory_id for item in batch})  # not every vector's
         kept = [item for item in _unchanged(vault, batch)
                 if held.get(item.memory_id) != item.digest]
         if not kept:

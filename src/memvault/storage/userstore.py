@@ -359,13 +359,16 @@ class UserStore:
         """The clear header of every complete line of a line file (nothing is decrypted):
         id, time, key version, the ciphertext's length and a digest of the line's bytes
         (a line rewritten or re-encrypted gets a new nonce, so a new digest)."""
+        return list(self.headers(relpath))
+
+    def headers(self, relpath: str) -> Iterator[LineHeader]:
+        """line_headers a line at a time: memory holds one, whatever the file's size."""
         import hashlib
 
-        out: list[LineHeader] = []
         try:
             fh = _open(self.layout.path(relpath), self._name(relpath))
         except FileNotFoundError:
-            return out
+            return
         with fh:
             for raw in fh:
                 if raw.endswith(b"\n"):
@@ -373,10 +376,33 @@ class UserStore:
                         doc = envelope.parse_line(raw[:-1])
                     except DataError:
                         continue
-                    out.append(LineHeader(str(doc["id"]), str(doc["ts"]), int(str(doc["kv"])),
-                                          len(str(doc["ct"])),
-                                          hashlib.sha256(raw).hexdigest()[:32]))
-        return out
+                    yield LineHeader(str(doc["id"]), str(doc["ts"]), int(str(doc["kv"])),
+                                     len(str(doc["ct"])), hashlib.sha256(raw).hexdigest()[:32])
+
+    def line_records(self, relpath: str) -> Iterator[tuple[Record, str | None]]:
+        """The records of a line file a line at a time, each with its line's digest (as
+        line_headers gives it): memory holds one line, whatever the file's size. A whole
+        last record that lost its newline comes with None; a torn tail is skipped, any
+        other bad line is a DataError (as read_lines)."""
+        import hashlib
+
+        try:
+            fh = _open(self.layout.path(relpath), self._name(relpath))
+        except FileNotFoundError:
+            return
+        archived = relpath.startswith(ARCHIVE + "/")
+        with fh:
+            for number, raw in enumerate(fh, start=1):
+                whole = raw.endswith(b"\n")
+                try:
+                    record = self._open_line(relpath, raw[:-1] if whole else raw)
+                except DataError as exc:
+                    if not whole:
+                        return  # torn by an interrupted append: skipped
+                    raise DataError(f"{self._name(relpath)} line {number}: "
+                                    f"{exc.message}") from None
+                record.archived = archived
+                yield record, hashlib.sha256(raw).hexdigest()[:32] if whole else None
 
     def line_ids(self, relpath: str) -> Iterator[str]:
         """The record ids of a line file, from the clear headers (nothing is decrypted)."""

@@ -123,6 +123,20 @@ class IdList:
         has = ids.has_key
         return any(has(key) for key in self.keys()) or any(i in ids for i in self.other)
 
+    def minus(self, held: IdSet) -> list[str]:
+        """The ids here not in `held`, compared packed (a string made for each of them)."""
+        table = held.table
+        buckets, mask = table.buckets, table.mask
+        out: list[str] = []
+        for key in self.keys():
+            bucket = buckets.get(hash(key) & mask)
+            if bucket is not None:
+                found = bucket.find(key)
+                if found >= 0 and (not found % SIZE or _find(bucket, key, SIZE) >= 0):
+                    continue
+            out.append(unpack(key))
+        return out + [i for i in self.other if i not in held]
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"b": base64.b64encode(self.packed).decode()}
         if self.other:
@@ -426,6 +440,23 @@ class IdMap(Mapping[str, str]):
 
     def __len__(self) -> int:
         return self.table.count + len(self.other)
+
+    def missing_from(self, held: IdSet) -> Iterator[tuple[str, str]]:
+        """(id, name) of each id not in `held`, compared packed (a string is made only
+        for each id yielded)."""
+        names, table = self.names, held.table
+        buckets, mask = table.buckets, table.mask
+        for record in self.table.records():
+            key = record[:SIZE]
+            bucket = buckets.get(hash(key) & mask)
+            if bucket is not None:
+                found = bucket.find(key)
+                if found >= 0 and (not found % SIZE or _find(bucket, key, SIZE) >= 0):
+                    continue
+            yield unpack(key), names[int.from_bytes(record[SIZE:], "little")]
+        for i, n in list(self.other.items()):
+            if i not in held:
+                yield i, names[n]
 
     def items(self) -> ItemsView[str, str]:
         return _Named(self)

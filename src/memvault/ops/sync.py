@@ -58,7 +58,8 @@ class Cache:
     """What this machine knows of the remote and of itself at its last sync."""
 
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> summary
-    local: IdSet = field(default_factory=IdSet)  # ids held here at the last sync
+    # ids held here at the last sync (as read back: a list, only ever compared whole)
+    local: IdSet | IdList = field(default_factory=IdSet)
     epoch: int = 0  # the local key epoch at the last sync
     keys: set[str] = field(default_factory=set)  # remote key ids seen
     frozen: bool = False
@@ -87,7 +88,11 @@ class Cache:
             yield orjson.dumps(["f", relpath, known], default=json_default) + b"\n"
         chunk: list[bytes] = []
         size = 0
-        for block in self.local.blocks():  # packed: no string made for an id
+        held = self.local
+        blocks = held.blocks() if isinstance(held, IdSet) else (
+            held.packed[at:at + IDS_A_LINE * 16]
+            for at in range(0, len(held.packed), IDS_A_LINE * 16))
+        for block in blocks:  # packed: no string made for an id
             chunk.append(block)
             size += len(block)
             if size >= IDS_A_LINE * 16:
@@ -95,8 +100,8 @@ class Cache:
                 chunk, size = [], 0
         if chunk:
             yield orjson.dumps(["l", IdList(b"".join(chunk))], default=json_default) + b"\n"
-        if self.local.other:
-            yield orjson.dumps(["l", IdList(b"", tuple(self.local.other))],
+        if held.other:
+            yield orjson.dumps(["l", IdList(b"", tuple(held.other))],
                                default=json_default) + b"\n"
 
 
@@ -127,11 +132,13 @@ def _read_cache(path: Path, kek: bytes | None, cache: Cache) -> bool:
         cache.epoch, cache.keys = int(doc["epoch"]), set(doc["keys"])
         cache.frozen, cache.last_sync = bool(doc["frozen"]), doc.get("last_sync")
         cache.remote, cache.entries = doc.get("remote"), dict(doc.get("entries") or {})
-        local = cache.local = IdSet()
+        packed: list[bytes] = []
+        other: list[str] = []
         line = fh.readline()
         while line:
             after = fh.readline()
             if not after:  # the last line: the MAC
+                cache.local = IdList(b"".join(packed), tuple(other))
                 return macer is None or hmac.compare_digest(line.strip(),
                                                             macer.hexdigest().encode())
             if macer is not None:
@@ -143,7 +150,9 @@ def _read_cache(path: Path, kek: bytes | None, cache: Cache) -> bool:
                 size, mtime, ids = rest[1]
                 cache.files[str(rest[0])] = [int(size), int(mtime), IdList.from_json(ids)]
             elif kind == "l":
-                local.update(IdList.from_json(rest[0]))
+                ids = IdList.from_json(rest[0])
+                packed.append(ids.packed)
+                other.extend(ids.other)
             else:
                 return False
             line = after
@@ -208,7 +217,7 @@ def waiting(vault: Vault) -> int:
         read = _read_cache(cache_path(vault), None, cache)
     except (OSError, ValueError, KeyError, TypeError, IndexError, DataError):
         read = False
-    seen, memo = (cache.local, cache.files) if read else (IdSet(), None)
+    seen, memo = (IdSet(cache.local), cache.files) if read else (IdSet(), None)
     return len(scan_local(vault, memo).ids.minus(seen))
 
 
@@ -1052,7 +1061,7 @@ BATCH = 20_000  # records stored per transaction by a pull
 
 
 def _pull_adds(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
-               remote_ids: Mapping[str, str], local: AbstractSet[str], tombs: set[str],
+               remote_ids: IdMap, local: IdSet, tombs: set[str],
                memo: dict[str, Any] | None = None) -> int:
     """Add the records the remote holds and this machine lacks (never a forgotten one):
     object by object in the order they were written (a machine's pages in its files'
@@ -1060,8 +1069,9 @@ def _pull_adds(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
     however many records come, and a pull killed part way keeps the batches stored:
     the next sync takes only what is still missing."""
     # The objects that hold what is wanted, found without a set of what is wanted (a
-    # million ids): each record is asked again as its object is read.
-    names = {n for i, n in remote_ids.items() if i not in local and i not in tombs}
+    # million ids): each record is asked again as its object is read. Compared packed: a
+    # string is made only for an id not held here.
+    names = {n for i, n in remote_ids.missing_from(local) if i not in tombs}
     if not names:
         return 0
     with _no_cycle_collection():

@@ -8,8 +8,9 @@ lexical hits (Rocchio), and the semantic leg re-ranking the lexical top N only; 
 with the weak-words rule, the neighbours' weight tied to the turn's length (`length`),
 the better of the own and the mixed cosine or both as legs of their own (`pick2`),
 neighbours of one speaker or the turn before only (`speaker`), the words smoothed with
-the neighbours' or the session's BM25 (`bm25`), and the fusion's constants swept with
-them (`joint`, `joint-fine`, `joint-len`, `weakown`).
+the neighbours' or the session's BM25 (`bm25`), the fusion's constants swept with
+them (`joint`, `joint-fine`, `joint-len`, `weakown`), and an agent's reply neither mixed
+nor borrowed from, people's turns only (`agent`, `agent-len`: what the product does).
 
 Per memory it caches every turn's vector (the built-in model, as `mem embed` makes
 them: the record's content) with its session, and per question its vector and mem's
@@ -18,7 +19,8 @@ vaults bench_hybrid.py ingested). Halves are by a hash of the question's id (Lon
 or of its conversation and text (LoCoMo), not alternate questions.
 
     python bench/meaning_study.py [--grid main|win|text|short|chunk|pick|marginM|length|pick2|
-                                   speaker|bm25|joint|joint-fine|joint-len|weakown] [--detail]
+                                   speaker|bm25|joint|joint-fine|joint-len|weakown|agent|
+                                   agent-len] [--detail]
                                    [--sets locomo lme] [--only SUBSTRING] [--refresh]
 """
 

@@ -283,6 +283,7 @@ def _second_pass(vault: Vault, path: Path, texts: Callable[[], Iterator[tuple[in
                  ) -> tuple[IngestResult, dict[int, int]]:
     """_read_twice's second pass: each block's messages stored in a write of its own; the
     result, and the offset of each line a later read may have to start at."""
+    from memvault.storage.streams import given_back
     from memvault.text.transcripts import claude_code
     from memvault.text.transcripts.base import _scrub
 
@@ -304,6 +305,7 @@ def _second_pass(vault: Vault, path: Path, texts: Callable[[], Iterator[tuple[in
             blocks.since = min(near) if near else None
             if last is not None:
                 yield _scrub(blocks.read(*last))
+                given_back()  # the block is stored: what it held goes back, not to holes
             last = (base, text)
         if last is not None:
             yield _scrub(blocks.read(*last, end=True))

@@ -290,6 +290,25 @@ def freed_to_system() -> None:
     mallopt(-3, 128 << 10)  # M_MMAP_THRESHOLD, glibc's default, no longer raised
 
 
+def given_back() -> None:
+    """Give the free pages inside malloc's heaps back to the system (malloc_trim), after
+    a block of a long read is done with: the block's parsed lines are freed in the heaps
+    of the threads that used them (each write's index writer is a thread of its own),
+    where they would stay counted in memory, a little more with each block. Elsewhere
+    (another libc), nothing."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return  # not glibc
+    trim(0)
+
+
 def line_blocks(fh: IO[bytes], end: int, size: int = LINE_BLOCK) -> Iterator[bytes]:
     """The bytes of `fh` from where it is to `end` (the end of a whole line), in blocks
     of whole lines of about `size` bytes (a longer line is a block of its own)."""

@@ -7,7 +7,9 @@ remote, may take seconds a batch), then add each batch under the lock only if ev
 record in it is unchanged since it was read. So a record forgotten, rewritten or moved
 to the archive meanwhile never gets a vector back: its batch item is dropped and the
 next run sees the record as it is then. Each batch added is kept: a run killed or
-stopped half way resumes where it stopped.
+stopped half way resumes where it stopped. A record is checked where it was read: its
+line at the offset it was read at (and the lines beside it), so a batch costs its own
+lines, never its file's others (a long session's embedding is linear in its size).
 
 A record has a current vector when the store holds one for its id: the store drops a
 record's vector whenever a write changes the text it was embedded from (its digest) and
@@ -57,6 +59,10 @@ class Pending:
     # A person's turn: the (id, mark) of the lines just before and after it as read
     # (None: no line there), which must be unchanged too; None: not checked.
     around: Around | None = None
+    # A line file's record: where its line starts, and where the line before it starts
+    # (a person's turn with one): where the check reads them, and nothing else.
+    at: int | None = None
+    before_at: int | None = None
 
 
 Around = tuple["tuple[str, str] | None", "tuple[str, str] | None"]
@@ -146,16 +152,18 @@ def _pending_in(vault: Vault, relpath: str, held: dict[str, bytes]) -> Iterator[
         return
     # A line at a time, with the lines just before and after it (what its vector borrows
     # from): memory holds three records, never the file (a long session's is large).
-    for before, (record, mark), after in _threes(store.line_records(relpath)):
-        row = [line[0] for line in (before, (record, mark), after) if line is not None]
+    for before, (record, mark, at), after in _threes(store.line_records(relpath)):
+        row = [line[0] for line in (before, (record, mark, at), after) if line is not None]
         text = embed_text(record)
         near = beside(row, 1 if before is not None else 0)
         digest = vector_digest(text, near)
         if mark is not None and held.get(record.memory_id) != digest:
             around = ((before[0].memory_id, before[1] or "") if before else None,
                       (after[0].memory_id, after[1] or "") if after else None)
+            person = said_by_a_person(record)
             yield Pending(record.memory_id, relpath, mark, digest, archived, text, near,
-                          around if said_by_a_person(record) else None)
+                          around if person else None, at,
+                          before[2] if before and person else None)
 
 
 def _threes(items: Iterable[T]) -> Iterator[tuple[T | None, T, T | None]]:
@@ -200,32 +208,46 @@ def _batches(items: Iterable[Pending], size: int) -> Iterator[list[Pending]]:
 
 def _unchanged(vault: Vault, batch: Sequence[Pending]) -> list[Pending]:
     """The items whose record is still what was read (caller holds the lock): the same
-    line bytes in the same file, or the same text in the same document. Line files are
-    read for their clear headers only."""
+    line bytes at the same offset of the same file, or the same text in the same
+    document. Of a line file only the batch's lines and those beside them are read (their
+    bytes' digests, nothing decrypted): a file rewritten meanwhile (a forget, a
+    compaction) re-seals every line it keeps, so no line of it has the digest read."""
     from memvault.index.vectors import embed_text, text_digest
 
-    marks: dict[str, dict[str, str]] = {}
-    around: dict[str, dict[str, Around]] = {}
+    docs: dict[str, dict[str, str]] = {}
+    lines: dict[str, dict[int, tuple[str | None, int]]] = {}
     for relpath in {item.file for item in batch}:
         if relpath in DOC_FILES:
-            marks[relpath] = {r.memory_id: text_digest(embed_text(r)).hex()
-                              for r in vault.store.doc_records(relpath)}
+            docs[relpath] = {r.memory_id: text_digest(embed_text(r)).hex()
+                             for r in vault.store.doc_records(relpath)}
         else:
-            # The headers a line at a time, keeping only the batch's (and their
-            # neighbours'): a long session's file is never held whole.
-            wanted = {item.memory_id for item in batch if item.file == relpath}
-            marks[relpath], around[relpath] = {}, {}
-            for before, h, after in _threes(vault.store.headers(relpath)):
-                if h.memory_id in wanted:
-                    marks[relpath][h.memory_id] = h.digest
-                    around[relpath][h.memory_id] = (
-                        (before.memory_id, before.digest) if before else None,
-                        (after.memory_id, after.digest) if after else None)
-    # A person's turn is also unchanged only beside the same lines: one said beside it
-    # meanwhile, or a neighbour rewritten, changes what its vector borrows.
-    return [item for item in batch if marks[item.file].get(item.memory_id) == item.mark
-            and (item.around is None
-                 or around[item.file].get(item.memory_id) == item.around)]
+            lines[relpath] = vault.store.line_digests(relpath, (
+                at for item in batch if item.file == relpath
+                for at in (item.at, item.before_at) if at is not None))
+    return [item for item in batch
+            if (docs[item.file].get(item.memory_id) == item.mark if item.file in docs
+                else _in_place(item, lines[item.file]))]
+
+
+def _in_place(item: Pending, lines: dict[int, tuple[str | None, int]]) -> bool:
+    """Whether a line file's item is still its line, at the offset it was read at: the
+    same bytes there and, a person's turn, the same lines just before and after it (one
+    said beside it meanwhile, or a neighbour rewritten, changes what its vector borrows).
+    `lines`: the digest and end of the lines read at the batch's offsets."""
+    own = lines.get(item.at) if item.at is not None else None
+    if own is None or own[0] != item.mark:
+        return False
+    if item.around is None:
+        return True
+    before, after = item.around
+    if before is None:
+        if item.at != 0:
+            return False
+    elif item.before_at is None or lines.get(item.before_at) != (before[1], item.at):
+        return False
+    # The line after it now (None: none, or only a torn or unfinished one, as read).
+    now = lines.get(own[1], (None, 0))[0]
+    return now is None if after is None else after[1] == now
 
 
 def _add(vault: Vault, model: ModelId, batch: Sequence[Pending], vectors: Vectors) -> int:
@@ -405,9 +427,11 @@ def _located(vault: Vault, state: UserState, ids: list[str], held: dict[str, byt
             record = records[memory_id]
             text = embed_text(record)
             near = beside([records[m] for m in seq], seq.index(memory_id))
+            person = said_by_a_person(record)
             yield Pending(memory_id, relpath, marks[memory_id], vector_digest(text, near),
-                          archived, text, near,
-                          _around(order, k, marks) if said_by_a_person(record) else None)
+                          archived, text, near, _around(order, k, marks) if person else None,
+                          where[memory_id].offset,
+                          where[order[k - 1]].offset if person and k > 0 else None)
 
 
 # --- many users --------------------------------------------------------------------------

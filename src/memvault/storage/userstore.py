@@ -379,11 +379,11 @@ class UserStore:
                     yield LineHeader(str(doc["id"]), str(doc["ts"]), int(str(doc["kv"])),
                                      len(str(doc["ct"])), hashlib.sha256(raw).hexdigest()[:32])
 
-    def line_records(self, relpath: str) -> Iterator[tuple[Record, str | None]]:
+    def line_records(self, relpath: str) -> Iterator[tuple[Record, str | None, int]]:
         """The records of a line file a line at a time, each with its line's digest (as
-        line_headers gives it): memory holds one line, whatever the file's size. A whole
-        last record that lost its newline comes with None; a torn tail is skipped, any
-        other bad line is a DataError (as read_lines)."""
+        line_headers gives it) and offset: memory holds one line, whatever the file's
+        size. A whole last record that lost its newline comes with None; a torn tail is
+        skipped, any other bad line is a DataError (as read_lines)."""
         import hashlib
 
         try:
@@ -391,8 +391,10 @@ class UserStore:
         except FileNotFoundError:
             return
         archived = relpath.startswith(ARCHIVE + "/")
+        offset = 0
         with fh:
             for number, raw in enumerate(fh, start=1):
+                at, offset = offset, offset + len(raw)
                 whole = raw.endswith(b"\n")
                 try:
                     record = self._open_line(relpath, raw[:-1] if whole else raw)
@@ -402,7 +404,38 @@ class UserStore:
                     raise DataError(f"{self._name(relpath)} line {number}: "
                                     f"{exc.message}") from None
                 record.archived = archived
-                yield record, hashlib.sha256(raw).hexdigest()[:32] if whole else None
+                yield record, hashlib.sha256(raw).hexdigest()[:32] if whole else None, at
+
+    def line_digests(self, relpath: str, offsets: Iterable[int]
+                     ) -> dict[int, tuple[str | None, int]]:
+        """The digest (as line_headers gives it) of the line that starts at each offset,
+        and of the line just after it, with where each ends: one seek a line, whatever
+        the file's size. A line without its newline (a torn or unfinished tail) has None;
+        an offset at or past the end has no entry. Nothing is decrypted: an offset the
+        file was rewritten under gives bytes of another line, so another digest."""
+        import hashlib
+
+        out: dict[int, tuple[str | None, int]] = {}
+        try:
+            fh = _open(self.layout.path(relpath), self._name(relpath))
+        except FileNotFoundError:
+            return out
+        with fh:
+            for start in sorted(set(offsets)):
+                at = start
+                for _ in range(2):  # the line, then the one after it
+                    if at in out:
+                        at = out[at][1]
+                        continue
+                    fh.seek(at)
+                    raw = fh.readline()
+                    if not raw:
+                        break
+                    whole = raw.endswith(b"\n")
+                    out[at] = (hashlib.sha256(raw).hexdigest()[:32] if whole else None,
+                               at + len(raw))
+                    at += len(raw)
+        return out
 
     def line_ids(self, relpath: str) -> Iterator[str]:
         """The record ids of a line file, from the clear headers (nothing is decrypted)."""

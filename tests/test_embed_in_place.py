@@ -1,8 +1,10 @@
 """A batch of a long session is checked where it was read (issue 34: a background `mem
 embed` after a gigabyte's first ingest re-read every clear header of the session for each
 batch of 256, so its time grew with the square of the session): the check under the lock
-reads the batch's own lines and those beside them, never the rest of the file, and a file
-rewritten meanwhile (a forget) still never gets a vector of what was forgotten."""
+reads the batch's own lines and those beside them, never the rest of the file; the records
+an ingest of what a session grew by wrote are embedded reading the lines around them; and
+a file rewritten meanwhile (a forget) still never gets a vector of what was forgotten, nor
+a turn one said beside it meanwhile a vector without it."""
 
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ class Counting:
 
 
 class _Counted(io.FileIO):
-    """A file whose bytes read are added up in `read`."""
+    """A file whose bytes read are added up in `read_bytes[-1]`."""
 
     read_bytes: list[int]
 
@@ -77,56 +79,82 @@ class _Counted(io.FileIO):
         return data
 
 
+class Watch:
+    """The bytes of one file read while the user's lock is held, a lock at a time (the
+    check of each batch added: `under`), and outside it (`outside`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+        self.under: list[int] = []
+        self.outside = [0]
+        self.locked = False
+        real_open, real_lock = userstore._open, Vault.lock
+
+        def watched_open(at: Path, name: str) -> Any:
+            fh = real_open(at, name)  # its checks, as the store's
+            if Path(at) != path:
+                return fh
+            fh.close()
+            raw = _Counted(at)
+            raw.read_bytes = self.under if self.locked else self.outside
+            return io.BufferedReader(raw)
+
+        @contextmanager
+        def watched_lock(vault: Vault) -> Iterator[None]:
+            with real_lock(vault):
+                self.locked = True
+                self.under.append(0)
+                try:
+                    yield
+                finally:
+                    self.locked = False
+
+        monkeypatch.setattr(userstore, "_open", watched_open)
+        monkeypatch.setattr(Vault, "lock", watched_lock)
+
+
 def test_a_batch_reads_its_own_lines_not_the_session(
         vault: Vault, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     result = ingest_file(vault, people(tmp_path, 300, 300))
     relpath = session_file(result.session_id)
-    path = vault.layout.path(relpath)
-    size = path.stat().st_size
+    size = vault.layout.path(relpath).stat().st_size
     assert size > 1 << 20  # a session of a megabyte and more
-
-    # The bytes of the session file read while the user's lock is held, a lock at a time
-    # (the check of each batch added), and outside it (reading what waits: once).
-    under: list[int] = []
-    outside = [0]
-    locked = [False]
-    real_open, real_lock = userstore._open, Vault.lock
-
-    def watched_open(at: Path, name: str) -> Any:
-        fh = real_open(at, name)  # its checks, as the store's
-        if Path(at) != path:
-            return fh
-        fh.close()
-        raw = _Counted(at)
-        raw.read_bytes = under if locked[0] else outside
-        return io.BufferedReader(raw)
-
-    @contextmanager
-    def watched_lock(self: Vault) -> Iterator[None]:
-        with real_lock(self):
-            locked[0] = True
-            under.append(0)
-            try:
-                yield
-            finally:
-                locked[0] = False
-
-    monkeypatch.setattr(userstore, "_open", watched_open)
-    monkeypatch.setattr(Vault, "lock", watched_lock)
+    watch = Watch(monkeypatch, vault.layout.path(relpath))
     assert embed.embed_pending(vault, load(), batch=8).embedded == 300
     monkeypatch.undo()
-    assert len(under) >= 300 // 8
+    assert len(watch.under) >= 300 // 8
     # Each batch's check read about its ten lines (its eight and the two beside them,
     # some 5 KB each), not the session's megabyte: the time of a session's embedding
     # grows with its size, not with its square.
-    assert max(under) < 128 << 10, (max(under), size)
-    assert outside[0] < 2 * size  # the session itself read once
+    assert max(watch.under) < 128 << 10, (max(watch.under), size)
+    assert watch.outside[0] < 2 * size  # the session itself read once
     # And what was added is what the whole file read at once gives.
-    records = vault.store.read_lines(relpath)
-    vectors = held(vault)
-    for i, record in enumerate(records):
-        assert vectors[record.memory_id] == as_stored(
-            vector_digest(embed_text(record), beside(records, i)))
+    assert held(vault) == as_now(vault, relpath)
+
+
+def test_turns_appended_to_a_long_session_are_embedded_reading_around_them(
+        vault: Vault, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After an ingest of what a long session grew by (a hook's), the records it wrote
+    and the person's turn before them are embedded from the lines around them alone."""
+    chat = people(tmp_path, 303, 300)
+    lines = chat.read_text().splitlines(keepends=True)
+    chat.write_text("".join(lines[:300]))
+    result = ingest_file(vault, chat)
+    relpath = session_file(result.session_id)
+    embed.embed_pending(vault, load())
+    chat.write_text("".join(lines))
+    v = Vault(resolve())
+    ingest_file(v, chat)
+    new = [m for m in as_now(v, relpath) if m not in held(v)]
+    assert len(new) == 4  # the three said, and the turn before them (it borrows from one)
+    size = v.layout.path(relpath).stat().st_size
+    watch = Watch(monkeypatch, v.layout.path(relpath))
+    assert embed.embed_new(v, load(), v.written) == 4
+    monkeypatch.undo()
+    # The lines around the four (some 5 KB each), each read a page or two at a time, not
+    # the session's megabyte and a half (its every clear header, each batch).
+    read = watch.outside[0] + sum(watch.under)
+    assert read < 256 << 10, (read, size)
+    assert held(v) == as_now(v, relpath)
 
 
 def as_now(vault: Vault, relpath: str) -> dict[str, bytes]:

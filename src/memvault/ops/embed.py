@@ -180,18 +180,6 @@ def _threes(items: Iterable[T]) -> Iterator[tuple[T | None, T, T | None]]:
         yield before, cast(T, current), None
 
 
-def _next_to(order: Sequence[str], at: dict[str, int], ids: Iterable[str]) -> set[str]:
-    """The ids of the lines just before and after these (positions `at` in `order`)."""
-    return {order[k + d] for m in ids for d in (-1, 1) if 0 <= (k := at[m]) + d < len(order)}
-
-
-def _around(ids: Sequence[str], i: int, marks: dict[str, str]) -> Around:
-    """The (id, mark) of the lines just before and after line `i` (None: none there)."""
-    before = (ids[i - 1], marks.get(ids[i - 1], "")) if i > 0 else None
-    after = (ids[i + 1], marks.get(ids[i + 1], "")) if i + 1 < len(ids) else None
-    return before, after
-
-
 def _batches(items: Iterable[Pending], size: int) -> Iterator[list[Pending]]:
     batch: list[Pending] = []
     for item in items:
@@ -379,9 +367,10 @@ def _located(vault: Vault, state: UserState, ids: list[str], held: dict[str, byt
              ) -> Iterator[Pending]:
     """The records with these ids as Pending items, and the turns beside them that have no
     vector (a person's turn whose vector a turn said after it made stale), read through
-    the index: the line headers of their files first (then a record read after them is
-    at least as new as the mark it is added under), then one line per record and per
-    turn beside one (what it borrows, and whether it is a person's)."""
+    the index: the clear headers of the lines around each first, read from where the
+    index puts it (then a record read after them is at least as new as the mark it is
+    added under), then one line per record and per turn beside one (what it borrows, and
+    whether it is a person's). A long session's other lines are never read."""
     from memvault.index.base import IndexUnavailable, beside, said_by_a_person
     from memvault.index.vectors import embed_text, text_digest, vector_digest
 
@@ -391,11 +380,11 @@ def _located(vault: Vault, state: UserState, ids: list[str], held: dict[str, byt
     except IndexUnavailable:
         return
     docs: dict[str, dict[str, Record]] = {}
-    lines: dict[str, list[str]] = {}
+    lines: dict[str, list[tuple[str, int]]] = {}
     for memory_id, location in sorted(located.items(), key=lambda kv: kv[1].file):
         relpath = location.file
-        if not location.is_doc:
-            lines.setdefault(relpath, []).append(memory_id)
+        if location.offset is not None:
+            lines.setdefault(relpath, []).append((memory_id, location.offset))
             continue
         if relpath not in docs:
             docs[relpath] = {r.memory_id: r for r in vault.store.doc_records(relpath)}
@@ -407,31 +396,35 @@ def _located(vault: Vault, state: UserState, ids: list[str], held: dict[str, byt
                           relpath.startswith(ARCHIVE + "/"), text)
     for relpath, wanted in lines.items():
         archived = relpath.startswith(ARCHIVE + "/")
-        marks = {h.memory_id: h.digest for h in vault.store.line_headers(relpath)}
-        order = list(marks)
-        at = {m: k for k, m in enumerate(order)}
-        todo = {m for m in wanted if m in at}
-        todo |= {m for m in _next_to(order, at, todo) if m not in held}
-        need = todo | _next_to(order, at, todo)
-        try:
-            where = {**located, **index.locate(sorted(need - located.keys()))}
-        except IndexUnavailable:
-            return
-        records = {m: r for m in need if (loc := where.get(m)) is not None
-                   and (r := vault.store.read_at(loc, m)) is not None}
-        for memory_id in sorted(todo, key=at.__getitem__):
-            k = at[memory_id]
-            seq = [order[j] for j in (k - 1, k, k + 1) if 0 <= j < len(order)]
-            if any(m not in records for m in seq):
+        # Two lines each side: a turn beside a record may be embedded too, beside its own.
+        heads = vault.store.lines_near(relpath, [at for _, at in wanted], 2)
+        after = {at: end for at, (_, _, end) in heads.items() if end in heads}
+        before = {end: at for at, end in after.items()}
+        todo = {at for memory_id, at in wanted if at in heads and heads[at][0] == memory_id}
+        todo |= {k for at in list(todo) for k in _row(at, before, after)
+                 if (m := heads[k][0]) is not None and m not in held}
+        records = {k: r for k in {k for at in todo for k in _row(at, before, after)}
+                   if (m := heads[k][0]) is not None
+                   and (r := vault.store.read_at(Location.line(relpath, k), m)) is not None}
+        for at in sorted(todo):
+            seq = _row(at, before, after)
+            if any(k not in records for k in seq):
                 continue  # gone meanwhile: the next run sees the file as it is then
-            record = records[memory_id]
+            record = records[at]
             text = embed_text(record)
-            near = beside([records[m] for m in seq], seq.index(memory_id))
+            near = beside([records[k] for k in seq], seq.index(at))
             person = said_by_a_person(record)
-            yield Pending(memory_id, relpath, marks[memory_id], vector_digest(text, near),
-                          archived, text, near, _around(order, k, marks) if person else None,
-                          where[memory_id].offset,
-                          where[order[k - 1]].offset if person and k > 0 else None)
+            b, a = before.get(at), after.get(at)
+            around = ((records[b].memory_id, heads[b][1]) if b is not None else None,
+                      (records[a].memory_id, heads[a][1]) if a is not None else None)
+            yield Pending(record.memory_id, relpath, heads[at][1], vector_digest(text, near),
+                          archived, text, near, around if person else None, at,
+                          b if person else None)
+
+
+def _row(at: int, before: dict[int, int], after: dict[int, int]) -> list[int]:
+    """The offsets of the line at `at` and of the lines just before and after it."""
+    return [k for k in (before.get(at), at, after.get(at)) if k is not None]
 
 
 # --- many users --------------------------------------------------------------------------

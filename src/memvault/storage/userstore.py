@@ -437,6 +437,51 @@ class UserStore:
                     at += len(raw)
         return out
 
+    def lines_near(self, relpath: str, offsets: Iterable[int], reach: int
+                   ) -> dict[int, tuple[str | None, str, int]]:
+        """The lines from `reach` lines before each offset through `reach` lines after the
+        line there, read from around it, whatever the file's size: offset -> (the record
+        id of its clear header, None for a line that is not a record's; its digest as
+        line_headers gives it; where it ends). A torn or unfinished tail is not a line
+        (as line_headers); an offset where no line starts has nothing around it."""
+        import hashlib
+
+        out: dict[int, tuple[str | None, str, int]] = {}
+        starts: dict[int, int] = {}  # where a line read ends -> where it starts
+        try:
+            fh = _open(self.layout.path(relpath), self._name(relpath))
+        except FileNotFoundError:
+            return out
+        with fh:
+            for start in sorted(set(offsets)):
+                if start < 0 or not _byte_at(fh, start) or (
+                        start > 0 and start not in starts
+                        and _byte_at(fh, start - 1) != b"\n"):
+                    continue  # at or past the end, or inside a line
+                first = start
+                for _ in range(reach):
+                    if first == 0:
+                        break
+                    first = starts[first] if first in starts else _line_start(fh, first)
+                at, past = first, 0
+                while at <= start or past < reach:
+                    if at not in out:  # lines beside each other are read once
+                        fh.seek(at)
+                        raw = fh.readline()
+                        if not raw.endswith(b"\n"):
+                            break
+                        try:
+                            memory_id: str | None = envelope.line_id(raw[:-1])
+                        except DataError:
+                            memory_id = None
+                        out[at] = (memory_id, hashlib.sha256(raw).hexdigest()[:32],
+                                   at + len(raw))
+                        starts[at + len(raw)] = at
+                    if at > start:
+                        past += 1
+                    at = out[at][2]
+        return out
+
     def line_ids(self, relpath: str) -> Iterator[str]:
         """The record ids of a line file, from the clear headers (nothing is decrypted)."""
         try:
@@ -1078,6 +1123,25 @@ def _open(path: Path, name: str) -> BinaryIO:
         return fsio.open_regular(path, name)
     except IsADirectoryError:
         raise DataError(f"{name} is a folder, not a file") from None
+
+
+def _byte_at(fh: BinaryIO, at: int) -> bytes:
+    fh.seek(at)
+    return fh.read(1)
+
+
+def _line_start(fh: BinaryIO, end: int) -> int:
+    """Where the line that ends at `end` (just after its newline) starts: the file read
+    back from there a block at a time, to the newline before it."""
+    pos, step = end - 1, 8 << 10  # from its own newline
+    while pos > 0:
+        low = max(0, pos - step)
+        fh.seek(low)
+        found = fh.read(pos - low).rfind(b"\n")
+        if found >= 0:
+            return low + found + 1
+        pos, step = low, step * 2  # a long line: larger reads
+    return 0
 
 
 def _read(path: Path, name: str) -> bytes:

@@ -461,3 +461,134 @@ def test_doctor_reads_the_last_sync_and_what_waits_from_the_cache(tmp_path: Path
     add(a, "one more fact", "fact")
     add(a, "and another", "fact")
     assert sync_ops.waiting(a) == 2
+
+
+# --- a batch's files durable before its audit entry and its commit -------------------
+
+def batch_events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
+    """What a pull does that orders its durability, as it does it: each new line file
+    written, each filesystem sync (and whether it was made), each file fsynced by name,
+    each audit entry and each index commit."""
+    from memvault.index import keyed
+    from memvault.storage import fsio
+    from memvault.vault.vault import Transaction
+
+    events: list[tuple[str, Any]] = []
+    write_new, whole, fsync_file = sync_ops._write_new, fsio.FilesystemSync.__call__, \
+        fsio.fsync_file
+    audit, commit = Transaction.audit, keyed.IndexWriter.commit
+
+    def written(files: list[tuple[Path, bytes]]) -> None:
+        write_new(files)
+        events.extend(("new", path) for path, _ in files)
+
+    def synced(self: fsio.FilesystemSync, *folders: Path) -> bool:
+        made = whole(self, *folders)
+        events.append(("syncfs", made))
+        return made
+
+    def fsynced(path: Path) -> None:
+        fsync_file(path)
+        events.append(("fsync", path))
+
+    def audited(self: Transaction, op: str, *args: Any, **kwargs: Any) -> str:
+        events.append(("audit", op))
+        return audit(self, op, *args, **kwargs)
+
+    def committed(self: keyed.IndexWriter) -> None:
+        events.append(("commit", None))
+        commit(self)
+
+    monkeypatch.setattr(sync_ops, "_write_new", written)
+    monkeypatch.setattr(fsio.FilesystemSync, "__call__", synced)
+    monkeypatch.setattr(fsio, "fsync_file", fsynced)
+    monkeypatch.setattr(Transaction, "audit", audited)
+    monkeypatch.setattr(keyed.IndexWriter, "commit", committed)
+    return events
+
+
+def pulled_in_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                      ) -> tuple[Vault, Vault, list[list[tuple[str, Any]]]]:
+    """Machine a filled and synced, then b's pull: what b did, cut after each batch's
+    audit entry (and the index commit that follows it)."""
+    (tmp_path / "remote").mkdir()
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    fill(a)
+    remote = FolderRemote(str(tmp_path / "remote"), tmp_path / "remote")
+    sync_ops.sync(a, remote)
+    events = batch_events(monkeypatch)
+    assert sync_ops.sync(b, remote).pulled == 41
+    batches: list[list[tuple[str, Any]]] = [[]]
+    for event in events:
+        batches[-1].append(event)
+        if event == ("audit", "sync.pull"):
+            batches.append([])
+    return a, b, batches[:-1]
+
+
+def test_a_pull_batch_syncs_its_new_files_once_before_its_audit_entry_and_commit(
+        tmp_path: Path, small: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the filesystem can be synced whole (Linux 5.8 on), each batch's new line
+    files are written, then one sync covers them all, then the audit entry that says the
+    records are in, then the index commit: no file is fsynced one by one."""
+    from memvault.storage import fsio
+
+    if fsio._syncfs() is None:
+        pytest.skip("no syncfs here (not Linux 5.8 or later)")
+    a, b, batches = pulled_in_batches(tmp_path, monkeypatch)
+    assert len(batches) > 2
+    made: list[Path] = []
+    for batch in batches:
+        kinds = [kind for kind, _ in batch]
+        assert kinds.count("syncfs") <= 1 and "fsync" not in kinds
+        new = [path for kind, path in batch if kind == "new"]
+        if new:
+            # every new file before the one sync, which was made, before the audit entry
+            assert kinds[kinds.index("syncfs") - 1] == "new"
+            assert kinds[kinds.index("syncfs"):] == ["syncfs", "audit"]
+            assert ("syncfs", True) in batch
+        made += new
+        assert batch[-1] == ("audit", "sync.pull")
+    # and each batch's commit after its audit entry: the next batch's events open with it
+    assert all(batch[0] == ("commit", None) for batch in batches[1:])
+    assert sorted(made) == sorted(b.layout.path(rel) for rel in b.layout.line_files())
+    assert contents(a) == contents(b) and verify(b).ok
+
+
+def test_a_pull_batch_fsyncs_each_new_file_when_the_filesystem_sync_fails(
+        tmp_path: Path, small: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A syncfs that fails (or is missing) leaves the batch durable as before: each new
+    file fsynced, all of them before the audit entry."""
+    from memvault.storage import fsio
+
+    monkeypatch.setattr(fsio, "_SYNCFS", [lambda fd: -1])  # the call fails (EIO...)
+    a, b, batches = pulled_in_batches(tmp_path, monkeypatch)
+    fsynced: list[Path] = []
+    for batch in batches:
+        new = [path for kind, path in batch if kind == "new"]
+        synced = [path for kind, path in batch if kind == "fsync"]
+        assert sorted(synced) == sorted(new)
+        if new:
+            kinds = [kind for kind, _ in batch]
+            assert ("syncfs", False) in batch
+            at = kinds.index("syncfs")
+            assert "fsync" not in kinds[:at]  # none before every file is written
+            assert kinds[at:] == ["syncfs", *["fsync"] * len(new), "audit"]
+        fsynced += synced
+    assert len(fsynced) == len(b.layout.line_files())
+    assert contents(a) == contents(b) and verify(b).ok
+
+
+def test_a_filesystem_sync_covers_only_folders_on_its_filesystem(tmp_path: Path) -> None:
+    from memvault.storage import fsio
+
+    if fsio._syncfs() is None:
+        pytest.skip("no syncfs here (not Linux 5.8 or later)")
+    other = Path("/dev/shm")
+    whole = fsio.FilesystemSync(tmp_path)
+    try:
+        assert whole(tmp_path)
+        if other.is_dir() and other.stat().st_dev != tmp_path.stat().st_dev:
+            assert not whole(tmp_path, other)  # the caller fsyncs file by file
+    finally:
+        whole.close()

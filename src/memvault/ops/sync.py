@@ -1157,26 +1157,32 @@ def _add_records(vault: Vault, items: list[tuple[Record, bool]],
 
 
 class _Syncs:
-    """The new files of a batch created, written and fsynced on a few threads while the
-    next ones are sealed here (making a file and waiting for the disk are the kernel's
-    work, not this thread's), and each folder fsynced once: all of it before the batch's
-    audit entry says the records are in. Handed over a few files at a time: each task
-    wakes a thread, which takes the interpreter's lock from this one to start."""
+    """The new files of a batch created and written on a few threads while the next ones
+    are sealed here (making and writing a file is the kernel's work, not this thread's),
+    then made durable at once before the batch's audit entry says the records are in:
+    one syncfs of the vault's filesystem, or where that cannot be had (fsio.FilesystemSync),
+    an fsync of each file on the threads and of each folder. An fsync a file was a
+    journal commit a file, waited for one by one. Handed over a few files at a time: each
+    task wakes a thread, which takes the interpreter's lock from this one to start."""
 
     FILES = 8  # a task's files
     BYTES = 1 << 20  # or its bytes
 
-    def __init__(self) -> None:
+    def __init__(self, folder: Path) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
+        # Opened before the first write: a writeback error of any of them reaches it.
+        self.whole = fsio.FilesystemSync(folder)
         self.pool = ThreadPoolExecutor(4, "mem-fsync")
         self.pending: list[Future[None]] = []
         self.dirs: set[Path] = set()
+        self.written: list[Path] = []
         self.files: list[tuple[Path, bytes]] = []
         self.size = 0
 
     def __call__(self, path: Path, data: bytes) -> None:
         self.files.append((path, data))
+        self.written.append(path)
         self.size += len(data)
         self.dirs.add(path.parent)
         if len(self.files) >= self.FILES or self.size >= self.BYTES:
@@ -1192,15 +1198,25 @@ class _Syncs:
             self._hand_over()
             for done in self.pending:
                 done.result()
-            for folder in sorted(self.dirs):
-                fsio.fsync_dir(folder)
+            if self.written and not self.whole(*self.dirs):
+                paths = self.written
+                for synced in [self.pool.submit(_fsync_each, paths[at:at + self.FILES])
+                               for at in range(0, len(paths), self.FILES)]:
+                    synced.result()
+                for folder in sorted(self.dirs):
+                    fsio.fsync_dir(folder)
         finally:
             self.pool.shutdown(wait=True, cancel_futures=True)
+            self.whole.close()
 
 
 def _write_new(files: list[tuple[Path, bytes]]) -> None:
     for path, data in files:
         fsio.append_line(path, data, sync=False)
+
+
+def _fsync_each(paths: list[Path]) -> None:
+    for path in paths:
         fsio.fsync_file(path)
 
 
@@ -1218,7 +1234,7 @@ def _store_batch(tx: Transaction, items: list[tuple[Record, bool]],
         by_home.setdefault(home, []).append(record)
     new: list[Record] = []
     made: list[tuple[str, IdList]] = []  # the files this batch creates, and their ids
-    syncs = _Syncs()
+    syncs = _Syncs(tx.store.layout.dir)
     try:
         for home, records in sorted(by_home.items()):
             if home in DOC_FILES:

@@ -47,6 +47,13 @@ def as_stored(digest: bytes) -> bytes:
     return digest[:DIGEST_LEN].ljust(DIGEST_LEN, b"\0")
 
 
+def as_now(vault: Vault, relpath: str) -> dict[str, bytes]:
+    """Each record's vector digest as the file now gives it (its text, its neighbours)."""
+    records = vault.store.read_lines(relpath)
+    return {r.memory_id: as_stored(vector_digest(embed_text(r), beside(records, i)))
+            for i, r in enumerate(records)}
+
+
 class Counting:
     """The built-in model, with a hook called after each batch is embedded."""
 
@@ -155,13 +162,6 @@ def test_turns_appended_to_a_long_session_are_embedded_reading_around_them(
     read = watch.outside[0] + sum(watch.under)
     assert read < 256 << 10, (read, size)
     assert held(v) == as_now(v, relpath)
-
-
-def as_now(vault: Vault, relpath: str) -> dict[str, bytes]:
-    """Each record's vector digest as the file now gives it (its text, its neighbours)."""
-    records = vault.store.read_lines(relpath)
-    return {r.memory_id: as_stored(vector_digest(embed_text(r), beside(records, i)))
-            for i, r in enumerate(records)}
 
 
 @pytest.mark.parametrize("gone", [0, 5, 11])  # the first turn, one of the batch, its last

@@ -561,7 +561,7 @@ def test_a_pull_batch_fsyncs_each_new_file_when_the_filesystem_sync_fails(
     file fsynced, all of them before the audit entry."""
     from memvault.storage import fsio
 
-    monkeypatch.setattr(fsio, "_SYNCFS", [lambda fd: -1])  # the call fails (EIO...)
+    monkeypatch.setattr(fsio, "_syncfs", lambda: lambda fd: -1)  # the call fails (EIO...)
     a, b, batches = pulled_in_batches(tmp_path, monkeypatch)
     fsynced: list[Path] = []
     for batch in batches:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import stat
 import time
@@ -144,16 +145,9 @@ class FilesystemSync:
             self.fd = None
 
 
-_SYNCFS: list[Callable[[int], int] | None] = []  # the C library's syncfs, once looked up
-
-
+@functools.cache
 def _syncfs() -> Callable[[int], int] | None:
-    if not _SYNCFS:
-        _SYNCFS.append(_find_syncfs())
-    return _SYNCFS[0]
-
-
-def _find_syncfs() -> Callable[[int], int] | None:
+    """The C library's syncfs where it reports writeback errors (Linux 5.8 on), once."""
     system = os.uname()
     release = system.release.split(".")
     if system.sysname != "Linux" or not all(p.isdigit() for p in release[:2]) or \

@@ -7,10 +7,11 @@ byte is read. zstandard, a C extension, is imported only for a compressed stream
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from memvault.errors import DataError, NotFound, UsageError
 
@@ -277,17 +278,9 @@ def freed_to_system() -> None:
     serves the next ones from a heap that never shrinks: a file read a block at a time
     (the block, its text, its parsed lines) would keep the largest of each. Fixing the
     threshold keeps memory at what is in use. Elsewhere (another libc), nothing."""
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return  # not glibc
-    mallopt(-3, 128 << 10)  # M_MMAP_THRESHOLD, glibc's default, no longer raised
+    mallopt = _glibc("mallopt")
+    if mallopt is not None:
+        mallopt(-3, 128 << 10)  # M_MMAP_THRESHOLD, glibc's default, no longer raised
 
 
 def given_back() -> None:
@@ -296,17 +289,24 @@ def given_back() -> None:
     of the threads that used them (each write's index writer is a thread of its own),
     where they would stay counted in memory, a little more with each block. Elsewhere
     (another libc), nothing."""
+    trim = _glibc("malloc_trim")
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _glibc(name: str) -> Any:
+    """glibc's function `name` (looked up once), or None where the C library is another."""
     import sys
 
     if not sys.platform.startswith("linux"):
-        return
+        return None
     import ctypes
 
     try:
-        trim = ctypes.CDLL(None).malloc_trim
+        return getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):
-        return  # not glibc
-    trim(0)
+        return None
 
 
 def line_blocks(fh: IO[bytes], end: int, size: int = LINE_BLOCK) -> Iterator[bytes]:

@@ -12,9 +12,11 @@ line at the offset it was read at (and the lines beside it), so a batch costs it
 lines, never its file's others (a long session's embedding is linear in its size).
 
 A record has a current vector when the store holds one for its id: the store drops a
-record's vector whenever a write changes the text it was embedded from (its digest) and
-when a record is forgotten, so only the records without a vector need reading. A file
-that holds one is decrypted whole and all its records checked against their digests.
+record's vector whenever a write changes the text it was embedded from (its digest, its
+neighbours' included) and when a record is forgotten, so only the records without a
+vector need reading: a line file's are found by its clear headers (nothing decrypted)
+and read from where their lines start, with the turns beside a person's among them, so
+one record waiting in a long session costs its few lines, never the session.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from memvault.index.vectors import VectorStore
     from memvault.model.results import EmbedResult, UserProblem
     from memvault.storage.state import UserState
+    from memvault.storage.userstore import SealedLine
 
 T = TypeVar("T")
 
@@ -134,8 +137,11 @@ def check_model(store: VectorStore, model: ModelId) -> None:
 
 
 def _pending_in(vault: Vault, relpath: str, held: dict[str, bytes]) -> Iterator[Pending]:
-    """The records of one file without a current vector. A line file whose ids all have
-    a vector is not decrypted; a document (small, one envelope) always is."""
+    """The records of one file without a vector. A line file is read a line at a time
+    and a line decrypted only when its record has no vector, or is beside a person's
+    turn that has none (what its vector borrows): the clear headers say which, so one
+    record waiting in a long session costs its few lines, never the session's others.
+    A document (small, one envelope) is always decrypted."""
     from memvault.index.base import beside, said_by_a_person
     from memvault.index.vectors import embed_text, text_digest, vector_digest
 
@@ -148,22 +154,34 @@ def _pending_in(vault: Vault, relpath: str, held: dict[str, bytes]) -> Iterator[
                 yield Pending(record.memory_id, relpath, digest.hex(), digest, archived,
                               embed_text(record))
         return
-    if all(memory_id in held for memory_id in store.line_ids(relpath)):
-        return
-    # A line at a time, with the lines just before and after it (what its vector borrows
-    # from): memory holds three records, never the file (a long session's is large).
-    for before, (record, mark, at), after in _threes(store.line_records(relpath)):
-        row = [line[0] for line in (before, (record, mark, at), after) if line is not None]
-        text = embed_text(record)
-        near = beside(row, 1 if before is not None else 0)
-        digest = vector_digest(text, near)
-        if mark is not None and held.get(record.memory_id) != digest:
-            around = ((before[0].memory_id, before[1] or "") if before else None,
-                      (after[0].memory_id, after[1] or "") if after else None)
-            person = said_by_a_person(record)
-            yield Pending(record.memory_id, relpath, mark, digest, archived, text, near,
-                          around if person else None, at,
-                          before[2] if before and person else None)
+    opened: dict[int, Record | None] = {}  # the lines of the window, once each
+
+    def read(line: SealedLine) -> Record | None:
+        if line.at not in opened:
+            opened[line.at] = store.open_sealed(line)
+        return opened[line.at]
+
+    # A line with the ones just before and after it: memory holds three, never the file.
+    for before, line, after in _threes(store.sealed_lines(relpath)):
+        for gone in [at for at in opened if before is None or at < before.at]:
+            del opened[gone]
+        mark = line.digest
+        if line.memory_id is None or line.memory_id in held or mark is None:
+            continue  # a vector, or not a whole record's line (nor then embedded)
+        own = read(line)
+        if own is None:
+            continue
+        person = said_by_a_person(own)
+        b = read(before) if before is not None and person else None
+        a = read(after) if after is not None and person else None
+        row = [r for r in (b, own, a) if r is not None]
+        text = embed_text(own)
+        near = beside(row, 1 if b is not None else 0)
+        around = ((before.memory_id or "", before.digest or "") if before else None,
+                  (after.memory_id or "", after.digest or "") if after and a else None)
+        yield Pending(own.memory_id, relpath, mark, vector_digest(text, near), archived, text,
+                      near, around if person else None, line.at,
+                      before.at if before and person else None)
 
 
 def _threes(items: Iterable[T]) -> Iterator[tuple[T | None, T, T | None]]:

@@ -179,6 +179,26 @@ class LineHeader:
     digest: str  # of the line's bytes: changes whenever the line is written again
 
 
+@dataclass(frozen=True, slots=True)
+class SealedLine:
+    """A line of a line file as it is on disk, not decrypted (UserStore.sealed_lines)."""
+
+    relpath: str
+    number: int  # from 1
+    at: int  # where it starts
+    raw: bytes  # with its newline, when it has one
+    memory_id: str | None  # of its clear header; None: a torn tail
+
+    @property
+    def digest(self) -> str | None:
+        """Of its bytes, as line_headers gives it; None: no newline (a torn or unfinished
+        tail, or a whole last record that lost it)."""
+        import hashlib
+
+        return hashlib.sha256(self.raw).hexdigest()[:32] if self.raw.endswith(b"\n") \
+            else None
+
+
 class UserStore:
     def __init__(self, layout: UserLayout, master: MasterKey) -> None:
         self.layout = layout
@@ -379,32 +399,42 @@ class UserStore:
                     yield LineHeader(str(doc["id"]), str(doc["ts"]), int(str(doc["kv"])),
                                      len(str(doc["ct"])), hashlib.sha256(raw).hexdigest()[:32])
 
-    def line_records(self, relpath: str) -> Iterator[tuple[Record, str | None, int]]:
-        """The records of a line file a line at a time, each with its line's digest (as
-        line_headers gives it) and offset: memory holds one line, whatever the file's
-        size. A whole last record that lost its newline comes with None; a torn tail is
-        skipped, any other bad line is a DataError (as read_lines)."""
-        import hashlib
-
+    def sealed_lines(self, relpath: str) -> Iterator[SealedLine]:
+        """The lines of a line file a line at a time, as they are sealed (nothing is
+        decrypted: open_sealed opens the few a caller needs), each with its offset and
+        the record id of its clear header: memory holds one line, whatever the file's
+        size. A whole line that is not a record's is a DataError (as read_lines); a last
+        line without its newline comes too (open_sealed says whether it is whole)."""
         try:
             fh = _open(self.layout.path(relpath), self._name(relpath))
         except FileNotFoundError:
             return
-        archived = relpath.startswith(ARCHIVE + "/")
         offset = 0
         with fh:
             for number, raw in enumerate(fh, start=1):
                 at, offset = offset, offset + len(raw)
-                whole = raw.endswith(b"\n")
                 try:
-                    record = self._open_line(relpath, raw[:-1] if whole else raw)
+                    memory_id: str | None = envelope.line_id(raw.removesuffix(b"\n"))
                 except DataError as exc:
-                    if not whole:
-                        return  # torn by an interrupted append: skipped
-                    raise DataError(f"{self._name(relpath)} line {number}: "
-                                    f"{exc.message}") from None
-                record.archived = archived
-                yield record, hashlib.sha256(raw).hexdigest()[:32] if whole else None, at
+                    if not raw.endswith(b"\n"):
+                        memory_id = None  # torn by an interrupted append
+                    else:
+                        raise DataError(f"{self._name(relpath)} line {number}: "
+                                        f"{exc.message}") from None
+                yield SealedLine(relpath, number, at, raw, memory_id)
+
+    def open_sealed(self, line: SealedLine) -> Record | None:
+        """The record of a line sealed_lines gave; None for a torn tail (an interrupted
+        append, skipped as read_lines skips it), any other bad line is a DataError."""
+        try:
+            record = self._open_line(line.relpath, line.raw.removesuffix(b"\n"))
+        except DataError as exc:
+            if line.digest is None:
+                return None
+            raise DataError(f"{self._name(line.relpath)} line {line.number}: "
+                            f"{exc.message}") from None
+        record.archived = line.relpath.startswith(ARCHIVE + "/")
+        return record
 
     def line_digests(self, relpath: str, offsets: Iterable[int]
                      ) -> dict[int, tuple[str | None, int]]:

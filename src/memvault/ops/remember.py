@@ -126,7 +126,7 @@ def add(vault: Vault, text: str, kind: str, *, tags: list[str] | None = None,
             tx.index([Entry(record, Location.doc(home))])
         tx.state.count(kind, +1)
         if old is not None:
-            _supersede(tx, old, record)
+            supersede(tx, old, record)
         tx.touch()
         detail: dict[str, Any] = {"type": kind, "deduplicated": False}
         if restated is not None:
@@ -158,7 +158,7 @@ def _now_stated(tx: Transaction, home: str, doc: dict[str, Any], records: list[R
     tx.index([Entry(prior, Location.doc(home))])
 
 
-def _supersede(tx: Transaction, old: Record, new: Record) -> None:
+def supersede(tx: Transaction, old: Record, new: Record) -> None:
     """Mark `old` as replaced by `new`: one link in the state, and the old record
     re-indexed as superseded (so search and list leave it out)."""
     tx.state.superseded[old.memory_id] = Superseded(new.memory_id, old.archived)

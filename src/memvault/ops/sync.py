@@ -1225,9 +1225,14 @@ def _store_batch(tx: Transaction, items: list[tuple[Record, bool]],
     """The records of one pull batch into their files, the index and the state."""
     vault = tx.vault
     by_home: dict[str, list[Record]] = {}
+    # A record superseded by one pulled with it, or before it, is indexed as superseded,
+    # as a rebuild indexes it (the link is derived from the records).
+    by = {r.supersedes: r.memory_id for r, _ in items if r.supersedes}
+    linked = tx.state.superseded_by
     for record, archived in items:
         record.org_id, record.user_id = vault.org, vault.user
         record.key_version = tx.epoch
+        record.superseded_by = by.get(record.memory_id) or linked(record.memory_id)
         home = record.home if record.home in DOC_FILES else \
             session_file(str(record.session_id), archived)
         record.archived = archived
@@ -1270,6 +1275,16 @@ def _store_batch(tx: Transaction, items: list[tuple[Record, bool]],
         if r.supersedes and (r.supersedes in present or
                              tx.store.layout.path(r.home).exists()):
             tx.state.superseded[r.supersedes] = Superseded(r.memory_id, False)
+    # One held here before this batch: indexed again as superseded, as an add's is.
+    later = [r for r in new if r.supersedes and r.supersedes not in present]
+    if later:
+        from memvault.ops.remember import supersede
+
+        held = tx.fetch([str(r.supersedes) for r in later])
+        for r in later:
+            old = held.get(str(r.supersedes))
+            if old is not None:
+                supersede(tx, old, r)
     added = len(new)
     tx.touch()
     tx.audit("sync.pull", sorted(present), pulled=added)

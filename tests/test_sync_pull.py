@@ -116,6 +116,49 @@ def test_a_pull_killed_after_a_batch_resumes_without_fetching_again(
     assert len(again) < len([n for n in first if "/o/" in n])
 
 
+def test_a_pull_takes_objects_whole_where_no_id_is_in_two(
+        tmp_path: Path, small: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No record is looked up in the listing's map when every id is in one object (each
+    record is its latest version); an object part of which is held here (a pull killed
+    after its first batch) is taken record by record, what is held left out."""
+    from memvault.model.ids import IdMap
+
+    (tmp_path / "remote").mkdir()
+    a, b, c = machine(tmp_path, "a"), machine(tmp_path, "b"), machine(tmp_path, "c")
+    fill(a)
+    remote = FolderRemote(str(tmp_path / "remote"), tmp_path / "remote")
+    sync_ops.sync(a, remote)
+    asked: list[str] = []
+    get = IdMap.get
+
+    def counted(self: IdMap, memory_id: str, default: Any = None) -> Any:
+        asked.append(memory_id)
+        return get(self, memory_id, default)
+
+    monkeypatch.setattr(IdMap, "get", counted)
+    assert sync_ops.sync(b, remote).pulled == 41
+    assert asked == []
+    assert contents(b) == contents(a)
+    # c holds the first batch (an object's first records among them) and takes the rest.
+    stored = sync_ops._add_records
+    batches = [0]
+
+    def first_only(vault: Vault, items: list[Any], *held: Any) -> int:
+        batches[0] += 1
+        if batches[0] > 1:
+            raise KeyboardInterrupt
+        return stored(vault, items, *held)
+
+    monkeypatch.setattr(sync_ops, "_add_records", first_only)
+    with pytest.raises(KeyboardInterrupt):
+        sync_ops.sync(c, remote)
+    monkeypatch.setattr(sync_ops, "_add_records", stored)
+    held = len(sync_ops.scan_local(c))
+    assert 0 < held < 41
+    assert sync_ops.sync(c, remote).pulled == 41 - held
+    assert contents(c) == contents(a) and verify(c).ok
+
+
 def test_a_pull_past_the_kept_budget_fetches_what_it_dropped(
         tmp_path: Path, small: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sync_ops.Fetched, "BUDGET", 1)  # keeps no sealed page

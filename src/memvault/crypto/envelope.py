@@ -15,6 +15,7 @@ import json
 import os
 import re
 import struct
+from binascii import b2a_base64
 from collections.abc import Callable, Container
 from typing import Any
 
@@ -93,6 +94,20 @@ def _seal(key: bytes, plaintext: bytes, aad: bytes, nonce: bytes | None) -> tupl
 def seal_raw(key: bytes, plaintext: bytes, aad: bytes) -> tuple[bytes, bytes]:
     """AES-256-GCM under a fresh random nonce: (nonce, ciphertext with tag)."""
     return _seal(key, plaintext, aad, None)
+
+
+def token_sealer(key: bytes) -> Callable[[bytes, bytes], bytes]:
+    """seal_raw under one key, its nonce and ciphertext joined, as a function of the
+    plaintext and the AAD: the AES-GCM object looked up once (an index seals a record's
+    location for each document it builds)."""
+    encrypt, urandom = _aead(key).encrypt, os.urandom
+
+    def seal(plaintext: bytes, aad: bytes) -> bytes:
+        nonce = urandom(NONCE_LEN)
+        sealed: bytes = encrypt(nonce, plaintext, aad)
+        return nonce + sealed
+
+    return seal
 
 
 def open_raw(key: bytes, nonce: bytes, ciphertext: bytes | memoryview, aad: bytes) -> bytes:
@@ -178,13 +193,18 @@ def seal_line(
     key: bytes, key_version: int, org: str, user: str, relpath: str,
     memory_id: str, ts: str, plaintext: bytes, nonce: bytes | None = None,
 ) -> bytes:
-    aad = line_aad(org, user, relpath, memory_id, ts, key_version)
-    nonce, ct = _seal(key, plaintext, aad, nonce)
-    # The bytes json.dumps(separators=(",", ":")) writes for these keys in this order,
-    # formatted directly: an ingest seals a line per message.
-    return (f'{{"v":{FORMAT_VERSION},"kv":{int(key_version)},"id":{_json_str(memory_id)},'
-            f'"ts":{_json_str(ts)},"n":"{base64.b64encode(nonce).decode()}",'
-            f'"ct":"{base64.b64encode(ct).decode()}"}}\n').encode()
+    # The AAD as line_aad makes it, and the bytes json.dumps(separators=(",", ":"))
+    # writes for these keys in this order, each formatted directly: an ingest seals a
+    # line per message, a pull one per record it takes.
+    id_b, ts_b, kv_b = memory_id.encode(), ts.encode(), b"%d" % key_version
+    aad = b"".join((_line_prefix(org, user, relpath), len(id_b).to_bytes(4, "big"), id_b,
+                    len(ts_b).to_bytes(4, "big"), ts_b, len(kv_b).to_bytes(4, "big"), kv_b))
+    if nonce is None:
+        nonce = os.urandom(NONCE_LEN)
+    ct = _aead(key).encrypt(nonce, plaintext, aad)
+    return b'{"v":%d,"kv":%b,"id":%b,"ts":%b,"n":"%b","ct":"%b"}\n' % (
+        FORMAT_VERSION, kv_b, _json_literal(id_b, memory_id), _json_literal(ts_b, ts),
+        b2a_base64(nonce, newline=False), b2a_base64(ct, newline=False))
 
 
 _PLAIN_JSON = re.compile(r"[A-Za-z0-9:._+-]*")
@@ -193,6 +213,14 @@ _PLAIN_JSON = re.compile(r"[A-Za-z0-9:._+-]*")
 def _json_str(value: str) -> str:
     """A JSON string literal, as json.dumps writes it."""
     return f'"{value}"' if _PLAIN_JSON.fullmatch(value) else json.dumps(value)
+
+
+_PLAIN_BYTES = re.compile(rb"[A-Za-z0-9:._+-]*")
+
+
+def _json_literal(raw: bytes, value: str) -> bytes:
+    """`_json_str(value)` as bytes, `raw` being the value encoded."""
+    return b'"%b"' % raw if _PLAIN_BYTES.fullmatch(raw) else json.dumps(value).encode()
 
 
 # The line seal_line writes, field for field: read without a JSON parse (a sync or a

@@ -18,7 +18,7 @@ import re
 import shutil
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -224,8 +224,22 @@ def _day_words(year: int, month: int, day: int) -> str:
     return f"{day} {_MONTHS[month - 1]} {year} {weekday}"
 
 
+_UTC_OFFSET = timedelta(0)
+
+
 def _micros(created_at: str) -> int:
-    return int(parse_time(created_at).timestamp() * 1_000_000)
+    # A time as mem stores it (UTC, a trailing Z) read without parse_time's checks.
+    at = _stored_time(created_at) if created_at[-1:] == "Z" and \
+        created_at.isascii() else None
+    return int((at or parse_time(created_at)).timestamp() * 1_000_000)
+
+
+def _stored_time(value: str) -> datetime | None:
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at if at.utcoffset() == _UTC_OFFSET else None
 
 
 class SearchIndex:
@@ -237,6 +251,7 @@ class SearchIndex:
         self.path = path
         self.analyzer = Analyzer(key)
         self._loc_key = location_key(key)
+        self._seal_loc = envelope.token_sealer(self._loc_key)
         self._index: Any = None
         # The writer feed() added to as a transaction wrote its files, and apply() commits;
         # while held (hold()), kept open from one transaction to the next.
@@ -405,9 +420,7 @@ class SearchIndex:
     def seal_loc(self, memory_id: str, location: Location) -> bytes:
         """Where a record lives, sealed: the session id in a file name is not the index's
         to show. The record id is the AAD, so a location cannot be moved to another doc."""
-        nonce, sealed = envelope.seal_raw(self._loc_key, str(location).encode(),
-                                          memory_id.encode())
-        return nonce + sealed
+        return self._seal_loc(str(location).encode(), memory_id.encode())
 
     def open_loc(self, memory_id: str, sealed: Any) -> Location | None:
         """The location of a hit; None when it does not open (the caller rebuilds)."""
@@ -462,29 +475,36 @@ class SearchIndex:
 
         record, a = entry.record, self.analyzer
         created = _micros(record.created_at)
-        text = a.digests(record.content)
         # Who spoke is searchable: the role, and a chat member's name ("what did Ana say").
-        speaker = " ".join(filter(None, (record.role, record.name))) \
-            if record.type == "message" else ""
+        speaker = ""
+        if record.type == "message":
+            said, name = record.role, record.name
+            speaker = f"{said} {name}" if said and name else said or name or ""
         role = a.digests(speaker) if speaker else b""
         location = entry.location
-        doc = tantivy.Document(id=record.memory_id, type=record.type,
-                               category=record.category, created=created,
-                               loc=self.seal_loc(record.memory_id, location))
+        memory_id = record.memory_id
+        # Field by field (a call each is cheaper than the constructor's keywords): a
+        # pull builds a document a record.
+        doc = tantivy.Document()
+        doc.add_text("id", memory_id)
+        doc.add_text("type", record.type)
+        doc.add_text("category", record.category)
+        doc.add_integer("created", created)
+        doc.add_bytes("loc", self._seal_loc(str(location).encode(), memory_id.encode()))
         doc.add_unsigned("archived", 1 if location.archived else 0)
         doc.add_unsigned("pos", location.offset or 0)
-        doc.add_bytes("text", text)
+        doc.add_bytes("text", a.digests(record.content))
         if role:
             doc.add_bytes("role", role)
         if record.tags:
-            doc.add_text("tag", " ".join(a.opaque("tag", t) for t in record.tags))
+            doc.add_text("tag", " ".join([a.opaque("tag", t) for t in record.tags]))
         if record.session_id:
             doc.add_text("session", a.opaque("session", record.session_id))
         if record.agent:
             doc.add_text("agent", a.opaque("agent", record.agent))
         # Hex made once a text (memoised): a turn is its neighbours' context too.
         return self._indexed(doc, record.type, created, a.hashed(record.content), role,
-                             " ".join(a.hashed(c) for c in entry.context),
+                             " ".join(map(a.hashed, entry.context)),
                              bool(record.superseded_by), a.hashed(speaker) if role else "")
 
     def _indexed(self, doc: Any, kind: str, created: int, words: str, role: bytes,

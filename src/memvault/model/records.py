@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
@@ -209,10 +210,17 @@ class Record:
     def from_stored(cls, doc: Any) -> Record:
         if not isinstance(doc, dict):
             raise DataError("record is not an object")
-        try:
-            record = cls(**{k: v for k, v in doc.items() if k in _KNOWN})
-        except TypeError as exc:
-            raise DataError(f"record is missing fields: {exc}") from None
+        if doc.keys() >= _ALWAYS:
+            # As stored() writes it (only the fields it may leave out, None then, can
+            # be missing): given by position, not matched by name (a pull or a scan
+            # makes a record a line); a field not known is left out either way.
+            field_of: Callable[[str], Any] = doc.get
+            record = cls(*map(field_of, _STORED))
+        else:
+            try:
+                record = cls(**{k: v for k, v in doc.items() if k in _KNOWN})
+            except TypeError as exc:
+                raise DataError(f"record is missing fields: {exc}") from None
         if record.type not in TYPES or not isinstance(record.content, str):
             raise DataError("record has an unknown type or no content")
         if record.agent is not None and not isinstance(record.agent, str):
@@ -222,6 +230,9 @@ class Record:
 
 _STORED = tuple(f.name for f in fields(Record) if f.name not in ("superseded_by", "archived"))
 _KNOWN = frozenset(_STORED)
+_ALWAYS = _KNOWN - {"name", "agent", "span"}  # what stored() writes whatever they hold
+assert _STORED == tuple(f.name for f in fields(Record))[:len(_STORED)]  # positions
+assert all(f.default is None for f in fields(Record) if f.name in _KNOWN - _ALWAYS)
 
 
 @dataclass

@@ -1074,9 +1074,21 @@ def _pull_adds(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
     names = {n for i, n in remote_ids.missing_from(local) if i not in tombs}
     if not names:
         return 0
+    # Where no id is in two objects (the listing's map holds as many ids as the objects
+    # list), every record an object holds is its latest version: an object none of
+    # whose ids is held here or erased is taken whole, no record looked up (a string
+    # packed and hashed twice a record).
+    listed = sum(len(i["ids"]) for i in current.values() if i["kind"] == "add")
+    unique = listed == len(remote_ids) and len(tombs) <= listed
+    erased = IdSet(tombs) if unique and tombs else None
+
+    def whole(name: str) -> bool:
+        ids: IdList = current[name]["ids"]
+        return unique and not ids.any_in(local) and not (erased and ids.any_in(erased))
+
     with _no_cycle_collection():
         return _pull_wanted(s, bodies, current, remote_ids, names,
-                            lambda i: i not in local and i not in tombs, memo)
+                            lambda i: i not in local and i not in tombs, memo, whole)
 
 
 @contextlib.contextmanager
@@ -1107,9 +1119,13 @@ class _Run:
 
 def _pull_wanted(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
                  remote_ids: Mapping[str, str], names: set[str], wanted: Callable[[str], bool],
-                 memo: dict[str, Any] | None) -> int:
+                 memo: dict[str, Any] | None,
+                 whole: Callable[[str], bool] = lambda name: False) -> int:
+    """`wanted`: whether a record is to be taken; `whole`: whether every record of an
+    object is, and is its latest version (none is looked up)."""
     added = 0
     batch: dict[str, tuple[Record, bool]] = {}
+    from_stored = Record.from_stored
     with contextlib.ExitStack() as held:
         run = _Run(held, memo)
         for name in sorted(names, key=lambda n: (str(current[n].get("at", "")), n)):
@@ -1118,10 +1134,15 @@ def _pull_wanted(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]]
             body = bodies.get(name, last=not current[name].get("v"))
             if body is None:
                 continue
-            for item in body["records"]:
-                i = item["r"]["memory_id"]
-                if wanted(i) and remote_ids.get(i) == name:
-                    batch[i] = (Record.from_stored(item["r"]), bool(item["a"]))
+            if whole(name):
+                for item in body["records"]:
+                    r = item["r"]
+                    batch[r["memory_id"]] = (from_stored(r), bool(item["a"]))
+            else:
+                for item in body["records"]:
+                    i = item["r"]["memory_id"]
+                    if wanted(i) and remote_ids.get(i) == name:
+                        batch[i] = (from_stored(item["r"]), bool(item["a"]))
             del body
             if len(batch) >= BATCH:
                 added += _add_records(s.vault, list(batch.values()), run)

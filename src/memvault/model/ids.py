@@ -9,17 +9,32 @@ IdList is an immutable sequence of ids (what one object or one line file holds):
 `bytes` of 16 bytes an id. IdSet and IdMap hash the 16 bytes into buckets, one bytearray
 a bucket searched with `find`, about 20-30 bytes an id at a million, where a set of
 strings takes over 100.
+
+Past a size (SPILL), while a caller has opened a Scratch (`spilling`: a sync does), a
+table's ids go to a table on disk and the lists made next keep their ids there, so that
+memory holds the scratch's page cache, not the ids: a pull of a million records holds
+what one of 200,000 holds. Below it nothing changes.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import itertools
 import re
-from collections.abc import ItemsView, Iterable, Iterator, Mapping
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
 SIZE = 16
+# Ids a table holds in memory; past it (within `spilling`) the table is on disk. The
+# lists together hold up to three times as many (a sync's cache names each id three
+# times: its object, its file, as held here), so a sync of up to 200,000 records spills
+# nothing. Set lower by tests (a module constant, read when a table grows).
+SPILL = 200_000
+_CHUNK = 4096 * SIZE  # a list's ids on disk, a row each; a table read a page at a time
+_ASKED = 500  # ids looked up in a table on disk with one query
+_scratch: Scratch | None = None  # where ids past SPILL go (None: nowhere, all in memory)
 # Many ids checked at once, joined: one match in C instead of one call an id.
 _ALL_CANONICAL = re.compile(
     r"(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})*")
@@ -53,14 +68,136 @@ def _find(buf: bytearray | bytes, key: bytes, width: int) -> int:
     return at
 
 
+class Scratch:
+    """One SQLite file on disk, opened by `connect` on the first spill (the caller makes
+    it unlinked as soon as it is open, with a bounded page cache): a table a spilled
+    _Table, and table `l` the chunks of the lists kept there. The ids in it are the ids
+    themselves, packed: what the vault's line headers hold in clear."""
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self._connect = connect
+        self._db: Any = None  # sqlite3.Connection once a table or a list spilled
+        self.tables = 0
+        self.listed = 0  # ids held in memory by the lists made while it is open
+        self.freed: list[int] = []  # rows of lists freed since the last kept
+        self.open = True
+
+    @property
+    def db(self) -> Any:
+        if self._db is None:
+            if not self.open:
+                raise RuntimeError("the ids' scratch is closed")
+            db = self._connect()
+            db.execute("CREATE TABLE l (n INTEGER PRIMARY KEY, b BLOB NOT NULL)")
+            self._db = db
+        return self._db
+
+    def table(self) -> str:
+        name = f"t{self.tables}"
+        self.tables += 1
+        self.db.execute(f"CREATE TABLE {name} (k BLOB PRIMARY KEY, v BLOB NOT NULL) "
+                        "WITHOUT ROWID")
+        return name
+
+    def keep(self, chunks: Iterable[bytes]) -> tuple[int, ...]:
+        """The rows of table `l` these chunks are kept in, in order."""
+        db = self.db
+        db.execute("BEGIN")
+        try:
+            freed, self.freed = self.freed, []
+            db.executemany("DELETE FROM l WHERE n = ?", ((n,) for n in freed))
+            return tuple(db.execute("INSERT INTO l (b) VALUES (?)", (chunk,)).lastrowid
+                         for chunk in chunks)
+        finally:
+            db.execute("COMMIT")
+
+    def chunks(self, rows: tuple[int, ...]) -> Iterator[bytes]:
+        for n in rows:  # one at a time: a list of a million ids is never read whole
+            row = self.db.execute("SELECT b FROM l WHERE n = ?", (n,)).fetchone()
+            yield bytes(row[0])
+
+    def drop(self, rows: tuple[int, ...]) -> None:
+        """Rows no list holds any more, deleted with the next kept (a list is freed at
+        any moment, the connection perhaps in the middle of a statement)."""
+        self.freed += rows
+
+    def close(self) -> None:
+        self.open = False
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+@contextlib.contextmanager
+def spilling(connect: Callable[[], Any]) -> Iterator[Scratch]:
+    """Ids past SPILL go to a scratch that `connect` opens when first needed, until the
+    end of the block (whatever holds them then can no longer read them)."""
+    global _scratch
+    was, scratch = _scratch, Scratch(connect)
+    _scratch = scratch
+    try:
+        yield scratch
+    finally:
+        _scratch = was
+        scratch.close()
+
+
 class IdList:
     """The ids one object or one line file holds, in their order (those of another form
-    after the others)."""
+    after the others). Made while a scratch is open and the lists hold 3 x SPILL ids in
+    memory already, its ids are kept in the scratch, a chunk a row, read back a chunk at
+    a time."""
 
-    __slots__ = ("other", "packed")
+    __slots__ = ("_count", "_in", "_packed", "_rows", "other")
 
     def __init__(self, packed: bytes = b"", other: tuple[str, ...] = ()) -> None:
-        self.packed, self.other = packed, other
+        self.other = other
+        self._count = len(packed) // SIZE
+        self._rows: tuple[int, ...] = ()
+        scratch = self._in = _scratch
+        if scratch is None:
+            self._packed = packed
+        elif scratch.listed + self._count <= 3 * SPILL:
+            self._packed = packed
+            scratch.listed += self._count
+        else:
+            self._packed = b""
+            self._rows = scratch.keep(packed[at:at + _CHUNK]
+                                      for at in range(0, len(packed), _CHUNK))
+
+    @classmethod
+    def joined(cls, blocks: Iterable[bytes], other: tuple[str, ...] = ()) -> IdList:
+        """An IdList of these blocks of packed ids end to end, never joined in memory
+        once they go to a scratch."""
+        making = Joining()
+        for block in blocks:
+            making.add(block)
+        return making.done(other)
+
+    def __del__(self) -> None:
+        scratch = self._in
+        if scratch is not None:
+            if self._rows:
+                scratch.drop(self._rows)
+            else:
+                scratch.listed -= self._count
+
+    @property
+    def packed(self) -> bytes:
+        """The ids end to end (a list kept in the scratch read whole: chunks() is how
+        the sync reads a large one)."""
+        if not self._rows:
+            return self._packed
+        assert self._in is not None
+        return b"".join(self._in.chunks(self._rows))
+
+    def chunks(self) -> Iterator[bytes]:
+        """The packed ids a block at a time."""
+        if not self._rows:
+            yield self._packed
+            return
+        assert self._in is not None
+        yield from self._in.chunks(self._rows)
 
     @classmethod
     def of(cls, ids: Iterable[str]) -> IdList:
@@ -83,15 +220,15 @@ class IdList:
         return cls(b"".join(keys), tuple(other))
 
     def __len__(self) -> int:
-        return len(self.packed) // SIZE + len(self.other)
+        return self._count + len(self.other)
 
     def __bool__(self) -> bool:
-        return bool(self.packed or self.other)
+        return bool(self._count or self.other)
 
     def __iter__(self) -> Iterator[str]:
-        packed = self.packed
-        for at in range(0, len(packed), SIZE):
-            yield unpack(packed[at:at + SIZE])
+        for packed in self.chunks():
+            for at in range(0, len(packed), SIZE):
+                yield unpack(packed[at:at + SIZE])
         yield from self.other
 
     def __contains__(self, memory_id: object) -> bool:
@@ -100,7 +237,7 @@ class IdList:
         key = pack(memory_id)
         if key is None:
             return memory_id in self.other
-        return _find(self.packed, key, SIZE) >= 0
+        return any(_find(packed, key, SIZE) >= 0 for packed in self.chunks())
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, IdList) and (self.packed, self.other) == \
@@ -113,19 +250,27 @@ class IdList:
 
     def keys(self) -> Iterator[bytes]:
         """The packed ids (those of another form are not among them)."""
-        packed = self.packed
+        if self._rows:
+            return (packed[at:at + SIZE] for packed in self.chunks()
+                    for at in range(0, len(packed), SIZE))
+        packed = self._packed
         return (packed[at:at + SIZE] for at in range(0, len(packed), SIZE))
 
     def any_in(self, ids: IdSet) -> bool:
         """Whether any of these ids is in `ids`, without a string made for each."""
         if not ids:
             return False
+        if isinstance(ids.table, _Spilled):  # asked a few hundred at a time
+            return ids.table.any_of(self.keys()) or any(i in ids for i in self.other)
         has = ids.has_key
         return any(has(key) for key in self.keys()) or any(i in ids for i in self.other)
 
     def minus(self, held: IdSet) -> list[str]:
         """The ids here not in `held`, compared packed (a string made for each of them)."""
         table = held.table
+        if isinstance(table, _Spilled):
+            return [unpack(key) for key in table.lacking(self.keys())] + \
+                [i for i in self.other if i not in held]
         buckets, mask = table.buckets, table.mask
         out: list[str] = []
         for key in self.keys():
@@ -138,10 +283,7 @@ class IdList:
         return out + [i for i in self.other if i not in held]
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"b": base64.b64encode(self.packed).decode()}
-        if self.other:
-            out["x"] = list(self.other)
-        return out
+        return packed_json(self.packed, self.other)
 
     @classmethod
     def from_json(cls, doc: Any) -> IdList:
@@ -149,14 +291,55 @@ class IdList:
         TypeError when it is neither."""
         if isinstance(doc, list):
             return cls.of(str(i) for i in doc)
-        if not isinstance(doc, dict):
-            raise TypeError("not a list of ids")
-        packed = base64.b64decode(doc["b"], validate=True)
-        other = doc.get("x", [])
-        if len(packed) % SIZE or not isinstance(other, list) or \
-                not all(isinstance(i, str) and pack(i) is None for i in other):
-            raise ValueError("not a list of ids")
-        return cls(packed, tuple(other))
+        return cls(*unjson(doc))
+
+
+def packed_json(packed: bytes, other: Iterable[str] = ()) -> dict[str, Any]:
+    """IdList.to_json() of these ids, without an IdList made."""
+    out: dict[str, Any] = {"b": base64.b64encode(packed).decode()}
+    if other:
+        out["x"] = list(other)
+    return out
+
+
+class Joining:
+    """An IdList made a block of packed ids at a time (the cache's ids held here, read a
+    line at a time): the blocks go to the scratch once the lists hold 3 x SPILL ids in
+    memory, and are never joined there."""
+
+    def __init__(self) -> None:
+        self.blocks: list[bytes] = []
+        self.rows: list[int] = []
+        self.count = 0
+
+    def add(self, block: bytes) -> None:
+        self.count += len(block) // SIZE
+        scratch = _scratch
+        if scratch is not None and (self.rows or scratch.listed + self.count > 3 * SPILL):
+            self.rows += scratch.keep([*self.blocks, block])
+            self.blocks = []
+        else:
+            self.blocks.append(block)
+
+    def done(self, other: tuple[str, ...] = ()) -> IdList:
+        if not self.rows:
+            return IdList(b"".join(self.blocks), other)
+        out = IdList(b"", other)
+        out._rows, out._count = tuple(self.rows), self.count
+        return out
+
+
+def unjson(doc: Any) -> tuple[bytes, tuple[str, ...]]:
+    """The packed ids and the others of an IdList as to_json() wrote it (no list made);
+    ValueError or TypeError when it is not one."""
+    if not isinstance(doc, dict):
+        raise TypeError("not a list of ids")
+    packed = base64.b64decode(doc["b"], validate=True)
+    other = doc.get("x", [])
+    if len(packed) % SIZE or not isinstance(other, list) or \
+            not all(isinstance(i, str) and pack(i) is None for i in other):
+        raise ValueError("not a list of ids")
+    return packed, tuple(other)
 
 
 def json_default(obj: Any) -> Any:
@@ -205,8 +388,11 @@ class _Table:
         return True
 
     def reserve(self, count: int) -> None:
-        """Buckets for `count` keys made now, while empty (not grown to, step by step)."""
-        if not self.count:
+        """Buckets for `count` keys made now, while empty (not grown to, step by step);
+        past SPILL, in a scratch, the table is on disk from the start."""
+        if count > SPILL and _scratch is not None:
+            self._grow(count)
+        elif not self.count:
             while count > _PER_BUCKET * (self.mask + 1):
                 self.mask = (self.mask + 1) * 2 - 1
 
@@ -230,6 +416,9 @@ class _Table:
             self.count += 1
             if self.count > limit:
                 self._grow()
+                if isinstance(self, _Spilled):  # the rest to the table on disk
+                    self.put_all(packed[at + SIZE:], value)
+                    return
                 buckets, mask = self.buckets, self.mask
                 limit = _PER_BUCKET * (mask + 1)
 
@@ -265,7 +454,10 @@ class _Table:
             for at in range(0, len(data), width):
                 yield data[at:at + width]
 
-    def _grow(self) -> None:
+    def _grow(self, count: int = 0) -> None:
+        if max(count, self.count) > SPILL and _scratch is not None:
+            self._spill(_scratch)
+            return
         mask = (self.mask + 1) * 2 - 1
         buckets: dict[int, bytearray] = {}
         width = self.width
@@ -279,6 +471,132 @@ class _Table:
                 else:
                     held += record
         self.buckets, self.mask = buckets, mask
+
+    def _spill(self, scratch: Scratch) -> None:
+        """Its records into a table of the scratch, and from now on kept there."""
+        name = scratch.table()
+        sql = {what: query.replace("{t}", name).replace("{n}", ",".join("?" * _ASKED))
+               for what, query in _SQL.items()}
+        db = scratch.db
+        db.execute("BEGIN")
+        try:
+            db.executemany(sql["add"], ((r[:SIZE], r[SIZE:]) for r in self.records()))
+        finally:
+            db.execute("COMMIT")
+        self.buckets, self.mask = {}, 0
+        self.__class__ = _Spilled
+        assert isinstance(self, _Spilled)
+        self.db, self.name, self.sql = db, name, sql
+
+
+# The statements on a spilled table, named {t} (the scratch's own name for it: t0, t1...),
+# {o} another of the same scratch.
+_SQL = {
+    "add": "INSERT OR IGNORE INTO {t} VALUES (?, ?)",
+    "set": "UPDATE {t} SET v = ? WHERE k = ?",
+    "get": "SELECT v FROM {t} WHERE k = ?",
+    "drop": "DELETE FROM {t} WHERE k = ?",
+    "page": "SELECT k, v FROM {t} WHERE k > ? ORDER BY k LIMIT ?",
+    "asked": "SELECT k FROM {t} WHERE k IN ({n})",  # _ASKED parameters
+    "absent": "SELECT a.k, a.v FROM {t} a WHERE a.k > ? AND NOT EXISTS "
+              "(SELECT 1 FROM {o} b WHERE b.k = a.k) ORDER BY a.k LIMIT ?",
+}
+
+
+class _Spilled(_Table):
+    """A _Table past SPILL: its records in a table of the scratch (the key its primary
+    key), so memory holds the scratch's page cache, not the ids. Read in key order."""
+
+    db: Any
+    name: str
+    sql: dict[str, str]
+
+    def put(self, key: bytes, value: bytes = b"", replace: bool = True) -> bool:
+        if self.has(key):
+            if value and replace:
+                self.db.execute(self.sql["set"], (value, key))
+            return False
+        self.db.execute(self.sql["add"], (key, value))
+        self.count += 1
+        return True
+
+    def reserve(self, count: int) -> None:
+        pass
+
+    def put_all(self, packed: bytes, value: bytes = b"") -> None:
+        self.db.execute("BEGIN")
+        try:
+            added = self.db.executemany(self.sql["add"], (
+                (packed[at:at + SIZE], value) for at in range(0, len(packed), SIZE)))
+        finally:
+            self.db.execute("COMMIT")
+        self.count += max(added.rowcount, 0)
+
+    def get(self, key: bytes) -> bytes | None:
+        row = self.db.execute(self.sql["get"], (key,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def has(self, key: bytes) -> bool:
+        return self.db.execute(self.sql["get"], (key,)).fetchone() is not None
+
+    def drop(self, key: bytes) -> bool:
+        gone: bool = self.db.execute(self.sql["drop"], (key,)).rowcount > 0
+        self.count -= gone
+        return gone
+
+    def records(self) -> Iterator[bytes]:
+        return self._paged(self.sql["page"])
+
+    def _paged(self, query: str) -> Iterator[bytes]:
+        """Key and value of a query's rows as one record, a page at a time (its
+        parameters the key to start after and the page's size), never a statement left
+        open across a yield."""
+        last = b""
+        while True:
+            rows = self.db.execute(query, (last, _CHUNK // SIZE)).fetchall()
+            for k, v in rows:
+                yield k + v
+            if len(rows) < _CHUNK // SIZE:
+                return
+            last = rows[-1][0]
+
+    def lacking(self, keys: Iterable[bytes]) -> Iterator[bytes]:
+        """The keys of `keys` not here, looked up a few hundred at a time."""
+        it = iter(keys)
+        while asked := list(itertools.islice(it, _ASKED)):
+            padded = asked + asked[:1] * (_ASKED - len(asked))  # one statement, prepared once
+            found = {bytes(k) for k, in self.db.execute(self.sql["asked"], padded)}
+            yield from (k for k in asked if k not in found)
+
+    def any_of(self, keys: Iterable[bytes]) -> bool:
+        """Whether any of `keys` is here."""
+        it = iter(keys)
+        while asked := list(itertools.islice(it, _ASKED)):
+            padded = asked + asked[:1] * (_ASKED - len(asked))
+            if self.db.execute(self.sql["asked"], padded).fetchone() is not None:
+                return True
+        return False
+
+    def absent_from(self, other: _Table) -> Iterator[bytes]:
+        """Its records whose key `other` lacks, in key order."""
+        if isinstance(other, _Spilled) and other.db is self.db:  # one query, in C
+            yield from self._paged(self.sql["absent"].replace("{o}", other.name))
+            return
+        has = other.has
+        yield from (r for r in self.records() if not has(r[:SIZE]))
+
+    def _grow(self, count: int = 0) -> None:
+        pass
+
+
+def _absent(table: _Table, other: _Table) -> Iterator[bytes]:
+    """The records of `table` whose key `other` lacks, either of them on disk."""
+    if isinstance(table, _Spilled):
+        return table.absent_from(other)
+    assert isinstance(other, _Spilled)
+    records = list(table.records())  # an in-memory table: at most SPILL records
+    found = set(other.lacking(r[:SIZE] for r in records))
+    return (r for r in records if r[:SIZE] in found)
 
 
 class IdSet(AbstractSet[str]):
@@ -298,7 +616,7 @@ class IdSet(AbstractSet[str]):
 
     def update(self, ids: Iterable[str]) -> None:
         if isinstance(ids, IdList | IdSet):  # packed already: no string made
-            for block in ([ids.packed] if isinstance(ids, IdList) else ids.blocks()):
+            for block in (ids.chunks() if isinstance(ids, IdList) else ids.blocks()):
                 self.table.put_all(block)
             self.other.update(ids.other)
             return
@@ -331,6 +649,11 @@ class IdSet(AbstractSet[str]):
 
     def blocks(self) -> Iterator[bytes]:
         """The packed ids a bucket at a time, each block their 16 bytes end to end."""
+        if isinstance(self.table, _Spilled):  # a page of the table at a time
+            keys = self.table.records()
+            while block := b"".join(itertools.islice(keys, _CHUNK // SIZE)):
+                yield block
+            return
         for bucket in list(self.table.buckets.values()):
             yield bytes(bucket)
 
@@ -359,7 +682,10 @@ class IdSet(AbstractSet[str]):
     def minus(self, ids: AbstractSet[str] | IdMap) -> list[str]:
         """The ids here that are not in `ids`, tested packed where both are compact (a
         string is made only for each id returned)."""
-        if isinstance(ids, IdSet | IdMap):
+        if isinstance(ids, IdSet | IdMap) and (isinstance(ids.table, _Spilled) or
+                                               isinstance(self.table, _Spilled)):
+            out = [unpack(r[:SIZE]) for r in _absent(self.table, ids.table)]
+        elif isinstance(ids, IdSet | IdMap):
             table = ids.table
             buckets, mask, width = table.buckets, table.mask, table.width
             out = []
@@ -403,7 +729,9 @@ class IdMap(Mapping[str, str]):
 
     def setdefault_all(self, ids: IdList, name: str) -> None:
         """Each of `ids` -> `name` unless it names one already (packed: no string made)."""
-        self.table.put_all(ids.packed, self._number(name).to_bytes(4, "little"))
+        value = self._number(name).to_bytes(4, "little")
+        for packed in ids.chunks():
+            self.table.put_all(packed, value)
         n = self.numbers[name]
         for i in ids.other:
             self.other.setdefault(i, n)
@@ -446,7 +774,9 @@ class IdMap(Mapping[str, str]):
         for each id yielded)."""
         names, table = self.names, held.table
         buckets, mask = table.buckets, table.mask
-        for record in self.table.records():
+        records = _absent(self.table, table) if isinstance(table, _Spilled) or \
+            isinstance(self.table, _Spilled) else self.table.records()
+        for record in records:
             key = record[:SIZE]
             bucket = buckets.get(hash(key) & mask)
             if bucket is not None:

@@ -23,9 +23,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memvault.crypto import syncseal
-from memvault.errors import EX_TEMPFAIL, Busy, DataError, MemError, NotFound, Refused
+from memvault.errors import (
+    EX_TEMPFAIL,
+    Busy,
+    DataError,
+    MemError,
+    NotFound,
+    Refused,
+    StorageError,
+)
 from memvault.index.base import file_entries
-from memvault.model.ids import IdList, IdMap, IdSet, json_default
+from memvault.model.ids import (
+    IdList,
+    IdMap,
+    IdSet,
+    Joining,
+    json_default,
+    packed_json,
+    spilling,
+    unjson,
+)
 from memvault.model.location import session_file
 from memvault.model.records import CONTEXT_NEIGHBOURS, DOC_FILES, Record, born, now_iso
 from memvault.model.results import SyncAllResult, SyncResult, UserProblem
@@ -45,6 +62,7 @@ PAGE = 2000  # records per add object: an upload resumes from the last page sent
 # 1: inside a JSON object with its MAC
 CACHE_FORMAT = 4
 IDS_A_LINE = 4096  # ids held here, a line of the cache each (64 KiB packed)
+SCRATCH_CACHE_KIB = 4096  # the page cache of the ids kept on disk (ids.SPILL)
 
 
 def cache_path(vault: Vault) -> Path:
@@ -89,20 +107,17 @@ class Cache:
         chunk: list[bytes] = []
         size = 0
         held = self.local
-        blocks = held.blocks() if isinstance(held, IdSet) else (
-            held.packed[at:at + IDS_A_LINE * 16]
-            for at in range(0, len(held.packed), IDS_A_LINE * 16))
+        blocks = held.blocks() if isinstance(held, IdSet) else held.chunks()
         for block in blocks:  # packed: no string made for an id
             chunk.append(block)
             size += len(block)
             if size >= IDS_A_LINE * 16:
-                yield orjson.dumps(["l", IdList(b"".join(chunk))], default=json_default) + b"\n"
+                yield orjson.dumps(["l", packed_json(b"".join(chunk))]) + b"\n"
                 chunk, size = [], 0
         if chunk:
-            yield orjson.dumps(["l", IdList(b"".join(chunk))], default=json_default) + b"\n"
+            yield orjson.dumps(["l", packed_json(b"".join(chunk))]) + b"\n"
         if held.other:
-            yield orjson.dumps(["l", IdList(b"", tuple(held.other))],
-                               default=json_default) + b"\n"
+            yield orjson.dumps(["l", packed_json(b"", held.other)]) + b"\n"
 
 
 def _summary_read(info: dict[str, Any]) -> dict[str, Any]:
@@ -132,13 +147,15 @@ def _read_cache(path: Path, kek: bytes | None, cache: Cache) -> bool:
         cache.epoch, cache.keys = int(doc["epoch"]), set(doc["keys"])
         cache.frozen, cache.last_sync = bool(doc["frozen"]), doc.get("last_sync")
         cache.remote, cache.entries = doc.get("remote"), dict(doc.get("entries") or {})
-        packed: list[bytes] = []
+        # The ids held here, a line at a time: kept on disk when many (in a sync's
+        # scratch), never joined in memory then.
+        packed = Joining()
         other: list[str] = []
         line = fh.readline()
         while line:
             after = fh.readline()
             if not after:  # the last line: the MAC
-                cache.local = IdList(b"".join(packed), tuple(other))
+                cache.local = packed.done(tuple(other))
                 return macer is None or hmac.compare_digest(line.strip(),
                                                             macer.hexdigest().encode())
             if macer is not None:
@@ -150,9 +167,9 @@ def _read_cache(path: Path, kek: bytes | None, cache: Cache) -> bool:
                 size, mtime, ids = rest[1]
                 cache.files[str(rest[0])] = [int(size), int(mtime), IdList.from_json(ids)]
             elif kind == "l":
-                ids = IdList.from_json(rest[0])
-                packed.append(ids.packed)
-                other.extend(ids.other)
+                block, others = unjson(rest[0])
+                packed.add(block)
+                other.extend(others)
             else:
                 return False
             line = after
@@ -674,7 +691,7 @@ def sync(vault: Vault, remote: Remote,
     path = cache_path(vault)
     fsio.ensure_dir(path.parent)
     with fsio.locked(path.with_suffix(".lock"), vault.settings.lock_timeout,
-                     f"the sync of user {vault.who}"), session:
+                     f"the sync of user {vault.who}"), session, _ids_past_memory(path):
         result = _sync(session, path)
         d = session.directory
         if d is not None and not vault.exists():
@@ -685,6 +702,49 @@ def sync(vault: Vault, remote: Remote,
             others = {f"{org}/{user}" for org, user in d.named.values()} - {vault.who}
             result = dataclasses.replace(result, others=tuple(sorted(others)))
         return result
+
+
+@contextlib.contextmanager
+def _ids_past_memory(cache: Path) -> Iterator[None]:
+    """The sync's large sets of ids (past ids.SPILL: the listing's map, the ids held
+    here, the lists of the summaries, the scan and the cache) kept in a scratch SQLite
+    file beside the cache, on the vault's disk (a temporary folder may be memory),
+    unlinked as soon as it is open: memory holds its page cache, and nothing is left,
+    even by a kill. The ids in it are the ids themselves, as the line headers and the
+    cache hold them. One a kill left before its unlink is removed here, under the lock."""
+    import sqlite3
+
+    folder, user = cache.parent, cache.stem
+
+    # "+" is in no user's name: no other user's scratch is taken for a stale one.
+    for stale in folder.glob(f"{fsio.TMP_PREFIX}ids.{user}+*"):
+        stale.unlink(missing_ok=True)
+
+    def connect() -> Any:
+        import os
+        import time
+
+        path = folder / f"{fsio.TMP_PREFIX}ids.{user}+{os.getpid()}.{time.monotonic_ns()}"
+        try:
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            try:
+                for pragma in ("journal_mode=OFF", "synchronous=OFF", "locking_mode=EXCLUSIVE",
+                               f"cache_size=-{SCRATCH_CACHE_KIB}", "temp_store=FILE",
+                               "user_version=1"):  # the last writes it: a file to unlink
+                    db.execute(f"PRAGMA {pragma}")
+            except sqlite3.Error:
+                db.close()
+                raise
+        finally:
+            path.unlink(missing_ok=True)  # open: it lives on in the open file
+        return db
+
+    try:
+        with spilling(connect):
+            yield
+    except sqlite3.Error as exc:
+        raise StorageError(f"the sync's temporary table of ids in {folder} failed: "
+                           f"{exc}") from None
 
 
 def _sync(s: Session, path: Path) -> SyncResult:

@@ -22,9 +22,9 @@ one record waiting in a long session costs its few lines, never the session.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING
 
 from memvault.errors import EX_FAILURE, EX_TEMPFAIL, Busy, ConfigError, MemError
 from memvault.model.location import Location
@@ -40,8 +40,6 @@ if TYPE_CHECKING:
     from memvault.model.results import EmbedResult, UserProblem
     from memvault.storage.state import UserState
     from memvault.storage.userstore import SealedLine
-
-T = TypeVar("T")
 
 BATCH = 256  # texts embedded at once, and records added under the lock at once
 
@@ -136,41 +134,43 @@ def check_model(store: VectorStore, model: ModelId) -> None:
                           hint="embed-rebuild")
 
 
-def _pending_in(vault: Vault, relpath: str, held: dict[str, bytes]) -> Iterator[Pending]:
-    """The records of one file without a vector. A line file is read a line at a time
-    and a line decrypted only when its record has no vector, or is beside a person's
-    turn that has none (what its vector borrows): the clear headers say which, so one
-    record waiting in a long session costs its few lines, never the session's others.
-    A document (small, one envelope) is always decrypted."""
+def _pending_in(vault: Vault, relpath: str, held: Container[bytes]) -> Iterator[Pending]:
+    """The records of one file without a vector (`held`: the ids that have one, encoded).
+    A line file is read a line at a time and a line decrypted only when its record has
+    no vector, or is beside a person's turn that has none (what its vector borrows):
+    the clear headers say which, so one record waiting in a long session costs its few
+    lines, never the session's others. A document (small, one envelope) is always
+    decrypted, and its records checked against their vectors' digests."""
     from memvault.index.base import beside, said_by_a_person
     from memvault.index.vectors import embed_text, text_digest, vector_digest
 
     store = vault.store
     archived = relpath.startswith(ARCHIVE + "/")
     if relpath in DOC_FILES:
-        for record in store.doc_records(relpath):
+        records = store.doc_records(relpath)
+        digests = vault.vector_store(vault.state().key_version).digests(
+            {r.memory_id for r in records if r.memory_id.encode() in held})
+        for record in records:
             digest = text_digest(embed_text(record))
-            if held.get(record.memory_id) != digest:
+            if digests.get(record.memory_id) != digest:
                 yield Pending(record.memory_id, relpath, digest.hex(), digest, archived,
                               embed_text(record))
         return
-    opened: dict[int, Record | None] = {}  # the lines of the window, once each
+    opened: dict[int, Record | None] = {}  # the lines of the last window, once each
 
     def read(line: SealedLine) -> Record | None:
         if line.at not in opened:
             opened[line.at] = store.open_sealed(line)
         return opened[line.at]
 
-    # A line with the ones just before and after it: memory holds three, never the file.
-    for before, line, after in _threes(store.sealed_lines(relpath)):
+    # Each waiting line with the ones just before and after it: memory holds three.
+    for before, line, after in store.lines_without(relpath, held):
         for gone in [at for at in opened if before is None or at < before.at]:
             del opened[gone]
         mark = line.digest
-        if line.memory_id is None or line.memory_id in held or mark is None:
-            continue  # a vector, or not a whole record's line (nor then embedded)
-        own = read(line)
-        if own is None:
-            continue
+        own = read(line) if mark is not None else None
+        if own is None or mark is None:
+            continue  # not a whole record's line: nor embedded (as read_lines skips it)
         person = said_by_a_person(own)
         b = read(before) if before is not None and person else None
         a = read(after) if after is not None and person else None
@@ -182,20 +182,6 @@ def _pending_in(vault: Vault, relpath: str, held: dict[str, bytes]) -> Iterator[
         yield Pending(own.memory_id, relpath, mark, vector_digest(text, near), archived, text,
                       near, around if person else None, line.at,
                       before.at if before and person else None)
-
-
-def _threes(items: Iterable[T]) -> Iterator[tuple[T | None, T, T | None]]:
-    """Each item with the one before and the one after it (None at the ends)."""
-    before: T | None = None
-    current: T | None = None
-    started = False
-    for item in items:
-        if started:
-            yield before, cast(T, current), item
-            before = current
-        current, started = item, True
-    if started:
-        yield before, cast(T, current), None
 
 
 def _batches(items: Iterable[Pending], size: int) -> Iterator[list[Pending]]:
@@ -333,7 +319,7 @@ def embed_user(vault: Vault, embedder: Embedder, *, rebuild: bool = False,
             vault.vector_store(state.key_version).clear()
     store = vault.vector_store(state.key_version)
     check_model(store, model)
-    held = store.has()
+    held = store.ids()
     files = list(vault.layout.content_files(include_archive=True))
     progress.start(len(files), "files")
 

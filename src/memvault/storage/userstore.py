@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 from collections.abc import Container, Iterable, Iterator
 from contextlib import suppress
@@ -181,7 +182,7 @@ class LineHeader:
 
 @dataclass(frozen=True, slots=True)
 class SealedLine:
-    """A line of a line file as it is on disk, not decrypted (UserStore.sealed_lines)."""
+    """A line of a line file as it is on disk, not decrypted (UserStore.lines_without)."""
 
     relpath: str
     number: int  # from 1
@@ -399,32 +400,49 @@ class UserStore:
                     yield LineHeader(str(doc["id"]), str(doc["ts"]), int(str(doc["kv"])),
                                      len(str(doc["ct"])), hashlib.sha256(raw).hexdigest()[:32])
 
-    def sealed_lines(self, relpath: str) -> Iterator[SealedLine]:
-        """The lines of a line file a line at a time, as they are sealed (nothing is
-        decrypted: open_sealed opens the few a caller needs), each with its offset and
-        the record id of its clear header: memory holds one line, whatever the file's
-        size. A whole line that is not a record's is a DataError (as read_lines); a last
-        line without its newline comes too (open_sealed says whether it is whole)."""
+    def lines_without(self, relpath: str, held: Container[bytes]
+                      ) -> Iterator[tuple[SealedLine | None, SealedLine, SealedLine | None]]:
+        """Each line of a line file whose record id (its clear header's, encoded) is not
+        in `held`, with the lines just before and after it, as they are sealed (nothing
+        is decrypted: open_sealed opens the few a caller needs). A line at a time: memory
+        holds three, whatever the file's size, and a line whose id is held costs a match
+        of its header. A whole line that is not a record's is a DataError (as
+        read_lines); a last line without its newline comes too (open_sealed says whether
+        it is whole), and a torn one only beside another (its id None)."""
         try:
             fh = _open(self.layout.path(relpath), self._name(relpath))
         except FileNotFoundError:
             return
+        match = _LINE_ID.match
+        # The line before, the line read, and whether it waits: (number, at, raw, id).
+        before: tuple[int, int, bytes, bytes | None] | None = None
+        line: tuple[int, int, bytes, bytes | None] | None = None
+        waits = False
         offset = 0
         with fh:
             for number, raw in enumerate(fh, start=1):
                 at, offset = offset, offset + len(raw)
-                try:
-                    memory_id: str | None = envelope.line_id(raw.removesuffix(b"\n"))
-                except DataError as exc:
-                    if not raw.endswith(b"\n"):
-                        memory_id = None  # torn by an interrupted append
-                    else:
-                        raise DataError(f"{self._name(relpath)} line {number}: "
-                                        f"{exc.message}") from None
-                yield SealedLine(relpath, number, at, raw, memory_id)
+                found = match(raw)
+                if found is not None and raw.endswith(b'"}\n'):
+                    key: bytes | None = found.group(1)
+                else:  # another writer's order of fields, a torn tail, or not a line
+                    try:
+                        key = envelope.line_id(raw.removesuffix(b"\n")).encode()
+                    except DataError as exc:
+                        if raw.endswith(b"\n"):
+                            raise DataError(f"{self._name(relpath)} line {number}: "
+                                            f"{exc.message}") from None
+                        key = None
+                if waits and line is not None:
+                    yield (_sealed(relpath, before) if before else None,
+                           _sealed(relpath, line), _sealed(relpath, (number, at, raw, key)))
+                before, line = line, (number, at, raw, key)
+                waits = key is not None and key not in held
+            if waits and line is not None:
+                yield _sealed(relpath, before) if before else None, _sealed(relpath, line), None
 
     def open_sealed(self, line: SealedLine) -> Record | None:
-        """The record of a line sealed_lines gave; None for a torn tail (an interrupted
+        """The record of a line lines_without gave; None for a torn tail (an interrupted
         append, skipped as read_lines skips it), any other bad line is a DataError."""
         try:
             record = self._open_line(line.relpath, line.raw.removesuffix(b"\n"))
@@ -1143,6 +1161,17 @@ def _scratch_table(scratch: Path | None) -> Any:
             path.unlink()  # open: the table lives on in the open file (else: closed)
         return db
     raise StorageError(f"cannot make a temporary table of a session's marks: {error}")
+
+
+# The start of a line as envelope.seal_line writes one, to its record id: a line whose id
+# a caller does not want is passed over without parsing the rest of it.
+_LINE_ID = re.compile(rb'\{"v":1,"kv":[0-9]+,"id":"([A-Za-z0-9:._+-]*)",')
+
+
+def _sealed(relpath: str, line: tuple[int, int, bytes, bytes | None]) -> SealedLine:
+    """A line lines_without read (number, offset, bytes, id encoded) as a SealedLine."""
+    number, at, raw, key = line
+    return SealedLine(relpath, number, at, raw, None if key is None else key.decode())
 
 
 def _open(path: Path, name: str) -> BinaryIO:

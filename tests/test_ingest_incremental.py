@@ -652,3 +652,45 @@ def test_the_first_pass_table_holds_no_id_nor_word_in_clear(tmp_path: Path) -> N
     assert len(table) > 100_000  # the lines' links are there, on disk
     assert not [i for i in ids if i.encode() in table]
     assert b"assistant" not in table and b"tool_use" not in table
+
+
+# --- what a block's write holds while the index merges ---------------------------------
+
+@real_data
+def test_a_block_is_let_go_before_its_messages_are_stored(
+        vault: Vault, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second pass reads, drafts and stores a block before it reads the next, and
+    lets the block's bytes and text go before its write: at each write's index commit
+    (where Tantivy may merge), what reading the file allocated and still holds is less
+    than a block (it held the block stored, the next one's text and two copies of its
+    bytes: four blocks)."""
+    import tracemalloc
+
+    from memvault.index import keyed
+    from memvault.storage import streams
+
+    block = 256 << 10
+    monkeypatch.setattr(streams, "LINE_BLOCK", block)
+    path = _big_session(tmp_path / "big" / "big.jsonl", 3_000_000)
+    held: list[int] = []
+    commit = keyed.IndexWriter.commit
+
+    def measured(self: keyed.IndexWriter) -> None:
+        snapshot = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(True, streams.__file__)])
+        held.append(sum(stat.size for stat in snapshot.statistics("filename")))
+        commit(self)
+
+    monkeypatch.setattr(keyed.IndexWriter, "commit", measured)
+    tracemalloc.start()
+    try:
+        ingest_file(vault, path)
+    finally:
+        tracemalloc.stop()
+    assert len(held) > 8  # a write a block
+    assert max(held) < block, held
+    from memvault.text.transcripts import claude_code
+
+    expected = claude_code._claude(path.read_text())
+    assert {r[2] for r in stored(vault) if r[0] == "message"} == {
+        m.message_id for m in expected.messages}

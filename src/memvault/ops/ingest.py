@@ -230,10 +230,9 @@ def _read_twice(vault: Vault, path: Path, fh: IO[bytes], size: int, session: str
     own write, so an interruption keeps every message stored so far, whole. The result
     and the position to keep; None when it is no such file (a subagent's, one with
     nothing of Claude Code's: the caller reads it whole)."""
-    from memvault.storage.streams import freed_to_system, line_blocks
+    from memvault.storage.streams import freed_to_system
     from memvault.text.transcripts import claude_code
 
-    where = str(path)
     end = _whole_end(fh, size)
     if end <= 0:
         return None
@@ -241,16 +240,9 @@ def _read_twice(vault: Vault, path: Path, fh: IO[bytes], size: int, session: str
     progress.start(2 * end, "bytes")
     line_starts: list[int] = []  # the offsets of the lines of the block read last
 
-    def texts() -> Iterator[tuple[int, str]]:
+    def texts() -> _Texts:
         """Each block's text, with the number of the line before it."""
-        fh.seek(0)
-        lines = 0
-        for raw in line_blocks(fh, end):
-            progress.advance(len(raw))
-            line_starts[:] = _line_starts(raw)
-            text = decode(raw, where)
-            yield lines, text.removeprefix("\ufeff") if not lines else text
-            lines += raw.count(b"\n")
+        return _Texts(fh, end, str(path), line_starts, progress)
 
     # The first pass's table of links lives on disk beside the user's files.
     scratch = vault.layout.dir if vault.layout.dir.is_dir() else vault.root
@@ -276,7 +268,7 @@ def _read_twice(vault: Vault, path: Path, fh: IO[bytes], size: int, session: str
                       "resume": {**chosen.resume.__dict__, "branch": branch}}
 
 
-def _second_pass(vault: Vault, path: Path, texts: Callable[[], Iterator[tuple[int, str]]],
+def _second_pass(vault: Vault, path: Path, texts: Callable[[], _Texts],
                  line_starts: list[int], chosen: claude_code.Chosen, end: int,
                  session: str | None, strict: bool, fallback_name: str | None,
                  tags: tuple[str, ...], progress: Progress
@@ -292,9 +284,11 @@ def _second_pass(vault: Vault, path: Path, texts: Callable[[], Iterator[tuple[in
     blocks = claude_code.Blocks(chosen)
 
     def batches() -> Iterator[Transcript]:
-        offset = 0
-        last: tuple[int, str] | None = None
-        for base, text in texts():
+        # One block at a time: read, drafted and stored before the next is read (its
+        # text let go before its messages are stored), so a write, and the index merges
+        # its commit may start, find one block's messages in memory, not two blocks.
+        offset, read = 0, texts()
+        for base, text in read:
             for n, line_start in enumerate(line_starts, base + 1):
                 if n in pins:
                     at[n] = offset + line_start
@@ -303,12 +297,11 @@ def _second_pass(vault: Vault, path: Path, texts: Callable[[], Iterator[tuple[in
             # for it: a pin within LIVE_WINDOW of the end (offsets grow with the lines).
             near = [n for n in at if end - at[n] <= LIVE_WINDOW]
             blocks.since = min(near) if near else None
-            if last is not None:
-                yield _scrub(blocks.read(*last))
-                given_back()  # the block is stored: what it held goes back, not to holes
-            last = (base, text)
-        if last is not None:
-            yield _scrub(blocks.read(*last, end=True))
+            batch = blocks.read(base, text, end=read.done)
+            del text
+            yield _scrub(batch)
+            del batch
+            given_back()  # the block is stored: what it held goes back, not to holes
 
     ingested = ingest_batches(vault, batches(), path.stem, session, False, strict,
                               fallback_name, tags=tags, progress=progress, streamed=True)
@@ -557,6 +550,40 @@ def _codex_on(vault: Vault, path: Path, fh: IO[bytes], fmt: str, start: int, end
     if waiting is None or waiting not in at:
         return ingested, {"pin": end, "line": counted["lines"]}
     return ingested, {"pin": at[waiting], "line": waiting - 1}
+
+
+class _Texts:
+    """A file's blocks of whole lines up to `end`, from its start, as text: each with the
+    number of the line before it, its lines' starts put in `starts`. An iterator, not a
+    generator: it keeps no block once handed out (a generator would hold the one it
+    yielded until asked for the next)."""
+
+    def __init__(self, fh: IO[bytes], end: int, where: str, starts: list[int],
+                 progress: Progress) -> None:
+        from memvault.storage import streams
+
+        fh.seek(0)
+        self.blocks = streams.line_blocks(fh, end, streams.LINE_BLOCK)
+        self.where, self.starts = where, starts
+        self.progress, self.lines = progress, 0
+
+    def __iter__(self) -> _Texts:
+        return self
+
+    @property
+    def done(self) -> bool:
+        """Whether the block handed out last was the file's last."""
+        return self.blocks.done
+
+    def __next__(self) -> tuple[int, str]:
+        raw = next(self.blocks)
+        self.progress.advance(len(raw))
+        self.starts[:] = _line_starts(raw)
+        lines = self.lines
+        self.lines += raw.count(b"\n")
+        text = decode(raw, self.where)
+        del raw
+        return lines, text.removeprefix("\ufeff") if not lines else text
 
 
 def _whole_end(fh: IO[bytes], size: int) -> int:
@@ -875,6 +902,8 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
     # Ids first (from what the transcript said), so that messages already stored are
     # skipped before the costly admission scan; only new messages are scanned.
     done = stored(with_ids(vault, transcript.messages), Added(0, 0, 0, []))
+    # Stored: a stream's first batch is not held while the next ones are read.
+    transcript = replace(transcript, messages=[])
     counts, summaries_read = Counter(transcript.ignored), list(transcript.summaries)
     for more in batches:  # a stream's next batches
         if not session:
@@ -888,6 +917,7 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
             # entry a message of a long stream.
             for key in more.said_in.keys() - {s.message_id for s in more.summaries}:
                 said_in.pop(key, None)
+        del more  # nor a batch stored while the next one is read
     transcript = replace(transcript, messages=[], summaries=summaries_read,
                          ignored=dict(counts))
     # A summary the user forgot is not brought back by ingesting its transcript again.

@@ -309,23 +309,42 @@ def _glibc(name: str) -> Any:
         return None
 
 
-def line_blocks(fh: IO[bytes], end: int, size: int = LINE_BLOCK) -> Iterator[bytes]:
+def line_blocks(fh: IO[bytes], end: int, size: int = LINE_BLOCK) -> LineBlocks:
     """The bytes of `fh` from where it is to `end` (the end of a whole line), in blocks
     of whole lines of about `size` bytes (a longer line is a block of its own)."""
-    left = end - fh.tell()
-    carry = b""
-    while left > 0:
-        data = fh.read(min(size, left))
-        if not data:
-            break  # the file shrank under us: what was read is all there is
-        left -= len(data)
-        data = carry + data
-        cut = data.rfind(b"\n") + 1
-        if not cut and left > 0:
-            carry = data
-            continue
-        carry = data[cut:]
-        if cut:
-            yield data[:cut]
-    if carry:
-        yield carry
+    return LineBlocks(fh, end, size)
+
+
+class LineBlocks:
+    """line_blocks' iterator. Not a generator: it keeps no block once handed out (a
+    generator holds what it yielded until asked for the next), only the start of a line
+    a block cut."""
+
+    def __init__(self, fh: IO[bytes], end: int, size: int) -> None:
+        self.fh, self.size, self.left, self.carry = fh, size, end - fh.tell(), b""
+
+    def __iter__(self) -> LineBlocks:
+        return self
+
+    @property
+    def done(self) -> bool:
+        """Whether the block handed out last was the last one."""
+        return self.left <= 0 and not self.carry
+
+    def __next__(self) -> bytes:
+        data, self.carry = self.carry, b""
+        while self.left > 0:
+            more = self.fh.read(min(self.size, self.left))
+            if not more:
+                self.left = 0  # the file shrank under us: what was read is all there is
+                break
+            self.left -= len(more)
+            data += more
+            del more
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                self.carry = data[cut:]
+                return data[:cut]
+        if data:
+            return data
+        raise StopIteration

@@ -656,6 +656,37 @@ def test_the_first_pass_table_holds_no_id_nor_word_in_clear(tmp_path: Path) -> N
 
 # --- what a block's write holds while the index merges ---------------------------------
 
+def _merged_away_mapped(index_dir: Path) -> list[str]:
+    """The index's files this process still maps though they are deleted (a segment a
+    merge replaced)."""
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    return [line for line in maps if str(index_dir) in line and line.endswith("(deleted)")]
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="no /proc maps")
+def test_a_commit_lets_go_of_the_reader_so_merged_segments_are_unmapped(
+        vault: Vault) -> None:
+    """Each write checks the index with a reader; a commit then lets it go, so once a
+    merge the commit started has replaced segments, none of them stays mapped (a merge
+    reads each whole: a reader kept across it held all of that, growing with the
+    file). Eight commits of one record each: the eighth merges the eight segments."""
+    import time
+
+    from memvault.model.records import Filters
+    from memvault.ops import remember
+
+    remember.add(vault, "the first record makes the user", "fact")
+    index = vault.search_index(vault.state().key_version)
+    with index.hold():  # one writer, its merges running on between the writes
+        for i in range(8):
+            remember.add(vault, f"fact number {i} about the staging proxy", "fact")
+        deadline = time.monotonic() + 20
+        while _merged_away_mapped(index.path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _merged_away_mapped(index.path) == []
+    assert len(index.matching(index.build_query("staging proxy", Filters())[0])) == 8
+
+
 @real_data
 def test_a_block_is_let_go_before_its_messages_are_stored(
         vault: Vault, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -938,15 +938,19 @@ class IndexWriter:
 
     def commit(self) -> None:
         if self.changed:
+            # A reader is let go first: it shows only what was there before, and it
+            # would keep every segment the commit's merges replace mapped, as much of
+            # each as the merge read (all of it), until the next commit or the end.
+            self.index._index = None
             self.raw.commit()
             self.changed = False
             private(self.index.path)
 
     def close(self) -> None:
+        self.index._index = None  # as at a commit: no reader holds what merges replace
         with contextlib.suppress(Exception):
             self.raw.wait_merging_threads()
         private(self.index.path)  # segments written by merges after the commit
-        self.index._index = None
 
 
 def _inode(path: Path) -> int:

@@ -192,3 +192,20 @@ def test_a_compaction_meanwhile_leaves_the_waiting_record_for_the_next_run(
         vault.layout.content_files(include_archive=True)  # archived whole, moved
     assert held[waiting.memory_id] == now_held[waiting.memory_id]
     assert embed.pending_count(vault) == 0
+
+
+def test_a_torn_tail_is_passed_over_and_lends_nothing(
+        vault: Vault, tmp_path: Path, model: Any) -> None:
+    """An append interrupted mid-line (a crash): the last whole turn beside it waits, and
+    is embedded as the whole file read gives it (the torn line is no turn)."""
+    result = ingest_file(vault, chat(tmp_path / "short.jsonl", 14,
+                                     datetime(2026, 5, 4, 8, tzinfo=UTC)))
+    relpath = session_file(result.session_id)
+    embed.embed_pending(vault, model)
+    last = vault.store.read_lines(relpath)[-1]
+    assert last.role == "user"  # bob's: it borrows from alice's before it, not the tail
+    vectors(vault).remove([last.memory_id])
+    with vault.layout.path(relpath).open("ab") as fh:
+        fh.write(b'{"v":1,"kv":1,"id":"0193a0e2-0000-7000-8000-00000000000')  # torn
+    assert embed.embed_pending(vault, model).embedded == 1
+    assert vectors(vault).has() == as_now(vault, relpath)

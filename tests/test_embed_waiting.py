@@ -24,6 +24,7 @@ from memvault.model.location import session_file
 from memvault.model.records import Record
 from memvault.ops import compact, embed, forget
 from memvault.ops.ingest import ingest_file
+from memvault.storage import userstore
 from memvault.storage.userstore import UserStore
 from memvault.vault.vault import Vault
 
@@ -209,3 +210,25 @@ def test_a_torn_tail_is_passed_over_and_lends_nothing(
         fh.write(b'{"v":1,"kv":1,"id":"0193a0e2-0000-7000-8000-00000000000')  # torn
     assert embed.embed_pending(vault, model).embedded == 1
     assert vectors(vault).has() == as_now(vault, relpath)
+
+
+@pytest.mark.parametrize("block", [1, 700, 4096, 1 << 20])
+def test_the_lines_that_wait_come_with_their_neighbours_whatever_the_blocks(
+        vault: Vault, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    """The file is read a block of lines at a time: a waiting line at a block's start or
+    end still comes with the line before and after it, whatever the block's size."""
+    result = ingest_file(vault, chat(tmp_path / "c.jsonl", 40,
+                                     datetime(2026, 5, 4, 8, tzinfo=UTC)))
+    relpath = session_file(result.session_id)
+    data = vault.layout.path(relpath).read_bytes()
+    lines = data.splitlines(keepends=True)
+    starts = [sum(len(x) for x in lines[:n]) for n in range(len(lines))]
+    ids = [h.memory_id.encode() for h in vault.store.line_headers(relpath)]
+    monkeypatch.setattr(userstore, "_BLOCK", block)
+    for waiting in ({0}, {39}, {0, 1, 2}, {5, 17, 18, 38}, set(range(40))):
+        held = {ids[n] for n in range(40) if n not in waiting}
+        got = [(b.number if b else None, line.number, line.at, line.raw, line.memory_id,
+                a.number if a else None)
+               for b, line, a in vault.store.lines_without(relpath, held)]
+        assert got == [(n if n else None, n + 1, starts[n], lines[n], ids[n].decode(),
+                        n + 2 if n + 1 < 40 else None) for n in sorted(waiting)]

@@ -22,7 +22,8 @@ one record waiting in a long session costs its few lines, never the session.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Container, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -134,7 +135,7 @@ def check_model(store: VectorStore, model: ModelId) -> None:
                           hint="embed-rebuild")
 
 
-def _pending_in(vault: Vault, relpath: str, held: Container[bytes]) -> Iterator[Pending]:
+def _pending_in(vault: Vault, relpath: str, held: AbstractSet[bytes]) -> Iterator[Pending]:
     """The records of one file without a vector (`held`: the ids that have one, encoded).
     A line file is read a line at a time and a line decrypted only when its record has
     no vector, or is beside a person's turn that has none (what its vector borrows):

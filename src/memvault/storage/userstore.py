@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 from collections.abc import Container, Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -400,44 +401,46 @@ class UserStore:
                     yield LineHeader(str(doc["id"]), str(doc["ts"]), int(str(doc["kv"])),
                                      len(str(doc["ct"])), hashlib.sha256(raw).hexdigest()[:32])
 
-    def lines_without(self, relpath: str, held: Container[bytes]
+    def lines_without(self, relpath: str, held: AbstractSet[bytes]
                       ) -> Iterator[tuple[SealedLine | None, SealedLine, SealedLine | None]]:
         """Each line of a line file whose record id (its clear header's, encoded) is not
         in `held`, with the lines just before and after it, as they are sealed (nothing
-        is decrypted: open_sealed opens the few a caller needs). A line at a time: memory
-        holds three, whatever the file's size, and a line whose id is held costs a match
-        of its header. A whole line that is not a record's is a DataError (as
-        read_lines); a last line without its newline comes too (open_sealed says whether
-        it is whole), and a torn one only beside another (its id None)."""
+        is decrypted: open_sealed opens the few a caller needs). The file is read a block
+        of lines at a time (memory holds one, whatever the file's size), and a block
+        whose ids are all held costs a search for its headers' ids, no line of it parsed.
+        A line that is not a record's never waits (open_sealed says what it is, when it
+        is beside one that does); a last line without its newline comes too."""
         try:
             fh = _open(self.layout.path(relpath), self._name(relpath))
         except FileNotFoundError:
             return
-        match = _LINE_ID.match
         # The line before, the line read, and whether it waits: (number, at, raw, id).
         before: tuple[int, int, bytes, bytes | None] | None = None
         line: tuple[int, int, bytes, bytes | None] | None = None
         waits = False
-        offset = 0
+        number = offset = 0
         with fh:
-            for number, raw in enumerate(fh, start=1):
-                at, offset = offset, offset + len(raw)
-                found = match(raw)
-                if found is not None and raw.endswith(b'"}\n'):
-                    key: bytes | None = found.group(1)
-                else:  # another writer's order of fields, a torn tail, or not a line
-                    try:
-                        key = envelope.line_id(raw.removesuffix(b"\n")).encode()
-                    except DataError as exc:
-                        if raw.endswith(b"\n"):
-                            raise DataError(f"{self._name(relpath)} line {number}: "
-                                            f"{exc.message}") from None
-                        key = None
-                if waits and line is not None:
-                    yield (_sealed(relpath, before) if before else None,
-                           _sealed(relpath, line), _sealed(relpath, (number, at, raw, key)))
-                before, line = line, (number, at, raw, key)
-                waits = key is not None and key not in held
+            while block := fh.read(_BLOCK):
+                if not block.endswith(b"\n"):
+                    block += fh.readline()  # to the end of its last line
+                ids = _LINE_ID.findall(block)  # one a line, at its start, as written
+                if not waits and block.endswith(b"\n") and \
+                        len(ids) == block.count(b"\n") and set(ids) <= held:
+                    # Nothing waits here: only its last line matters, beside the next.
+                    last = block.rfind(b"\n", 0, len(block) - 1) + 1
+                    number += len(ids)
+                    before, line = None, (number, offset + last, block[last:], ids[-1])
+                    offset += len(block)
+                    continue
+                for raw in _lines(block):
+                    number += 1
+                    at, offset = offset, offset + len(raw)
+                    key = _line_key(raw)
+                    if waits and line is not None:
+                        yield (_sealed(relpath, before) if before else None,
+                               _sealed(relpath, line), _sealed(relpath, (number, at, raw, key)))
+                    before, line = line, (number, at, raw, key)
+                    waits = key is not None and key not in held
             if waits and line is not None:
                 yield _sealed(relpath, before) if before else None, _sealed(relpath, line), None
 
@@ -1166,6 +1169,30 @@ def _scratch_table(scratch: Path | None) -> Any:
 # The start of a line as envelope.seal_line writes one, to its record id: a line whose id
 # a caller does not want is passed over without parsing the rest of it.
 _LINE_ID = re.compile(rb'\{"v":1,"kv":[0-9]+,"id":"([A-Za-z0-9:._+-]*)",')
+
+
+_BLOCK = 1 << 20  # what lines_without reads at once
+
+
+def _lines(block: bytes) -> Iterator[bytes]:
+    """The lines of a block, each with its newline (a last one without, when it has none)."""
+    start = 0
+    while start < len(block):
+        end = block.find(b"\n", start) + 1 or len(block)
+        yield block[start:end]
+        start = end
+
+
+def _line_key(raw: bytes) -> bytes | None:
+    """The record id of a line's clear header, encoded; None: not a record's line (a torn
+    tail, or damage)."""
+    found = _LINE_ID.match(raw)
+    if found is not None and raw.endswith(b'"}\n'):
+        return bytes(found.group(1))
+    try:  # another writer's order of fields, or a last line that lost its newline
+        return envelope.line_id(raw.removesuffix(b"\n")).encode()
+    except DataError:
+        return None
 
 
 def _sealed(relpath: str, line: tuple[int, int, bytes, bytes | None]) -> SealedLine:

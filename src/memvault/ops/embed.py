@@ -358,8 +358,8 @@ def embed_new(vault: Vault, embedder: Embedder, memory_ids: Collection[str],
     stored = store.model()
     if stored is not None and stored != embedder.model:
         return 0
-    held = store.has()
-    wanted = sorted(i for i in memory_ids if i not in held)
+    held = store.ids()
+    wanted = sorted(i for i in memory_ids if i.encode() not in held)
     added = 0
     for at in range(0, len(wanted), batch):
         items = list(_located(vault, state, wanted[at:at + batch], held))
@@ -368,7 +368,7 @@ def embed_new(vault: Vault, embedder: Embedder, memory_ids: Collection[str],
     return added
 
 
-def _located(vault: Vault, state: UserState, ids: list[str], held: dict[str, bytes]
+def _located(vault: Vault, state: UserState, ids: list[str], held: AbstractSet[bytes]
              ) -> Iterator[Pending]:
     """The records with these ids as Pending items, and the turns beside them that have no
     vector (a person's turn whose vector a turn said after it made stale), read through
@@ -407,7 +407,7 @@ def _located(vault: Vault, state: UserState, ids: list[str], held: dict[str, byt
         before = {end: at for at, end in after.items()}
         todo = {at for memory_id, at in wanted if at in heads and heads[at][0] == memory_id}
         todo |= {k for at in list(todo) for k in _row(at, before, after)
-                 if (m := heads[k][0]) is not None and m not in held}
+                 if (m := heads[k][0]) is not None and m.encode() not in held}
         records = {k: r for k in {k for at in todo for k in _row(at, before, after)}
                    if (m := heads[k][0]) is not None
                    and (r := vault.store.read_at(Location.line(relpath, k), m)) is not None}

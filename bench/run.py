@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 BENCHES = ["startup", "retrieval", "longmemeval", "search", "redact", "sanitize", "lifecycle",
            "ingest", "live", "live_lines", "scan", "scale", "compact", "agents", "brief",
-           "vectors", "embed", "hybrid", "sync", "sync_peers", "browse"]
+           "vectors", "embed", "embed_lines", "hybrid", "sync", "sync_peers", "browse"]
 
 
 def main(argv: list[str]) -> None:

@@ -8,6 +8,10 @@ RSS, medians of interleaved runs on this machine; the bytes each leaves at the r
 
     SYNC_PEERS_RECORDS=20000,100000 SYNC_PEERS_RUNS=3 python bench/bench_sync_peers.py
 
+SYNC_PEERS_BASELINE=DIR (a checkout's src folder, e.g. a git worktree of an earlier commit)
+runs that code too, as one more tool ("baseline", its own copy of the vault and its own
+remote), interleaved with the others: a change measured beside the code before it.
+
 restic and rclone are Debian's packages: installed by the bench (apt-get) when missing,
 as CI installs strace. Embeddings are off for every tool (MEM_EMBEDDINGS_PROVIDER=none):
 vectors are derived, rebuilt on each machine, and would run in the background beside the
@@ -31,6 +35,7 @@ from common import report
 SIZES = [int(n) for n in os.environ.get("SYNC_PEERS_RECORDS", "20000,100000").split(",")]
 RUNS = int(os.environ.get("SYNC_PEERS_RUNS", "3"))
 KINDS = os.environ.get("SYNC_PEERS_REMOTES", "folder,s3").split(",")
+BASELINE = os.environ.get("SYNC_PEERS_BASELINE")  # memvault's src folder of another commit
 USER = "big"
 QUERY = "dinner with the family"
 MEM = str(Path(sys.executable).parent / "mem")
@@ -90,10 +95,10 @@ class Remotes:
     def __init__(self, base: Path, endpoint: str | None) -> None:
         self.base, self.endpoint = base, endpoint
 
-    def mem(self, kind: str, run: int) -> list[str]:
+    def mem(self, kind: str, run: int, tool: str = "mem") -> list[str]:
         if kind == "folder":
-            return ["--remote", str(self.base / f"run{run}" / "mem-remote")]
-        return ["--remote", f"s3://bench/run{run}/mem", "--endpoint-url", str(self.endpoint)]
+            return ["--remote", str(self.base / f"run{run}" / f"{tool}-remote")]
+        return ["--remote", f"s3://bench/run{run}/{tool}", "--endpoint-url", str(self.endpoint)]
 
     def restic(self, kind: str, run: int) -> str:
         if kind == "folder":
@@ -142,19 +147,26 @@ def one_size(base: Path, records: int, endpoint: str | None) -> dict[str, object
     init(resolve(user=USER))
     _, fill_s = fill(USER, records, texts())
     at_a = {**env, "MEM_VAULT": str(vault)}
+    mems = ["mem"]
+    at: dict[str, dict[str, str]] = {"mem": at_a}
+    if BASELINE:
+        # Its own copy of the vault: mem keeps one sync cache a user, for one remote.
+        shutil.copytree(vault, base / "a-baseline", symlinks=True)
+        at["baseline"] = {**env, "MEM_VAULT": str(base / "a-baseline"), "PYTHONPATH": BASELINE}
+        mems.append("baseline")
 
-    def second(where: Path) -> dict[str, str]:
-        return {**env, "MEM_VAULT": str(where)}
+    def second(where: Path, t: str = "mem") -> dict[str, str]:
+        return {**at[t], "MEM_VAULT": str(where)}
 
-    tools = ["mem", "restic", "rclone"]
+    tools = ["mem", "restic", "rclone", *mems[1:]]
     where_to = Remotes(base, endpoint)
     figures: dict[str, dict[str, dict[str, list[float]]]] = {
         kind: {t: {k: [] for k in ("first s", "first cpu", "first MB", "inc s", "inc cpu",
                                    "second s", "second cpu", "second MB", "bytes")}
                for t in tools} for kind in KINDS}
     def backup(kind: str, t: str, run: int) -> tuple[float, float, float]:
-        if t == "mem":
-            return measured([MEM, "sync", *where_to.mem(kind, run)], at_a)
+        if t in mems:
+            return measured([MEM, "sync", *where_to.mem(kind, run, t)], at[t])
         if t == "restic":
             return measured(["restic", "-q", "-r", where_to.restic(kind, run), "backup",
                              str(vault)], env)
@@ -166,8 +178,8 @@ def one_size(base: Path, records: int, endpoint: str | None) -> dict[str, object
         got: tuple[float, float, float]
         mine = figures[kind]
         for t in order:
-            if t == "mem" and kind == "folder":
-                (base / f"run{run}" / "mem-remote").mkdir()
+            if t in mems and kind == "folder":
+                (base / f"run{run}" / f"{t}-remote").mkdir()
             if t == "restic":
                 subprocess.run(["restic", "init", "-q", "-r", where_to.restic(kind, run)],
                                env=env, check=True, stdout=subprocess.DEVNULL)
@@ -175,8 +187,9 @@ def one_size(base: Path, records: int, endpoint: str | None) -> dict[str, object
             mine[t]["first s"].append(got[0])
             mine[t]["first cpu"].append(got[1])
             mine[t]["first MB"].append(got[2])
-        measured([MEM, "ingest", str(session), "--format", "jsonl", "--session",
-                  session.stem], at_a)
+        for t in mems:
+            measured([MEM, "ingest", str(session), "--format", "jsonl", "--session",
+                      session.stem], at[t])
         for t in order:
             got = backup(kind, t, run)
             mine[t]["inc s"].append(got[0])
@@ -185,12 +198,14 @@ def one_size(base: Path, records: int, endpoint: str | None) -> dict[str, object
         for t in order:
             where = base / f"run{run}" / f"{t}-{kind}-second"
             search = ([MEM, "search", QUERY, "-n", "3"], second(
-                where / vault.relative_to("/") if t == "restic" else where))
-            if t == "mem":
+                where / vault.relative_to("/") if t == "restic" else where,
+                t if t in mems else "mem"))
+            if t in mems:
                 # `mem init` under the same master key stands in for `mem key restore`,
                 # which the comparison leaves out (restic and rclone have their keys).
-                measured([MEM, "init"], second(where))
-                got = both(([MEM, "sync", *where_to.mem(kind, run)], second(where)), search)
+                measured([MEM, "init"], second(where, t))
+                got = both(([MEM, "sync", *where_to.mem(kind, run, t)], second(where, t)),
+                           search)
             elif t == "restic":
                 got = both((["restic", "-q", "-r", where_to.restic(kind, run), "restore",
                              "latest", "--target", str(where)], env), search)
@@ -203,7 +218,8 @@ def one_size(base: Path, records: int, endpoint: str | None) -> dict[str, object
             shutil.rmtree(where, ignore_errors=True)
 
     for run in range(RUNS):
-        order = tools[run % 3:] + tools[:run % 3]  # interleaved: no tool always first
+        turn = run % len(tools)
+        order = tools[turn:] + tools[:turn]  # interleaved: no tool always first
         (base / f"run{run}").mkdir()
         for n, kind in enumerate(KINDS):
             # One remote after the other: mem keeps one cache per user, for the remote it
@@ -217,10 +233,12 @@ def one_size(base: Path, records: int, endpoint: str | None) -> dict[str, object
             doc[f"{t} ({kind})"] = {k: round(statistics.median(v), 2) if "bytes" not in k
                                     else int(statistics.median(v))
                                     for k, v in figures[kind][t].items()}
-        mem_, restic = figures[kind]["mem"], figures[kind]["restic"]
-        doc[f"mem / restic ({kind})"] = {
-            k: round(statistics.median(mem_[k]) / statistics.median(restic[k]), 2)
-            for k in ("first s", "inc s", "second s", "second cpu", "second MB", "bytes")}
+        restic = figures[kind]["restic"]
+        for t in mems:
+            doc[f"{t} / restic ({kind})"] = {
+                k: round(statistics.median(figures[kind][t][k]) /
+                         statistics.median(restic[k]), 2)
+                for k in ("first s", "inc s", "second s", "second cpu", "second MB", "bytes")}
     return doc
 
 
@@ -232,6 +250,8 @@ def _compiled() -> None:
     import memvault
 
     compileall.compile_dir(str(Path(memvault.__file__).parent), quiet=1)
+    if BASELINE:
+        compileall.compile_dir(str(Path(BASELINE) / "memvault"), quiet=1)
 
 
 def main() -> dict[str, object]:

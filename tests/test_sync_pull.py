@@ -159,6 +159,49 @@ def test_a_pull_takes_objects_whole_where_no_id_is_in_two(
     assert contents(c) == contents(a) and verify(c).ok
 
 
+def test_the_next_objects_are_opened_while_a_batch_commits(
+        tmp_path: Path, small: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a batch's index commit waits for Tantivy, the next batch's objects are
+    opened and their records made (nothing of them stored before that batch's own
+    transaction); a commit here waits until an object is opened, or gives up."""
+    import threading
+
+    from memvault.index import keyed
+
+    (tmp_path / "remote").mkdir()
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    fill(a)
+    remote = FolderRemote(str(tmp_path / "remote"), tmp_path / "remote")
+    sync_ops.sync(a, remote)
+    opened, commit = threading.Event(), keyed.IndexWriter.commit
+    open_blob, stored = sync_ops.Session.open_blob, sync_ops._add_records
+    during: list[bool] = []
+    held: list[int] = []
+
+    def opening(self: sync_ops.Session, *args: Any, **kwargs: Any) -> Any:
+        opened.set()
+        return open_blob(self, *args, **kwargs)
+
+    def storing(vault: Vault, items: list[Any], *run: Any) -> int:
+        opened.clear()  # what this thread opened for this batch was before
+        return stored(vault, items, *run)
+
+    def committing(self: keyed.IndexWriter) -> None:
+        during.append(opened.wait(5))  # opened inside the transaction: ahead
+        held.append(len(sync_ops.scan_local(Vault(b.settings))))
+        commit(self)
+
+    monkeypatch.setattr(sync_ops.Session, "open_blob", opening)
+    monkeypatch.setattr(sync_ops, "_add_records", storing)
+    monkeypatch.setattr(keyed.IndexWriter, "commit", committing)
+    assert sync_ops.sync(b, remote).pulled == 41
+    # Every commit but the last had the next objects opened meanwhile; what was held
+    # at each commit is what the batches before it stored, no more.
+    assert during[:-1] and all(during[:-1]) and not during[-1]
+    assert held == sorted(held) and held[-1] == 41
+    assert contents(a) == contents(b) and verify(b).ok
+
+
 def test_a_pull_past_the_kept_budget_fetches_what_it_dropped(
         tmp_path: Path, small: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sync_ops.Fetched, "BUDGET", 1)  # keeps no sealed page

@@ -1118,6 +1118,7 @@ def _pull_updates(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]
 
 
 BATCH = 20_000  # records stored per transaction by a pull
+AHEAD = 5_000  # of the next batch's records, made while a batch's commit waits
 
 
 def _pull_adds(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
@@ -1131,15 +1132,18 @@ def _pull_adds(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
     # The objects that hold what is wanted, found without a set of what is wanted (a
     # million ids): each record is asked again as its object is read. Compared packed: a
     # string is made only for an id not held here.
-    names = {n for i, n in remote_ids.missing_from(local) if i not in tombs}
-    if not names:
-        return 0
     # Where no id is in two objects (the listing's map holds as many ids as the objects
     # list), every record an object holds is its latest version: an object none of
     # whose ids is held here or erased is taken whole, no record looked up (a string
     # packed and hashed twice a record).
     listed = sum(len(i["ids"]) for i in current.values() if i["kind"] == "add")
     unique = listed == len(remote_ids) and len(tombs) <= listed
+    if unique and not local and not tombs:  # a first pull: every object, no id unpacked
+        names = {n for n, i in current.items() if i["kind"] == "add" and i["ids"]}
+    else:
+        names = {n for i, n in remote_ids.missing_from(local) if i not in tombs}
+    if not names:
+        return 0
     erased = IdSet(tombs) if unique and tombs else None
 
     def whole(name: str) -> bool:
@@ -1175,6 +1179,9 @@ class _Run:
 
     held: contextlib.ExitStack
     memo: dict[str, Any] | None = None
+    # Called as a batch's index commit begins (its files and audit entry durable):
+    # the next batch is read meanwhile.
+    committing: Callable[[], None] | None = None
 
 
 def _pull_wanted(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]],
@@ -1183,12 +1190,17 @@ def _pull_wanted(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]]
                  whole: Callable[[str], bool] = lambda name: False) -> int:
     """`wanted`: whether a record is to be taken; `whole`: whether every record of an
     object is, and is its latest version (none is looked up)."""
-    added = 0
-    batch: dict[str, tuple[Record, bool]] = {}
+    import functools
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
     from_stored = Record.from_stored
-    with contextlib.ExitStack() as held:
-        run = _Run(held, memo)
-        for name in sorted(names, key=lambda n: (str(current[n].get("at", "")), n)):
+    order = iter(sorted(names, key=lambda n: (str(current[n].get("at", "")), n)))
+
+    def take(batch: dict[str, tuple[Record, bool]], stop: threading.Event | None) -> bool:
+        """The records of the next objects into `batch` until it holds a batch's worth
+        or `stop` is set; False when no object is left."""
+        for name in order:
             # Let go once its records are taken, unless it holds later versions (of
             # records held here, which the updates that follow replace).
             body = bodies.get(name, last=not current[name].get("v"))
@@ -1204,10 +1216,40 @@ def _pull_wanted(s: Session, bodies: Fetched, current: dict[str, dict[str, Any]]
                     if wanted(i) and remote_ids.get(i) == name:
                         batch[i] = (from_stored(item["r"]), bool(item["a"]))
             del body
-            if len(batch) >= BATCH:
+            if len(batch) >= BATCH or (stop is not None and (
+                    stop.is_set() or len(batch) >= AHEAD)):
+                return True
+        return False
+
+    def start(reading: list[Future[bool]], following: dict[str, tuple[Record, bool]],
+              stop: threading.Event) -> None:
+        reading.append(ahead.submit(take, following, stop))
+
+    added = 0
+    batch: dict[str, tuple[Record, bool]] = {}
+    with contextlib.ExitStack() as held, ThreadPoolExecutor(1, "mem-pull-next") as ahead:
+        run = _Run(held, memo)
+        more = take(batch, None)
+        while batch:
+            # While a batch's index commit waits for Tantivy (the interpreter's lock
+            # free), the next objects are opened and their records made on a thread
+            # (up to AHEAD of them, until the transaction ends); this thread then goes
+            # on with them. None is stored before its own batch's transaction.
+            stop = threading.Event()
+            following: dict[str, tuple[Record, bool]] = {}
+            reading: list[Future[bool]] = []
+            if more:
+                run.committing = functools.partial(start, reading, following, stop)
+            try:
                 added += _add_records(s.vault, list(batch.values()), run)
-                batch = {}
-        return added + _add_records(s.vault, list(batch.values()), run)
+            finally:
+                stop.set()
+                run.committing = None
+            more = reading[0].result() if reading else more
+            batch = following if reading else {}
+            if more and len(batch) < BATCH:
+                more = take(batch, None)
+        return added
 
 
 def _add_records(vault: Vault, items: list[tuple[Record, bool]],
@@ -1234,6 +1276,8 @@ def _add_records(vault: Vault, items: list[tuple[Record, bool]],
             if index is not None:
                 index.drop_fed()
             raise
+        if run is not None:
+            tx.committing = run.committing
     return added
 
 
@@ -1327,9 +1371,10 @@ def _store_batch(tx: Transaction, items: list[tuple[Record, bool]],
                 tx.add_to_doc(home, records)
                 new += records
                 continue
-            records = _merge_duplicates(tx, home, records)
-            records.sort(key=lambda r: (r.created_at, r.memory_id))
             fresh = not tx.store.layout.path(home).exists()
+            if not fresh:
+                records = _merge_duplicates(tx, home, records)
+            records.sort(key=lambda r: (r.created_at, r.memory_id))
             # A session that grew here (or in an earlier batch): its last turns are its
             # new ones' context, and gain them as theirs, as an ingest indexes them.
             tail, tail_at = ([], []) if fresh else \
@@ -1632,7 +1677,9 @@ def run(vault: Vault, url: str, endpoint_url: str | None = None,
     user the remote's directory names (made on other machines)."""
     from memvault.storage.layout import users
     from memvault.storage.remote import open_remote
+    from memvault.storage.streams import one_heap
 
+    one_heap()  # before any thread of the sync (a pull's, the S3 client's, Tantivy's)
     remote = open_remote(url, endpoint_url)
     if not all_users:
         return sync(vault, remote)

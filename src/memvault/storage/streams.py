@@ -283,6 +283,18 @@ def freed_to_system() -> None:
         mallopt(-3, 128 << 10)  # M_MMAP_THRESHOLD, glibc's default, no longer raised
 
 
+def one_heap() -> None:
+    """Have every thread allocate from one malloc heap (M_ARENA_MAX 1) from now on.
+    glibc gives a new thread a heap of its own, and what one thread makes and another
+    frees (a pull's next records, made on a thread while a batch commits, stored and
+    freed on the main one; Tantivy's indexing thread's buffers) stays counted in each
+    heap it passed through: a second machine's pull peaked 30 MB higher. Elsewhere
+    (another libc), nothing."""
+    mallopt = _glibc("mallopt")
+    if mallopt is not None:
+        mallopt(-8, 1)  # M_ARENA_MAX
+
+
 def given_back() -> None:
     """Give the free pages inside malloc's heaps back to the system (malloc_trim), after
     a block of a long read is done with: the block's parsed lines are freed in the heaps

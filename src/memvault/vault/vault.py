@@ -556,6 +556,9 @@ class Transaction:
         self._stale = False
         self._audited = False
         self._dirty = False
+        # Called as the queued index changes are applied and committed, once the files
+        # and the audit entry are durable (a pull reads its next batch meanwhile).
+        self.committing: Callable[[], None] | None = None
 
     @property
     def epoch(self) -> int:
@@ -626,10 +629,13 @@ class Transaction:
     def index(self, entries: Iterable[Entry], created: Iterable[str] = ()) -> None:
         """Queue index changes. `created`: ids of records this write made (fresh ids: no
         index holds them yet, so there is nothing to replace)."""
-        for entry in entries:
-            self._deletes.discard(entry.record.memory_id)
-            self._upserts[entry.record.memory_id] = entry
-            self.vault.written.add(entry.record.memory_id)
+        upserts, deletes, written = self._upserts, self._deletes, self.vault.written
+        for entry in entries:  # a pull's batch queues 20,000
+            memory_id = entry.record.memory_id
+            if deletes:
+                deletes.discard(memory_id)
+            upserts[memory_id] = entry
+            written.add(memory_id)
         self._created.update(created)
 
     def unindex(self, memory_ids: Iterable[str]) -> None:
@@ -801,6 +807,8 @@ class Transaction:
             if not self._stale and not self._upserts and not self._deletes:
                 return
             upserts, deletes = list(self._upserts.values()), sorted(self._deletes)
+            if self.committing is not None:
+                self.committing()
             for index in indexes:
                 index.apply(upserts, deletes, self._created)
                 index.mark_current()

@@ -7,11 +7,16 @@ same-run baselines:
 - an incremental sync after one 200-message session: the objects and bytes it moves
   (goal: O(that session)) and its time (goal: under 1 s);
 - a second machine's first sync (it pulls everything), then one more sync on each:
-  converged when that round moves nothing.
+  converged when that round moves nothing;
+- a third machine's pull from a folder the first filled, in a `mem sync` process of its
+  own, then the sync after it: wall, CPU, peak RSS and the most of its anonymous memory
+  and of its file pages (Tantivy's mapped segments) sampled through it. Its memory is
+  meant not to grow with the records (SYNC_BENCH_RECORDS=1000000 against 100000).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -50,6 +55,34 @@ def _objects(client: Any, bucket: str, prefix: str) -> dict[str, int]:
         for item in page.get("Contents", []):
             out[item["Key"]] = int(item["Size"])
     return out
+
+
+def _own_process(args: list[str], env: dict[str, str]) -> dict[str, float]:
+    """`mem ARGS` in a process of its own: wall, CPU, and its peak RSS (VmHWM), the most
+    of RssAnon and of RssFile (MB) read from /proc every 0.1 s (the child's ru_maxrss
+    would count this process's memory, forked before the exec)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "memvault", *args], env=env,
+                            stdout=subprocess.DEVNULL)
+    peak = anon = pages = 0
+    while True:
+        with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/status") as fh:
+            for line in fh:
+                if line.startswith("RssAnon:"):
+                    anon = max(anon, int(line.split()[1]))
+                elif line.startswith("RssFile:"):
+                    pages = max(pages, int(line.split()[1]))
+                elif line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.1)
+    assert status == 0, f"mem {' '.join(args)} failed"
+    return {"seconds": round(time.perf_counter() - started, 1),
+            "cpu seconds": round(usage.ru_utime + usage.ru_stime, 1),
+            "peak MB": round(peak / 1024), "most anonymous MB": round(anon / 1024),
+            "most file pages MB": round(pages / 1024)}
 
 
 def main() -> dict[str, object]:
@@ -114,6 +147,17 @@ def main() -> dict[str, object]:
         pull_s = time.perf_counter() - started
         last = [sync.sync(machine(n), open_remote(url, endpoint)) for n in ("a", "b")]
         converged = all(r.pushed == r.pulled == 0 for r in last)
+
+        # A new machine from a folder, in a process of its own (its memory is the pull's).
+        folder = base / "folder"
+        folder.mkdir()
+        sync.sync(machine("a"), open_remote(str(folder)))
+        env = {**os.environ, "MEM_VAULT": str(base / "c"), "MEM_USER": USER,
+               "MEM_EMBEDDINGS_PROVIDER": "none"}
+        subprocess.run([sys.executable, "-m", "memvault", "init"], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        own = _own_process(["sync", "--remote", str(folder)], env)
+        own_next = _own_process(["sync", "--remote", str(folder)], env)
     finally:
         proc.kill()
         proc.wait()
@@ -130,6 +174,8 @@ def main() -> dict[str, object]:
         "second machine's first sync": {"seconds": round(pull_s, 2),
                                         "pulled": pulled.pulled},
         "converged after one sync per machine": converged,
+        "a new machine's pull from a folder, in its own process": own,
+        "the sync after it": own_next,
     }
     for key, value in doc.items():
         print(f"{key}: {value}")

@@ -22,15 +22,18 @@ import base64
 import contextlib
 import itertools
 import re
+import threading
+import weakref
 from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
 SIZE = 16
 # Ids a table holds in memory; past it (within `spilling`) the table is on disk. The
-# lists together hold up to three times as many (a sync's cache names each id three
-# times: its object, its file, as held here), so a sync of up to 200,000 records spills
-# nothing. Set lower by tests (a module constant, read when a table grows).
+# lists together hold up to three times as many (a sync's cache names each id
+# three times: its object, its file, as held here), so a sync of up to 200,000 records
+# spills nothing; past that every list is on disk. Set lower by tests (module
+# constants, read when a table grows or a list is made).
 SPILL = 200_000
 _CHUNK = 4096 * SIZE  # a list's ids on disk, a row each; a table read a page at a time
 _ASKED = 500  # ids looked up in a table on disk with one query
@@ -79,41 +82,71 @@ class Scratch:
         self._db: Any = None  # sqlite3.Connection once a table or a list spilled
         self.tables = 0
         self.listed = 0  # ids held in memory by the lists made while it is open
+        # those lists (by their id(): a list compares by its ids, and is not hashed)
+        self.lists: weakref.WeakValueDictionary[int, IdList] = weakref.WeakValueDictionary()
+        self.full = False  # past 3 x SPILL once: every list made since is kept here
         self.freed: list[int] = []  # rows of lists freed since the last kept
         self.open = True
+        # Its one connection used by one thread at a time (a pull makes records on a
+        # second one while a batch commits): a transaction is never begun twice.
+        self.lock = threading.RLock()
 
     @property
     def db(self) -> Any:
-        if self._db is None:
-            if not self.open:
-                raise RuntimeError("the ids' scratch is closed")
-            db = self._connect()
-            db.execute("CREATE TABLE l (n INTEGER PRIMARY KEY, b BLOB NOT NULL)")
-            self._db = db
-        return self._db
+        with self.lock:
+            if self._db is None:
+                if not self.open:
+                    raise RuntimeError("the ids' scratch is closed")
+                db = self._connect()
+                db.execute("CREATE TABLE l (n INTEGER PRIMARY KEY, b BLOB NOT NULL)")
+                self._db = db
+            return self._db
 
     def table(self) -> str:
-        name = f"t{self.tables}"
-        self.tables += 1
-        self.db.execute(f"CREATE TABLE {name} (k BLOB PRIMARY KEY, v BLOB NOT NULL) "
-                        "WITHOUT ROWID")
-        return name
+        with self.lock:
+            name = f"t{self.tables}"
+            self.tables += 1
+            self.db.execute(f"CREATE TABLE {name} (k BLOB PRIMARY KEY, v BLOB NOT NULL) "
+                            "WITHOUT ROWID")
+            return name
+
+    def held(self, ids: IdList, count: int) -> bool:
+        """Whether a list of `count` ids made now is held in memory. Past 3 x SPILL ids
+        held by lists, those held move here (the first lists of a sync may be the
+        largest: a first pull's summaries) and every list made after them is kept here."""
+        if not self.full and self.listed + count <= 3 * SPILL:
+            self.listed += count
+            self.lists[id(ids)] = ids
+            return True
+        self.fill()
+        return False
+
+    def fill(self) -> None:
+        """Every list held in memory moved here, and every list made from now on kept."""
+        if not self.full:
+            self.full = True
+            for held in list(self.lists.values()):
+                held._keep(self)
+            self.lists = weakref.WeakValueDictionary()
+            self.listed = 0
 
     def keep(self, chunks: Iterable[bytes]) -> tuple[int, ...]:
         """The rows of table `l` these chunks are kept in, in order."""
-        db = self.db
-        db.execute("BEGIN")
-        try:
-            freed, self.freed = self.freed, []
-            db.executemany("DELETE FROM l WHERE n = ?", ((n,) for n in freed))
-            return tuple(db.execute("INSERT INTO l (b) VALUES (?)", (chunk,)).lastrowid
-                         for chunk in chunks)
-        finally:
-            db.execute("COMMIT")
+        with self.lock:
+            db = self.db
+            db.execute("BEGIN")
+            try:
+                freed, self.freed = self.freed, []
+                db.executemany("DELETE FROM l WHERE n = ?", ((n,) for n in freed))
+                return tuple(db.execute("INSERT INTO l (b) VALUES (?)", (chunk,)).lastrowid
+                             for chunk in chunks)
+            finally:
+                db.execute("COMMIT")
 
     def chunks(self, rows: tuple[int, ...]) -> Iterator[bytes]:
         for n in rows:  # one at a time: a list of a million ids is never read whole
-            row = self.db.execute("SELECT b FROM l WHERE n = ?", (n,)).fetchone()
+            with self.lock:
+                row = self.db.execute("SELECT b FROM l WHERE n = ?", (n,)).fetchone()
             yield bytes(row[0])
 
     def drop(self, rows: tuple[int, ...]) -> None:
@@ -122,10 +155,11 @@ class Scratch:
         self.freed += rows
 
     def close(self) -> None:
-        self.open = False
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        with self.lock:
+            self.open = False
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
 
 @contextlib.contextmanager
@@ -144,26 +178,26 @@ def spilling(connect: Callable[[], Any]) -> Iterator[Scratch]:
 
 class IdList:
     """The ids one object or one line file holds, in their order (those of another form
-    after the others). Made while a scratch is open and the lists hold 3 x SPILL ids in
-    memory already, its ids are kept in the scratch, a chunk a row, read back a chunk at
-    a time."""
+    after the others). Made while a scratch is open and the lists would hold more than
+    3 x SPILL ids in memory, its ids are kept in the scratch (and those of the lists held),
+    a chunk a row, read back a chunk at a time."""
 
-    __slots__ = ("_count", "_in", "_packed", "_rows", "other")
+    __slots__ = ("__weakref__", "_count", "_in", "_packed", "_rows", "other")
 
     def __init__(self, packed: bytes = b"", other: tuple[str, ...] = ()) -> None:
         self.other = other
         self._count = len(packed) // SIZE
         self._rows: tuple[int, ...] = ()
+        self._packed = packed
         scratch = self._in = _scratch
-        if scratch is None:
-            self._packed = packed
-        elif scratch.listed + self._count <= 3 * SPILL:
-            self._packed = packed
-            scratch.listed += self._count
-        else:
-            self._packed = b""
-            self._rows = scratch.keep(packed[at:at + _CHUNK]
-                                      for at in range(0, len(packed), _CHUNK))
+        if scratch is not None and self._count and not scratch.held(self, self._count):
+            self._keep(scratch)
+
+    def _keep(self, scratch: Scratch) -> None:
+        """Its ids into the scratch, out of memory."""
+        packed = self._packed
+        self._rows = scratch.keep(packed[at:at + _CHUNK] for at in range(0, len(packed), _CHUNK))
+        self._packed = b""
 
     @classmethod
     def joined(cls, blocks: Iterable[bytes], other: tuple[str, ...] = ()) -> IdList:
@@ -179,7 +213,7 @@ class IdList:
         if scratch is not None:
             if self._rows:
                 scratch.drop(self._rows)
-            else:
+            elif not scratch.full:
                 scratch.listed -= self._count
 
     @property
@@ -304,8 +338,8 @@ def packed_json(packed: bytes, other: Iterable[str] = ()) -> dict[str, Any]:
 
 class Joining:
     """An IdList made a block of packed ids at a time (the cache's ids held here, read a
-    line at a time): the blocks go to the scratch once the lists hold 3 x SPILL ids in
-    memory, and are never joined there."""
+    line at a time): the blocks go to the scratch once the lists would hold more than
+    3 x SPILL ids in memory, and are never joined there."""
 
     def __init__(self) -> None:
         self.blocks: list[bytes] = []
@@ -315,7 +349,9 @@ class Joining:
     def add(self, block: bytes) -> None:
         self.count += len(block) // SIZE
         scratch = _scratch
-        if scratch is not None and (self.rows or scratch.listed + self.count > 3 * SPILL):
+        if scratch is not None and (self.rows or scratch.full or
+                                    scratch.listed + self.count > 3 * SPILL):
+            scratch.fill()
             self.rows += scratch.keep([*self.blocks, block])
             self.blocks = []
         else:
@@ -478,15 +514,16 @@ class _Table:
         sql = {what: query.replace("{t}", name).replace("{n}", ",".join("?" * _ASKED))
                for what, query in _SQL.items()}
         db = scratch.db
-        db.execute("BEGIN")
-        try:
-            db.executemany(sql["add"], ((r[:SIZE], r[SIZE:]) for r in self.records()))
-        finally:
-            db.execute("COMMIT")
+        with scratch.lock:
+            db.execute("BEGIN")
+            try:
+                db.executemany(sql["add"], ((r[:SIZE], r[SIZE:]) for r in self.records()))
+            finally:
+                db.execute("COMMIT")
         self.buckets, self.mask = {}, 0
         self.__class__ = _Spilled
         assert isinstance(self, _Spilled)
-        self.db, self.name, self.sql = db, name, sql
+        self.db, self.name, self.sql, self.lock = db, name, sql, scratch.lock
 
 
 # The statements on a spilled table, named {t} (the scratch's own name for it: t0, t1...),
@@ -510,38 +547,44 @@ class _Spilled(_Table):
     db: Any
     name: str
     sql: dict[str, str]
+    lock: threading.RLock
 
     def put(self, key: bytes, value: bytes = b"", replace: bool = True) -> bool:
-        if self.has(key):
-            if value and replace:
-                self.db.execute(self.sql["set"], (value, key))
-            return False
-        self.db.execute(self.sql["add"], (key, value))
-        self.count += 1
-        return True
+        with self.lock:
+            if self.has(key):
+                if value and replace:
+                    self.db.execute(self.sql["set"], (value, key))
+                return False
+            self.db.execute(self.sql["add"], (key, value))
+            self.count += 1
+            return True
 
     def reserve(self, count: int) -> None:
         pass
 
     def put_all(self, packed: bytes, value: bytes = b"") -> None:
-        self.db.execute("BEGIN")
-        try:
-            added = self.db.executemany(self.sql["add"], (
-                (packed[at:at + SIZE], value) for at in range(0, len(packed), SIZE)))
-        finally:
-            self.db.execute("COMMIT")
-        self.count += max(added.rowcount, 0)
+        with self.lock:
+            self.db.execute("BEGIN")
+            try:
+                added = self.db.executemany(self.sql["add"], (
+                    (packed[at:at + SIZE], value) for at in range(0, len(packed), SIZE)))
+            finally:
+                self.db.execute("COMMIT")
+            self.count += max(added.rowcount, 0)
 
     def get(self, key: bytes) -> bytes | None:
-        row = self.db.execute(self.sql["get"], (key,)).fetchone()
+        with self.lock:
+            row = self.db.execute(self.sql["get"], (key,)).fetchone()
         return None if row is None else bytes(row[0])
 
     def has(self, key: bytes) -> bool:
-        return self.db.execute(self.sql["get"], (key,)).fetchone() is not None
+        with self.lock:
+            return self.db.execute(self.sql["get"], (key,)).fetchone() is not None
 
     def drop(self, key: bytes) -> bool:
-        gone: bool = self.db.execute(self.sql["drop"], (key,)).rowcount > 0
-        self.count -= gone
+        with self.lock:
+            gone: bool = self.db.execute(self.sql["drop"], (key,)).rowcount > 0
+            self.count -= gone
         return gone
 
     def records(self) -> Iterator[bytes]:
@@ -553,7 +596,8 @@ class _Spilled(_Table):
         open across a yield."""
         last = b""
         while True:
-            rows = self.db.execute(query, (last, _CHUNK // SIZE)).fetchall()
+            with self.lock:
+                rows = self.db.execute(query, (last, _CHUNK // SIZE)).fetchall()
             for k, v in rows:
                 yield k + v
             if len(rows) < _CHUNK // SIZE:
@@ -565,7 +609,8 @@ class _Spilled(_Table):
         it = iter(keys)
         while asked := list(itertools.islice(it, _ASKED)):
             padded = asked + asked[:1] * (_ASKED - len(asked))  # one statement, prepared once
-            found = {bytes(k) for k, in self.db.execute(self.sql["asked"], padded)}
+            with self.lock:
+                found = {bytes(k) for k, in self.db.execute(self.sql["asked"], padded)}
             yield from (k for k in asked if k not in found)
 
     def any_of(self, keys: Iterable[bytes]) -> bool:
@@ -573,8 +618,9 @@ class _Spilled(_Table):
         it = iter(keys)
         while asked := list(itertools.islice(it, _ASKED)):
             padded = asked + asked[:1] * (_ASKED - len(asked))
-            if self.db.execute(self.sql["asked"], padded).fetchone() is not None:
-                return True
+            with self.lock:
+                if self.db.execute(self.sql["asked"], padded).fetchone() is not None:
+                    return True
         return False
 
     def absent_from(self, other: _Table) -> Iterator[bytes]:

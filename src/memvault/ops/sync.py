@@ -62,7 +62,7 @@ PAGE = 2000  # records per add object: an upload resumes from the last page sent
 # 1: inside a JSON object with its MAC
 CACHE_FORMAT = 4
 IDS_A_LINE = 4096  # ids held here, a line of the cache each (64 KiB packed)
-SCRATCH_CACHE_KIB = 4096  # the page cache of the ids kept on disk (ids.SPILL)
+SCRATCH_CACHE_KIB = 2048  # the page cache of the ids kept on disk (ids.SPILL)
 
 
 def cache_path(vault: Vault) -> Path:
@@ -712,7 +712,7 @@ def _ids_past_memory(cache: Path) -> Iterator[None]:
     unlinked as soon as it is open: memory holds its page cache, and nothing is left,
     even by a kill. The ids in it are the ids themselves, as the line headers and the
     cache hold them. One a kill left before its unlink is removed here, under the lock."""
-    import sqlite3
+    import sys
 
     folder, user = cache.parent, cache.stem
 
@@ -720,8 +720,9 @@ def _ids_past_memory(cache: Path) -> Iterator[None]:
     for stale in folder.glob(f"{fsio.TMP_PREFIX}ids.{user}+*"):
         stale.unlink(missing_ok=True)
 
-    def connect() -> Any:
+    def connect() -> Any:  # sqlite3 imported only by a sync that spills
         import os
+        import sqlite3
         import time
 
         path = folder / f"{fsio.TMP_PREFIX}ids.{user}+{os.getpid()}.{time.monotonic_ns()}"
@@ -742,7 +743,10 @@ def _ids_past_memory(cache: Path) -> Iterator[None]:
     try:
         with spilling(connect):
             yield
-    except sqlite3.Error as exc:
+    except Exception as exc:
+        sqlite3 = sys.modules.get("sqlite3")
+        if sqlite3 is None or not isinstance(exc, sqlite3.Error):
+            raise
         raise StorageError(f"the sync's temporary table of ids in {folder} failed: "
                            f"{exc}") from None
 

@@ -204,3 +204,31 @@ def test_hashing_word_by_word_gives_the_tokens_of_the_whole_text() -> None:
             text *= 200  # longer than what is hashed word by word
         whole = b"".join(analyzer.digest(t) for t in analyzer.tokens(text))
         assert analyzer.digests(text) == whole, repr(text[:80])
+
+
+def test_the_memo_of_hashed_texts_is_bounded_by_bytes_not_only_by_count() -> None:
+    """A long session's tool outputs are long and each distinct: the memo of whole texts
+    (their digests and hex, kept for the neighbours that hash them again as context)
+    stays within its bytes whatever their length, where 4,096 such texts once made
+    gigabytes; an ordinary turn is still hashed once for its neighbours."""
+    import random
+    import tracemalloc
+
+    from memvault.index.keyed import _TEXTS_BYTES, Analyzer
+
+    analyzer = Analyzer(os.urandom(32))
+    rng = random.Random(3)
+    vocabulary = [f"w{rng.getrandbits(32):x}" for _ in range(5000)]
+    turn = "what did we decide about the cache"
+    assert analyzer.hashed(turn) is analyzer.hashed(turn)  # memoised
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(60):  # tool outputs of 200 KB, each distinct
+            analyzer.hashed(" ".join(rng.choices(vocabulary, k=25_000)))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # The two memos (digests, hex) at their bound, and the words' own memos.
+    assert held < 2 * _TEXTS_BYTES + (4 << 20), held
+    assert analyzer.hashed(turn) is analyzer.hashed(turn)

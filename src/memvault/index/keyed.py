@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -52,6 +53,11 @@ MAX_TOKEN_CHARS = 40
 _BY_WORD_MAX = 4096
 _WORD_MAX = 48
 _WORDS_KEPT = 65_536
+# Its memo of whole texts (a turn is hashed again as each neighbour's context) keeps up
+# to _TEXTS_KEPT texts and _TEXTS_BYTES of them and their hashes, each memo: a tool's
+# long output is one entry of about a megabyte of hex, and no count alone bounds that.
+_TEXTS_KEPT = 4096
+_TEXTS_BYTES = 8 << 20
 CTX_BOOST = 0.7  # neighbouring turns help, but a turn's own words count most
 PHRASE_BOOST = 2.0
 TIME_BOOST = 4.0  # a record from when the question says counts like a few shared words
@@ -124,6 +130,7 @@ class Analyzer:
         self._texts: dict[str, bytes] = {}
         self._words: dict[str, bytes] = {}
         self._hex: dict[str, str] = {}
+        self._held = {"texts": 0, "hex": 0}  # the bytes each memo of whole texts holds
 
     def tokens(self, text: str) -> list[str]:
         tokens: list[str] = self._analyzer.analyze(text)
@@ -188,9 +195,7 @@ class Analyzer:
                             words[word] = found
                     parts.append(found)
                 cached = b"".join(parts)
-            if len(self._texts) >= 4096:
-                self._texts.clear()
-            self._texts[text] = cached
+            self._memo(self._texts, "texts", text, cached, len(cached))
         return cached
 
     def _analysed(self, text: str) -> bytes:
@@ -203,10 +208,20 @@ class Analyzer:
         cached = self._hex.get(text)
         if cached is None:
             cached = spaced(self.digests(text))
-            if len(self._hex) >= 4096:
-                self._hex.clear()
-            self._hex[text] = cached
+            self._memo(self._hex, "hex", text, cached, len(cached))
         return cached
+
+    def _memo(self, memo: dict[str, Any], name: str, text: str, value: Any,
+              size: int) -> None:
+        """Keep `value` for `text` within the memo's bounds: emptied when it would pass
+        either; a text that alone would pass its bytes is not kept."""
+        size += sys.getsizeof(text)
+        if len(memo) >= _TEXTS_KEPT or self._held[name] + size > _TEXTS_BYTES:
+            memo.clear()
+            self._held[name] = 0
+        if size <= _TEXTS_BYTES:
+            memo[text] = value
+            self._held[name] += size
 
     def opaque(self, kind: str, value: str) -> str:
         """A keyed hash for a tag or session id (exact match, not analysed)."""

@@ -105,6 +105,11 @@ class StaticModel:
                 raise self._damaged(e) from e
             tokenizer.no_padding()
             tokenizer.no_truncation()
+            # No cache of what was tokenised: this model has no pre-tokenizer, so the
+            # cache's key is a whole text (each short one, under 256 characters), never
+            # hit twice, and it grew a first embed of a long history by one to several
+            # kilobytes a record (313 MB at 300,000 short turns).
+            tokenizer.model._resize_cache(0)
             self._library = tokenizer
         return self._library
 

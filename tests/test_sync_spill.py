@@ -27,7 +27,7 @@ from memvault.ops.remember import add
 from memvault.ops.verify import verify
 from memvault.storage.remote import FolderRemote
 from memvault.vault.vault import Vault
-from tests.test_sync import contents, machine
+from tests.test_sync import concurrent_round, contents, ids, machine
 from tests.test_sync_ids import ANY_ID
 from tests.test_sync_pull import fill
 
@@ -204,6 +204,18 @@ def test_a_pull_and_the_sync_after_it_past_the_threshold_end_as_below_it(
     assert sync_ops.sync(a, remote).pulled == 1 and mine in contents(a)
     assert contents(c) == contents(a) and verify(c).ok
     assert not _scratch_files(c)
+
+
+def test_two_syncs_at_once_in_one_process_past_the_threshold_each_keep_their_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each sync's scratch is its thread's: one ending does not close the other's."""
+    from tests.test_sync import read_remote
+
+    (tmp_path / "remote").mkdir()
+    monkeypatch.setattr(ids_mod, "SPILL", 4)
+    concurrent_round(tmp_path, lambda: FolderRemote(str(tmp_path / "remote"),
+                                                    tmp_path / "remote"))
+    assert set(read_remote(tmp_path / "remote")["records"]) == ids(machine(tmp_path, "a"))
 
 
 KILLER = """

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import contextvars
 import itertools
 import re
 import threading
@@ -37,7 +38,10 @@ SIZE = 16
 SPILL = 200_000
 _CHUNK = 4096 * SIZE  # a list's ids on disk, a row each; a table read a page at a time
 _ASKED = 500  # ids looked up in a table on disk with one query
-_scratch: Scratch | None = None  # where ids past SPILL go (None: nowhere, all in memory)
+# Where ids past SPILL go (None: nowhere, all in memory): the sync's of this thread (two
+# syncs on two threads each have their own).
+_scratch: contextvars.ContextVar[Scratch | None] = contextvars.ContextVar("ids_scratch",
+                                                                         default=None)
 # Many ids checked at once, joined: one match in C instead of one call an id.
 _ALL_CANONICAL = re.compile(
     r"(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})*")
@@ -166,13 +170,12 @@ class Scratch:
 def spilling(connect: Callable[[], Any]) -> Iterator[Scratch]:
     """Ids past SPILL go to a scratch that `connect` opens when first needed, until the
     end of the block (whatever holds them then can no longer read them)."""
-    global _scratch
-    was, scratch = _scratch, Scratch(connect)
-    _scratch = scratch
+    scratch = Scratch(connect)
+    token = _scratch.set(scratch)
     try:
         yield scratch
     finally:
-        _scratch = was
+        _scratch.reset(token)
         scratch.close()
 
 
@@ -189,7 +192,7 @@ class IdList:
         self._count = len(packed) // SIZE
         self._rows: tuple[int, ...] = ()
         self._packed = packed
-        scratch = self._in = _scratch
+        scratch = self._in = _scratch.get()
         if scratch is not None and self._count and not scratch.held(self, self._count):
             self._keep(scratch)
 
@@ -348,7 +351,7 @@ class Joining:
 
     def add(self, block: bytes) -> None:
         self.count += len(block) // SIZE
-        scratch = _scratch
+        scratch = _scratch.get()
         if scratch is not None and (self.rows or scratch.full or
                                     scratch.listed + self.count > 3 * SPILL):
             scratch.fill()
@@ -426,7 +429,7 @@ class _Table:
     def reserve(self, count: int) -> None:
         """Buckets for `count` keys made now, while empty (not grown to, step by step);
         past SPILL, in a scratch, the table is on disk from the start."""
-        if count > SPILL and _scratch is not None:
+        if count > SPILL and _scratch.get() is not None:
             self._grow(count)
         elif not self.count:
             while count > _PER_BUCKET * (self.mask + 1):
@@ -491,8 +494,9 @@ class _Table:
                 yield data[at:at + width]
 
     def _grow(self, count: int = 0) -> None:
-        if max(count, self.count) > SPILL and _scratch is not None:
-            self._spill(_scratch)
+        scratch = _scratch.get()
+        if scratch is not None and max(count, self.count) > SPILL:
+            self._spill(scratch)
             return
         mask = (self.mask + 1) * 2 - 1
         buckets: dict[int, bytearray] = {}

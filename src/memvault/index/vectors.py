@@ -13,6 +13,9 @@ the epoch, the segment, the frame's position and the frame count: a frame moved,
 from another segment or cut off does not open. Segments are never changed in place: an
 add writes a new one, a removal writes the survivors to a new one, and the manifest
 (atomically replaced) says which exist; what a killed writer left is removed by the next.
+A segment written from others (survivors, small ones merged, a reseal) is written from
+their chunks read one at a time as its frames are sealed: a write holds a chunk of
+vectors and meta blocks, never a segment's vectors, whatever the store's size.
 A search reads the manifest, decrypts every meta block once (kept in an in-process
 cache), takes a pool of the nearest by Hamming distance over the sign codes, keeps the
 best of it by the query against their signs, and re-ranks those exactly against the
@@ -33,7 +36,7 @@ import json
 import os
 import struct
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,11 +185,12 @@ class _Rows:
         return len(self.ids)
 
     def take(self, keep: Any) -> _Rows:
-        assert self.scales is not None and self.q is not None
+        """The rows `keep` (a mask or indices); their vectors too when these are held."""
         return _Rows(self.ids[keep], self.digests[keep], self.flags[keep],
                      [self.files[i] for i in keep.nonzero()[0]] if keep.dtype == bool
                      else [self.files[i] for i in keep],
-                     self.codes[keep], self.scales[keep], self.q[keep])
+                     self.codes[keep], None if self.scales is None else self.scales[keep],
+                     None if self.q is None else self.q[keep])
 
     @staticmethod
     def concat(parts: Sequence[_Rows], dims: int) -> _Rows:
@@ -208,6 +212,33 @@ class _Rows:
             None if any(p.q is None for p in parts)
             else np.concatenate([p.q for p in parts if p.q is not None]) if parts
             else np.zeros((0, dims), np.int8))
+
+
+# The vectors a segment is written from, in its rows' order: (scales, int8 rows) blocks
+# of any sizes, re-cut into chunks as they are sealed.
+Blocks = Iterable[tuple[Any, Any]]
+
+
+def _chunked(blocks: Blocks) -> Iterator[tuple[Any, Any]]:
+    """Blocks re-cut into CHUNK rows each (the last one fewer): a segment's chunks."""
+    import numpy as np
+
+    scales: list[Any] = []
+    rows: list[Any] = []
+    held = 0
+    for s, q in blocks:
+        at = 0
+        while at < len(s):
+            take = min(CHUNK - held, len(s) - at)
+            scales.append(s[at:at + take])
+            rows.append(q[at:at + take])
+            held += take
+            at += take
+            if held == CHUNK:
+                yield np.concatenate(scales), np.concatenate(rows)
+                scales, rows, held = [], [], 0
+    if held:
+        yield np.concatenate(scales), np.concatenate(rows)
 
 
 def _code_bytes(dims: int) -> int:
@@ -435,8 +466,7 @@ class VectorStore:
 
     def _seal(self, plain: bytes, aad: bytes, key: bytes | None = None) -> bytes:
         nonce, ct = envelope.seal_raw(key or self.key, plain, aad)
-        body = nonce + ct
-        return FRAME_LEN.pack(len(body)) + body
+        return b"".join((FRAME_LEN.pack(len(nonce) + len(ct)), nonce, ct))  # one copy
 
     def _open(self, body: bytes | memoryview, aad: bytes, what: str) -> bytes:
         try:
@@ -531,41 +561,62 @@ class VectorStore:
     # --- segments -----------------------------------------------------------------------
 
     def _write_segment(self, rows: _Rows, dims: int, key: bytes | None = None,
-                       epoch: int | None = None) -> dict[str, Any]:
-        """A new segment file holding `rows` (fsynced, under a fresh name)."""
+                       epoch: int | None = None, blocks: Blocks | None = None
+                       ) -> dict[str, Any]:
+        """A new segment file holding `rows` (fsynced, under a fresh name); their vectors
+        are `rows`' own, or `blocks` (read from other segments as the file is written:
+        memory holds a chunk of them, not the segment's)."""
         import numpy as np
 
-        assert rows.scales is not None and rows.q is not None
         epoch = self.epoch if epoch is None else epoch
+        if blocks is None:
+            assert rows.scales is not None and rows.q is not None
+            blocks = ((rows.scales, rows.q),)
         name = os.urandom(NAME_LEN // 2).hex()
         n = len(rows)
-        chunks = (n + CHUNK - 1) // CHUNK
-        frames = HEAD_FRAMES + chunks
+        frames = HEAD_FRAMES + (n + CHUNK - 1) // CHUNK
         table = sorted(set(rows.files))
         where = {f: i for i, f in enumerate(table)}
         width = max(rows.ids.dtype.itemsize, 1)
         files_json = json.dumps(table, separators=(",", ":")).encode()
-        meta = b"".join((
-            META_HEAD.pack(n, dims, width, _code_bytes(dims)),
-            FRAME_LEN.pack(len(files_json)), files_json,
-            rows.ids.astype(f"S{width}").tobytes(),
-            np.ascontiguousarray(rows.digests, dtype=np.uint8).tobytes(),
-            np.ascontiguousarray(rows.flags, dtype=np.uint8).tobytes(),
-            np.array([where[f] for f in rows.files], dtype="<u4").tobytes(),
-            np.ascontiguousarray(rows.codes, dtype=np.uint8).tobytes(),
-        ))
-        keys = id_keys(rows.ids.tolist()).astype("<u8").tobytes()
-        parts = [HEADER.pack(SEGMENT_MAGIC, epoch),
-                 self._seal(keys, self._frame_aad(epoch, name, 0, frames), key),
-                 self._seal(meta, self._frame_aad(epoch, name, 1, frames), key)]
-        scales = rows.scales.astype("<f4")
-        for j in range(chunks):
-            lo, hi = j * CHUNK, min(n, (j + 1) * CHUNK)
-            plain = scales[lo:hi].tobytes() + np.ascontiguousarray(rows.q[lo:hi]).tobytes()
-            parts.append(self._seal(plain, self._frame_aad(epoch, name, j + HEAD_FRAMES,
-                                                            frames), key))
+
+        def sealed() -> Iterator[bytes]:
+            """The file's parts as they are sealed: atomic_write writes each as it comes,
+            so the file is never whole in memory (nor its meta block past its frame)."""
+            yield HEADER.pack(SEGMENT_MAGIC, epoch)
+            keys = id_keys(rows.ids.tolist()).astype("<u8").tobytes()
+            yield self._seal(keys, self._frame_aad(epoch, name, 0, frames), key)
+            del keys
+            meta = b"".join((
+                META_HEAD.pack(n, dims, width, _code_bytes(dims)),
+                FRAME_LEN.pack(len(files_json)), files_json,
+                rows.ids.astype(f"S{width}").tobytes(),
+                np.ascontiguousarray(rows.digests, dtype=np.uint8).tobytes(),
+                np.ascontiguousarray(rows.flags, dtype=np.uint8).tobytes(),
+                np.array([where[f] for f in rows.files], dtype="<u4").tobytes(),
+                np.ascontiguousarray(rows.codes, dtype=np.uint8).tobytes(),
+            ))
+            frame = self._seal(meta, self._frame_aad(epoch, name, 1, frames), key)
+            del meta
+            yield frame
+            del frame
+            j = 0
+            for scales, q in _chunked(blocks):
+                plain = scales.astype("<f4").tobytes() + np.ascontiguousarray(q).tobytes()
+                yield self._seal(plain, self._frame_aad(epoch, name, j + HEAD_FRAMES, frames),
+                                 key)
+                j += 1
+            if HEAD_FRAMES + j != frames:
+                raise AssertionError("a segment's vectors do not match its rows")
+
         fsio.ensure_dir(self.dir)
-        fsio.atomic_write(self._segment_path(name), b"".join(parts))
+        try:
+            fsio.atomic_write(self._segment_path(name), sealed())
+        except BaseException:
+            # A source that failed half way (a chunk that does not open): no temp file
+            # left for the next writer to find (the caller holds the user's lock).
+            fsio.remove_stale_temps(self.dir)
+            raise
         return {"name": name, "count": n, "frames": frames,
                 "archived": int(np.count_nonzero(rows.flags & ARCHIVED))}
 
@@ -590,9 +641,11 @@ class VectorStore:
             table = json.loads(plain[at:at + flen])
             at += flen
 
-            def take(size: int) -> bytes:
+            view = memoryview(plain)  # the columns read in place, not copied out
+
+            def take(size: int) -> memoryview:
                 nonlocal at
-                out = plain[at:at + size]
+                out = view[at:at + size]
                 if len(out) != size:
                     raise ValueError("short")
                 at += size
@@ -760,14 +813,26 @@ class VectorStore:
                 raise IndexUnavailable(f"{what} is unreadable") from exc
             view.loaded[group] = True
 
-    def _full_rows(self, seg: Mapping[str, Any]) -> _Rows:
-        """Every vector of a segment (to write its survivors elsewhere)."""
-        import numpy as np
-
+    def _blocks(self, seg: Mapping[str, Any], keep: Any = None) -> Iterator[tuple[Any, Any]]:
+        """A segment's vectors (of the rows in the mask `keep`, when given) a chunk at a
+        time, as they are asked for (a segment written from them holds one chunk, never
+        its source whole), and not kept in the search's cache (the source is dropped)."""
         meta = self._read_meta(seg)
         chunks = (len(meta.rows) + CHUNK - 1) // CHUNK
         with fsio.open_regular(self._segment_path(meta.name)) as f:
-            parts = [self._read_chunk(meta, j, f.fileno()) for j in range(chunks)]
+            for j in range(chunks):
+                scales, q = self._read_chunk(meta, j, f.fileno(), cache=False)
+                if keep is not None:
+                    part = keep[j * CHUNK:(j + 1) * CHUNK]
+                    scales, q = scales[part], q[part]
+                yield scales, q
+
+    def _full_rows(self, seg: Mapping[str, Any]) -> _Rows:
+        """Every vector of a segment, held at once (stored_vectors)."""
+        import numpy as np
+
+        meta = self._read_meta(seg)
+        parts = list(self._blocks(seg))
         r = meta.rows
         return _Rows(r.ids, r.digests, r.flags, list(r.files), r.codes,
                      np.concatenate([p[0] for p in parts]) if parts
@@ -915,8 +980,11 @@ class VectorStore:
         small = [s for s in segments if int(s["count"]) < SMALL]
         if len(small) < MERGE_AT:
             return segments, []
+        # Their columns side by side (what a meta block holds, not the vectors), then
+        # their vectors read a chunk at a time as the merged file is written.
         merged = self._write_segment(
-            _Rows.concat([self._full_rows(s) for s in small], dims), dims)
+            _Rows.concat([self._read_meta(s).rows for s in small], dims), dims,
+            blocks=(block for s in small for block in self._blocks(s)))
         names = {str(s["name"]) for s in small}
         return [s for s in segments if str(s["name"]) not in names] + [merged], sorted(names)
 
@@ -953,7 +1021,7 @@ class VectorStore:
             if not gone.any() and not touched.any():
                 out.append(dict(seg))
                 continue
-            rows = self._full_rows(seg).take(~gone)
+            rows = meta.rows.take(~gone)
             if update and touched.any():
                 flags = rows.flags.copy()
                 for n, i in enumerate(rows.ids.tolist()):
@@ -963,7 +1031,7 @@ class VectorStore:
                 rows.flags = flags
             dropped.append(meta.name)
             if len(rows):
-                out.append(self._write_segment(rows, dims))
+                out.append(self._write_segment(rows, dims, blocks=self._blocks(seg, ~gone)))
         return out, dropped
 
     def remove(self, memory_ids: Collection[str]) -> int:
@@ -998,7 +1066,8 @@ class VectorStore:
         doc = self._readable()
         if doc is not None:
             model = self._model_of(doc)
-            segments = [self._write_segment(self._full_rows(s), model.dims, key, epoch)
+            segments = [self._write_segment(self._read_meta(s).rows, model.dims, key, epoch,
+                                            blocks=self._blocks(s))
                         for s in doc["segments"]]
             self._write_manifest(model, segments, key, epoch)
             self._remove_unlisted({str(s["name"]) for s in segments})

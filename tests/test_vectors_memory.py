@@ -1,0 +1,144 @@
+"""A write of the vector store that rewrites segments (a removal, small segments merged, a
+reseal) reads their vectors a chunk at a time as the new file is written (issue 34, item
+4: what a hook starts runs in bounded memory): it never holds a segment's vectors at once,
+and what it writes opens to the same ids, digests, flags, files, sign codes, scales and
+int8 values, byte for byte. A source chunk that fails authentication half way leaves the
+store as it was, and no partial file."""
+
+from __future__ import annotations
+
+import os
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memvault.embed.base import ModelId
+from memvault.index import vectors as vec
+from memvault.index.base import IndexUnavailable
+from memvault.index.vectors import VectorItem, VectorStore
+from memvault.storage import fsio
+from tests.test_vectors import read_store
+
+OWNER = "o/u"
+DEK = b"k" * 32
+
+
+def unit(rng: np.random.Generator, n: int, dims: int) -> Any:
+    v = rng.standard_normal((n, dims)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def items(prefix: str, rows: Any, archived_every: int = 0) -> list[VectorItem]:
+    return [VectorItem(f"{prefix}{i:05d}", os.urandom(8),
+                       bool(archived_every) and i % archived_every == 0, rows[i],
+                       f"sessions/{prefix}{i % 3}.jsonl") for i in range(len(rows))]
+
+
+def opened(store: VectorStore) -> dict[str, dict[str, Any]]:
+    """What each stored vector opens to (docs/vault-format.md's reader), without where it
+    is held (segment, frame) or the chunk's other scales."""
+    return {i: {k: v for k, v in row.items() if k not in ("segment", "frame", "scales",
+                                                            "vector")}
+            for i, row in read_store(store.dir, DEK, OWNER).items()}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> VectorStore:
+    vec._CACHE.forget(str(tmp_path / "vectors"))
+    return VectorStore(tmp_path / "vectors", _vector_key(), 1, owner=OWNER)
+
+
+def _vector_key() -> bytes:
+    from tests.test_vectors import _hkdf
+
+    return _hkdf(DEK, "mem/v1/vectors")
+
+
+def peak_of(work: Callable[[], object]) -> int:
+    tracemalloc.start()
+    try:
+        work()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_rewrite_never_holds_a_segments_vectors(store: VectorStore) -> None:
+    # A model of 1,024 dimensions (an endpoint's): a full segment's int8 vectors are 16 MB.
+    model = ModelId("endpoint", "wide", 1024)
+    n = vec.SEGMENT_MAX
+    store.add(model, items("a", unit(np.random.default_rng(1), n, 1024)))
+    vectors_bytes = n * 1024
+    vec._CACHE.forget(str(store.dir))
+    # Holding them took five times their size (read, cut, copied, sealed, joined); a
+    # chunk at a time, what is left is the segment's meta block (ids, codes) a few times.
+    assert peak_of(lambda: store.remove(["a00007"])) < 2 * vectors_bytes
+    vec._CACHE.forget(str(store.dir))
+    assert peak_of(lambda: store.reseal(b"j" * 32, 2)) < 2 * vectors_bytes
+    assert store.count() == n - 1 and store.verify() == []
+
+
+def test_small_segments_merge_a_chunk_at_a_time(store: VectorStore,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    model = ModelId("endpoint", "wide", 1024)
+    rng = np.random.default_rng(2)
+    monkeypatch.setattr(vec, "SMALL", 2048)
+    per = vec.SMALL - 1  # each just small: the eighth add merges them all
+    for s in range(vec.MERGE_AT - 1):
+        store.add(model, items(f"s{s}-", unit(rng, per, 1024)))
+    vec._CACHE.forget(str(store.dir))
+    merged = (vec.MERGE_AT - 1) * per + 10
+    last = items("t-", unit(rng, 10, 1024))
+    assert peak_of(lambda: store.add(model, last)) < 2 * merged * 1024
+    assert [s["count"] for s in store._manifest()["segments"]] == [merged]
+
+
+def test_what_a_rewrite_writes_opens_to_what_was_stored(store: VectorStore,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    model = ModelId("test", "random", 48)
+    rng = np.random.default_rng(3)
+    monkeypatch.setattr(vec, "SMALL", 150)
+    monkeypatch.setattr(vec, "MERGE_AT", 4)
+    # Segments whose sizes are not whole chunks (64): a merge re-cuts their chunks.
+    for s, size in enumerate((100, 37, 129)):
+        store.add(model, items(f"s{s}-", unit(rng, size, 48), archived_every=7))
+    before = opened(store)
+    assert len(store._manifest()["segments"]) == 3
+    store.add(model, items("t-", unit(rng, 5, 48)))  # the fourth small one: all merged
+    (merged,) = store._manifest()["segments"]
+    after = opened(store)
+    assert {i: after[i] for i in before} == before and merged["count"] == 271
+    store.remove([i for i in list(after)[::5]])  # survivors written again
+    kept = opened(store)
+    assert kept == {i: after[i] for i in after if i not in list(after)[::5]}
+    assert store.verify() == []
+    # A reseal opens to the same under its new key (read_store derives it from the DEK).
+    store.reseal(store.key, 2)
+    assert opened(store) == kept
+
+
+def test_a_source_that_fails_half_way_leaves_the_store_as_it_was(
+        store: VectorStore) -> None:
+    model = ModelId("test", "random", 48)
+    rng = np.random.default_rng(4)
+    store.add(model, items("a", unit(rng, 300, 48)))
+    before = opened(store)
+    manifest = store.manifest_path.read_bytes()
+    (seg,) = store._manifest()["segments"]
+    path = store.dir / f"{seg['name']}.seg"
+    raw = bytearray(path.read_bytes())
+    raw[-40] ^= 1  # the last chunk's ciphertext: the first chunks are written first
+    path.write_bytes(bytes(raw))
+    vec._CACHE.forget(str(store.dir))
+    with pytest.raises(IndexUnavailable):
+        store.remove(["a00003"])
+    assert store.manifest_path.read_bytes() == manifest
+    assert not fsio.stale_temps(store.dir)
+    assert [p.name for p in store.dir.iterdir() if p.suffix == ".seg"] == [path.name]
+    path.write_bytes(bytes(raw[:-40]) + bytes([raw[-40] ^ 1]) + bytes(raw[-39:]))
+    assert opened(store) == before

@@ -337,7 +337,9 @@ def test_a_large_transcript_is_ingested_whole_in_bounded_memory(
                          capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stderr
     peak_mb = int(run.stderr.strip().splitlines()[-1]) / 1024
-    assert peak_mb < 200, peak_mb  # read whole, it took over 250 MB
+    # The bound a first ingest keeps whatever the file's size (bench_live measures it
+    # from 100 MB to 4 GB); a file of 40 MB read whole would pass it.
+    assert peak_mb < 200, peak_mb
     from memvault.text.transcripts import claude_code
 
     expected = claude_code._claude(path.read_text())
@@ -353,8 +355,9 @@ def test_ctrl_c_in_the_first_ingest_of_a_large_transcript_keeps_whole_messages(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C once the first block's messages are stored (the interrupt comes at the
     second block's write, where a key typed then would land, every run alike): they
-    stay, each one whole (as the ingest of the whole file stores it), the run says how
-    many, and the same command run again stores the rest, nothing twice."""
+    stay, each one whole (as the ingest of the whole file stores it), with the block's
+    compaction summaries, the run says how many messages, and the same command run again
+    stores the rest, nothing twice."""
     import re
 
     from memvault.ops import ingest
@@ -377,7 +380,10 @@ def test_ctrl_c_in_the_first_ingest_of_a_large_transcript_keeps_whole_messages(
     kept = re.search(r"mem: interrupted: ([\d,]+) messages? stored and kept", run.stderr)
     assert kept, run.stderr
     partial = stored(vault)
-    assert 0 < len(partial) == int(kept.group(1).replace(",", "")) == writes[0]
+    messages = [r for r in partial if r[0] == "message"]
+    assert 0 < len(messages) == int(kept.group(1).replace(",", "")) == writes[0]
+    # The first block's summaries are added as it is stored, not at the file's end.
+    assert [r for r in partial if r[0] == "summary"]
     monkeypatch.setattr(ingest, "add_messages", real)
     v = vault_for("whole")
     ingest_file(v, path)

@@ -899,37 +899,55 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
                          done.skipped + step.skipped, done.would_add + step.would_add)
         return done
 
+    def summarised(found: list[NewMessage]) -> list[NewMessage]:
+        """Admit summaries and add them (a scan: leave them for `later`)."""
+        # A summary the user forgot is not brought back by ingesting its transcript again.
+        forgotten = vault.state().forgotten if found else set()
+        kept = admit([s for s in found if not (
+            s.message_id and vault.message_mark(session_of(s), s.message_id) in forgotten)])
+        if not dry_run:
+            for summary in kept:
+                if later is not None:
+                    later.append((session_of(summary), summary, agent))
+                else:
+                    _add_summary(vault, session_of(summary), summary, agent)
+        return kept
+
+    # A stream's summaries are added as each batch is stored, not gathered to its end:
+    # a long session's compactions would be held all the while (megabytes a gigabyte).
+    each = streamed and later is None and not dry_run
+    summaries: list[NewMessage] = []
+    added = 0  # summaries added as their batches were stored
     # Ids first (from what the transcript said), so that messages already stored are
     # skipped before the costly admission scan; only new messages are scanned.
     done = stored(with_ids(vault, transcript.messages), Added(0, 0, 0, []))
     # Stored: a stream's first batch is not held while the next ones are read.
     transcript = replace(transcript, messages=[])
     counts, summaries_read = Counter(transcript.ignored), list(transcript.summaries)
+    if each:
+        added += len(summarised(summaries_read))
+        summaries_read = []
     for more in batches:  # a stream's next batches
         if not session:
             said_in.update(more.said_in)
         done = stored(with_ids(vault, more.messages), done)
         counts.update(more.ignored)
-        summaries_read += more.summaries
+        if each:
+            added += len(summarised(more.summaries))
+        else:
+            summaries_read += more.summaries
         if streamed and not session:
             # Its messages are stored: only its summaries' sessions are wanted later (a
             # batch says where each of its own messages was said), so memory holds no
             # entry a message of a long stream.
-            for key in more.said_in.keys() - {s.message_id for s in more.summaries}:
+            for key in more.said_in.keys() - (set() if each else {
+                    s.message_id for s in more.summaries}):
                 said_in.pop(key, None)
         del more  # nor a batch stored while the next one is read
     transcript = replace(transcript, messages=[], summaries=summaries_read,
                          ignored=dict(counts))
-    # A summary the user forgot is not brought back by ingesting its transcript again.
-    forgotten = vault.state().forgotten if transcript.summaries else set()
-    summaries = admit([s for s in transcript.summaries if not (
-        s.message_id and vault.message_mark(session_of(s), s.message_id) in forgotten)])
-    if not dry_run:
-        for summary in summaries:
-            if later is not None:
-                later.append((session_of(summary), summary, agent))
-            else:
-                _add_summary(vault, session_of(summary), summary, agent)
+    if not each:
+        summaries = summarised(transcript.summaries)
     return IngestResult(
         session_id=session_id, format=transcript.format, messages_added=done.added,
         messages_updated=done.updated, messages_skipped=done.skipped,
@@ -941,7 +959,7 @@ def ingest_batches(vault: Vault, batches: Iterator[Transcript], name: str | None
         ignored=tuple(sorted(transcript.ignored.items())),
         dry_run=dry_run, messages=tuple(_preview(m) for m in done.would_add),
         summaries=tuple(_preview(m) for m in summaries) if dry_run else (),
-        summaries_added=0 if dry_run else len(summaries),
+        summaries_added=0 if dry_run else added + len(summaries),
     )
 
 

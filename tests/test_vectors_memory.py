@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tracemalloc
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -142,3 +143,33 @@ def test_a_source_that_fails_half_way_leaves_the_store_as_it_was(
     assert [p.name for p in store.dir.iterdir() if p.suffix == ".seg"] == [path.name]
     path.write_bytes(bytes(raw[:-40]) + bytes([raw[-40] ^ 1]) + bytes(raw[-39:]))
     assert opened(store) == before
+
+
+def test_the_ids_held_take_their_bytes_and_answer_as_a_set(store: VectorStore) -> None:
+    """What a scheduled mem embed keeps to tell what waits: the stored ids in one sorted
+    array (36 bytes an id), no meta block kept; a set of them and every meta block cached
+    took about 160 bytes an id."""
+    model = ModelId("test", "random", 32)
+    n = 20_000
+    ids = [str(uuid.uuid4()) for _ in range(n)]
+    rows = unit(np.random.default_rng(5), n, 32)
+    store.add(model, [VectorItem(i, b"d" * 8, False, rows[k], "f") for k, i in enumerate(ids)])
+    vec._CACHE.forget(str(store.dir))
+    tracemalloc.start()
+    try:
+        held = store.ids()
+        kept = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert kept < 48 * n, kept
+    encoded = [i.encode() for i in ids]
+    assert len(held) == n and set(held) == set(encoded)
+    assert all(i in held for i in encoded[::97])
+    other = str(uuid.uuid4()).encode()
+    for absent in (other, encoded[0] + b"x", encoded[0][:-1], encoded[0] + b"\0", b"",
+                   ids[0]):
+        assert absent not in held
+    assert set(encoded[:1000]) <= held and not set(encoded[:1000]) | {other} <= held
+    assert set() <= held and held & {encoded[5], other} == {encoded[5]}
+    empty = VectorStore(store.dir.parent / "none", store.key, 1, owner=OWNER).ids()
+    assert len(empty) == 0 and encoded[0] not in empty and not {encoded[0]} <= empty

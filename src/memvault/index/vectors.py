@@ -37,6 +37,7 @@ import os
 import struct
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -425,6 +426,54 @@ class _View:
         return self._positions
 
 
+class HeldIds(AbstractSet[bytes]):
+    """The ids of the stored vectors, encoded, in one sorted array: a byte string an id
+    (a set of them takes three times as much, a million ids over 100 MB), found by binary
+    search; a set of many is checked against it in one call (`set(ids) <= held`)."""
+
+    def __init__(self, ids: Any) -> None:
+        import numpy as np
+
+        self._ids = np.unique(ids) if len(ids) else np.zeros(0, "S1")
+        self._width = self._ids.dtype.itemsize
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._ids.tolist())
+
+    def __contains__(self, item: object) -> bool:
+        if not isinstance(item, bytes) or not len(self._ids) or len(item) > self._width \
+                or item.endswith(b"\0"):
+            return False
+        at = int(self._ids.searchsorted(item))
+        return at < len(self._ids) and bytes(self._ids[at]) == item
+
+    @classmethod
+    def _from_iterable(cls, items: Iterable[Any]) -> frozenset[Any]:
+        return frozenset(items)  # what `held & other`, `held - other` make: a plain set
+
+    def __ge__(self, other: AbstractSet[Any]) -> bool:
+        items = list(other)
+        return all(isinstance(i, bytes) for i in items) and bool(self._found(items).all())
+
+    def _found(self, items: Sequence[bytes]) -> Any:
+        """Whether each of `items` is held (an id longer than every held one is not; one
+        ending in a NUL byte is none, as numpy would drop it)."""
+        import numpy as np
+
+        fits = np.array([len(i) <= self._width and not i.endswith(b"\0") for i in items],
+                        bool)
+        if not len(self._ids) or not fits.any():
+            return np.zeros(len(items), bool)
+        wanted = np.array([i if ok else b"" for i, ok in zip(items, fits.tolist(),
+                                                             strict=True)],
+                          dtype=self._ids.dtype)
+        at = np.minimum(np.searchsorted(self._ids, wanted), len(self._ids) - 1)
+        return fits & (self._ids[at] == wanted)
+
+
 class _OlderFormat(IndexUnavailable):
     """A store an earlier version wrote: stale (pruned to nothing, embedded again)."""
 
@@ -620,8 +669,8 @@ class VectorStore:
         return {"name": name, "count": n, "frames": frames,
                 "archived": int(np.count_nonzero(rows.flags & ARCHIVED))}
 
-    def _read_meta(self, seg: Mapping[str, Any]) -> _Meta:
-        """A segment's meta block (cached)."""
+    def _read_meta(self, seg: Mapping[str, Any], keep: bool = True) -> _Meta:
+        """A segment's meta block (cached, unless told not to keep it)."""
         import numpy as np
 
         name = str(seg["name"])
@@ -667,7 +716,8 @@ class VectorStore:
         rows = _Rows(ids, digests, flags, lambda: [table[i] for i in where.tolist()], codes,
                      None, None)
         meta = _Meta(name, rows, dims, end, frames)
-        _CACHE.metas[key] = meta
+        if keep:
+            _CACHE.metas[key] = meta
         return meta
 
     def _head_frame(self, name: str, index: int) -> tuple[bytes, int]:
@@ -901,14 +951,18 @@ class VectorStore:
                 out[i.decode()] = d.tobytes()
         return out
 
-    def ids(self) -> set[bytes]:
+    def ids(self) -> HeldIds:
         """The id of every stored vector, encoded: has() without the digests, made from
-        the segments' id columns (no string a vector: a million are read in a blink)."""
-        out: set[bytes] = set()
+        the segments' id columns, each meta block read and let go (a run that embeds
+        what waits keeps the ids, not every meta block: a search's cache)."""
+        import numpy as np
+
         doc = self._readable()
-        for meta in self._metas(doc) if doc is not None else ():
-            out.update(meta.rows.ids.tolist())
-        return out
+        segments = list(doc["segments"]) if doc is not None else []
+        columns = [self._read_meta(seg, keep=False).rows.ids for seg in segments]
+        width = max([c.dtype.itemsize for c in columns] + [1])
+        return HeldIds(np.concatenate([c.astype(f"S{width}") for c in columns]) if columns
+                       else np.zeros(0, "S1"))
 
     def digests(self, ids: Collection[str]) -> dict[str, bytes]:
         """memory_id -> digest of those of `ids` that are stored (has() for a few: only

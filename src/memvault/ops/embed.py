@@ -261,8 +261,11 @@ def _add(vault: Vault, model: ModelId, batch: Sequence[Pending], vectors: Vector
                 if held.get(item.memory_id) != item.digest]
         if not kept:
             return 0
+        # Each with the file it was read from (checked unchanged above): the store
+        # need not ask the index where the records live, which read its document store
+        # (mapped pages that grew the run with the history held) for every batch.
         store.add(model, [VectorItem(item.memory_id, item.digest, item.archived,
-                                     rows[item.memory_id]) for item in kept])
+                                     rows[item.memory_id], item.file) for item in kept])
     return len(kept)
 
 

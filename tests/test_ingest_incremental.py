@@ -321,6 +321,47 @@ def test_two_passes_in_blocks_read_what_one_read_of_the_whole_file_reads(
         assert {r.session_id for r in read} == {whole.session_id}
 
 
+_HEAPS = """
+import ctypes, sys, threading
+from memvault.storage.streams import freed_to_system
+freed_to_system()
+libc = ctypes.CDLL(None)
+barrier = threading.Barrier(8)
+held = []
+def work():
+    held.append([bytearray(4096) for _ in range(64)])  # from malloc, not Python's pools
+    barrier.wait()
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+libc.fopen.restype = ctypes.c_void_p
+out = ctypes.c_void_p(libc.fopen(sys.argv[1].encode(), b"w"))
+libc.malloc_info(0, out)
+libc.fclose(out)
+"""
+
+
+def test_the_threads_of_a_long_read_share_two_malloc_heaps(tmp_path: Path) -> None:
+    """A large transcript's writes each start Tantivy's threads; glibc gives each
+    thread a heap (arena) of its own, up to 16 here, and each kept the free chunks
+    between its blocks as the file went on: once a long read begins, eight threads at
+    work at once share two."""
+    import ctypes
+    import ctypes.util
+    import subprocess
+    import sys
+
+    from memvault.storage.streams import ARENAS
+
+    if not hasattr(ctypes.CDLL(None), "malloc_info"):
+        pytest.skip("not glibc")
+    out = tmp_path / "heaps.xml"
+    subprocess.run([sys.executable, "-c", _HEAPS, str(out)], check=True, timeout=60)  # noqa: S603
+    assert 1 <= out.read_text().count("<heap nr=") <= ARENAS
+
+
 @real_data
 @pytest.mark.slow
 def test_a_large_transcript_is_ingested_whole_in_bounded_memory(

@@ -173,3 +173,40 @@ def test_the_ids_held_take_their_bytes_and_answer_as_a_set(store: VectorStore) -
     assert set() <= held and held & {encoded[5], other} == {encoded[5]}
     empty = VectorStore(store.dir.parent / "none", store.key, 1, owner=OWNER).ids()
     assert len(empty) == 0 and encoded[0] not in empty and not {encoded[0]} <= empty
+
+
+def resident(array: Any) -> int:
+    """Bytes in memory of the mappings that hold `array` (/proc/self/smaps: a mapping
+    given huge pages in part is split in several)."""
+    start = array.__array_interface__["data"][0]
+    end = start + array.nbytes
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                low, high = (int(x, 16) for x in head.split("-"))
+                inside = low < end and start < high
+            elif inside and head == "Rss:":
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads /proc")
+def test_a_cold_search_holds_the_chunks_it_read_not_the_store(store: VectorStore) -> None:
+    """The array a search decrypts chunks into takes memory for the chunks written, not
+    for the store: numpy asked for huge pages, and a thousand chunks spread over the store
+    made all of it resident."""
+    model = ModelId("test", "random", 64)
+    n = 160_000
+    rows = unit(np.random.default_rng(6), n, 64)
+    for lo in range(0, n, vec.SEGMENT_MAX):
+        store.add(model, items(f"b{lo}-", rows[lo:lo + vec.SEGMENT_MAX]))
+    vec._CACHE.forget(str(store.dir))
+    hits = store.search(rows[123], 10)
+    assert hits[0].memory_id == "b0-00123"
+    view = vec._CACHE.views[str(store.dir)][1]
+    read = int(view.loaded.sum())
+    assert 0 < read < len(view.loaded) // 2  # a part of the store was read
+    # Each chunk read (64 rows of 64 bytes) touches at most two pages of 4 KiB.
+    assert resident(view.dense) <= read * 2 * 4096, (resident(view.dense), read)

@@ -38,7 +38,7 @@ import struct
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -314,6 +314,7 @@ class _Meta:
     dims: int
     chunk_offset: int  # where the first chunk frame starts in the file
     frames: int
+    count: int  # vectors (a search's view keeps this, not the rows)
 
 
 class _Cache:
@@ -367,7 +368,9 @@ class _View:
     def __init__(self, metas: Sequence[_Meta], dims: int) -> None:
         import numpy as np
 
-        self.metas = list(metas)
+        # What reading a chunk needs of each segment (name, count, offsets), not its
+        # rows: what a search reads of them is copied below.
+        self.metas = [replace(m, rows=_Rows.concat([], dims)) for m in metas]
         self.dims = dims
         # Only what a search reads (not the files: a list of the store's length).
         width = max([m.rows.ids.dtype.itemsize for m in metas] + [1])
@@ -732,7 +735,7 @@ class VectorStore:
             raise IndexUnavailable(f"{what} has a malformed meta block") from None
         rows = _Rows(ids, digests, flags, lambda: [table[i] for i in where.tolist()], codes,
                      None, None)
-        meta = _Meta(name, rows, dims, end, frames)
+        meta = _Meta(name, rows, dims, end, frames, n)
         if keep:
             _CACHE.metas[key] = meta
         return meta
@@ -809,7 +812,7 @@ class VectorStore:
         found = _CACHE.chunk(ckey) if cache else None
         if found is not None:
             return found
-        n = len(meta.rows)
+        n = meta.count
         count = min(CHUNK, n - j * CHUNK)
         offset = meta.chunk_offset + j * self._chunk_frame_size(meta.dims, CHUNK)
         size = self._chunk_frame_size(meta.dims, count)
@@ -849,7 +852,7 @@ class VectorStore:
             segment = int(view.chunk_segment[group[0]])
             meta = view.metas[segment]
             what = f"vectors/{meta.name}{SEGMENT_SUFFIX}"
-            n = len(meta.rows)
+            n = meta.count
             # _frame_aad's fields, those shared by the segment's frames encoded once.
             head = envelope.lp("mem/vectors/segment/v1", self.owner, str(self.epoch), meta.name)
             tail = envelope.lp(str(meta.frames))
@@ -885,7 +888,7 @@ class VectorStore:
         time, as they are asked for (a segment written from them holds one chunk, never
         its source whole), and not kept in the search's cache (the source is dropped)."""
         meta = self._read_meta(seg)
-        chunks = (len(meta.rows) + CHUNK - 1) // CHUNK
+        chunks = (meta.count + CHUNK - 1) // CHUNK
         with fsio.open_regular(self._segment_path(meta.name)) as f:
             for j in range(chunks):
                 scales, q = self._read_chunk(meta, j, f.fileno(), cache=False)
@@ -918,7 +921,10 @@ class VectorStore:
             view: _View = cached[1]
             return view
         _CACHE.forget(where, keep=names)
-        view = _View(self._metas(doc), int(doc["model"]["dims"]))
+        # Meta blocks read and let go (unless a write cached them): the view copies what
+        # a search reads of them, and holding them too took 80 bytes a vector more.
+        view = _View([self._read_meta(seg, keep=False) for seg in doc["segments"]],
+                     int(doc["model"]["dims"]))
         _CACHE.views[where] = (names, view)
         return view
 
@@ -1449,7 +1455,7 @@ class VectorStore:
                 for j in range(chunks):
                     self._read_chunk(meta, j, f.fileno())
                 size = os.fstat(f.fileno()).st_size
-            last = len(meta.rows) - (chunks - 1) * CHUNK if chunks else 0
+            last = meta.count - (chunks - 1) * CHUNK if chunks else 0
             end = meta.chunk_offset + max(chunks - 1, 0) * self._chunk_frame_size(
                 meta.dims, CHUNK) + (self._chunk_frame_size(meta.dims, last) if chunks else 0)
             if size != end:

@@ -16,11 +16,12 @@ add writes a new one, a removal writes the survivors to a new one, and the manif
 A segment written from others (survivors, small ones merged, a reseal) is written from
 their chunks read one at a time as its frames are sealed: a write holds a chunk of
 vectors and meta blocks, never a segment's vectors, whatever the store's size.
-A search reads the manifest, decrypts every meta block once (kept in an in-process
-cache), takes a pool of the nearest by Hamming distance over the sign codes, keeps the
+A search reads the manifest, decrypts every meta block once (its ids, flags and sign
+codes copied side by side and kept in-process, the block let go: about 100 bytes a
+vector), takes a pool of the nearest by Hamming distance over the sign codes, keeps the
 best of it by the query against their signs, and re-ranks those exactly against the
 int8 vectors, decrypting only the chunks that hold them (kept in a dense array up to
-CACHE_BYTES, else an LRU of chunks). A write that changes a few
+CACHE_BYTES whose untouched pages take no memory, else an LRU of chunks). A write that changes a few
 records opens the keys of each segment and only the segments that hold them. The byte format is in
 docs/vault-format.md.
 
@@ -982,15 +983,14 @@ class VectorStore:
 
         doc = self._readable()
         segments = list(doc["segments"]) if doc is not None else []
-        metas = [self._read_meta(seg, keep=False) for seg in segments]
-        width = max([m.rows.ids.dtype.itemsize for m in metas] + [1])
-        del metas
-        # One array filled a segment at a time (their meta blocks read again, one at a
-        # time: a list of their columns and their join took three times the ids).
-        ids = np.empty(sum(int(seg["count"]) for seg in segments), f"S{width}")
+        # One array filled a segment at a time, each meta block let go before the next
+        # (a list of their columns and their join took three times the ids).
+        ids = np.empty(sum(int(seg["count"]) for seg in segments), "S1")
         at = 0
         for seg in segments:
             column = self._read_meta(seg, keep=False).rows.ids
+            if column.dtype.itemsize > ids.dtype.itemsize:  # the first, or longer ids
+                ids = ids.astype(column.dtype)
             ids[at:at + len(column)] = column
             at += len(column)
         return HeldIds(ids)

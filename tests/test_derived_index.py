@@ -232,3 +232,26 @@ def test_the_memo_of_hashed_texts_is_bounded_by_bytes_not_only_by_count() -> Non
     # The two memos (digests, hex) at their bound, and the words' own memos.
     assert held < 2 * _TEXTS_BYTES + (4 << 20), held
     assert analyzer.hashed(turn) is analyzer.hashed(turn)
+
+
+def test_the_memo_of_token_digests_is_bounded_whatever_the_distinct_tokens() -> None:
+    """A long transcript's ids, hashes and paths are distinct tokens by the hundred
+    thousand: the memo of each token's digest stays within its bound (it once kept
+    500,000, some 76 MB, for the rest of the run), and a token digests the same after
+    the memo starts again."""
+    import tracemalloc
+
+    from memvault.index.keyed import _TOKENS_KEPT, Analyzer
+
+    analyzer = Analyzer(os.urandom(32))
+    first = analyzer.digests("deploy ab12cd34ef")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(0, 400_000, 1_000):  # a tool output's worth of fresh ids at a time
+            analyzer.digests(" ".join(f"x{n + i:07x}q" for i in range(1_000)))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < _TOKENS_KEPT * 200 + (16 << 20), held
+    assert analyzer.digests("deploy ab12cd34ef") == first

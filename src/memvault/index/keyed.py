@@ -53,6 +53,10 @@ MAX_TOKEN_CHARS = 40
 _BY_WORD_MAX = 4096
 _WORD_MAX = 48
 _WORDS_KEPT = 65_536
+# Analyzer.digest keeps up to this many tokens' digests (some 150 bytes each: about 20
+# MB), then starts again: a long transcript's ids, hashes and paths are distinct tokens
+# by the hundred thousand, and a kept-until-full memo of 500,000 held 76 MB for good.
+_TOKENS_KEPT = 131_072
 # Its memo of whole texts (a turn is hashed again as each neighbour's context) keeps up
 # to _TEXTS_KEPT texts and _TEXTS_BYTES of them and their hashes, each memo: a tool's
 # long output is one entry of about a megabyte of hex, and no count alone bounds that.
@@ -164,8 +168,9 @@ class Analyzer:
             mac = self._mac.copy()
             mac.update(token.encode())
             cached = mac.digest()[:16]
-            if len(self._cache) < 500_000:
-                self._cache[token] = cached
+            if len(self._cache) >= _TOKENS_KEPT:
+                self._cache.clear()
+            self._cache[token] = cached
         return cached
 
     def hash(self, token: str) -> str:

@@ -16,7 +16,11 @@ ingest ≤ 200 MB peak whatever the size (run it at 100, 300 and 1000: the peaks
 within a few MB of each other). MEM_BENCH_LIVE_MB sets the size (default 100),
 MEM_BENCH_LIVE_ROUNDS the rounds (default 3: a gigabyte's is one). MEM_BENCH_LIVE_FIRST=1
 measures the first ingest alone, each round in a vault of its own with no background
-embed: for sizes of gigabytes, where its own memory (RssAnon) is to stay flat."""
+embed: for sizes of gigabytes, where its own memory (RssAnon) is to stay flat.
+MEM_BENCH_LIVE_LIMIT_MB=150 with it runs each round again inside a memory cgroup of that
+hard limit (the page cache of what it reads and writes counted too; made as root, cgroup
+v1 or v2): the ingest must finish, at about the unconstrained time, never OOM-killed:
+what RSS counts beyond its own memory is clean file pages the system takes back."""
 
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +179,55 @@ def run_sampled(argv: list[str], env: dict[str, str]
     return elapsed, usage.ru_maxrss / 1e3, top[1] / 1e3, top[2] / 1e3, anon / 1e3
 
 
+@contextmanager
+def memory_cgroup(limit_mb: int) -> Iterator[Path]:
+    """A memory cgroup of `limit_mb` under this process's own (v2, or v1's memory
+    controller), removed after; its folder, whose cgroup.procs takes a process."""
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    v1 = [line.split(":", 2)[2] for line in lines if line.split(":")[1] == "memory"]
+    if v1:
+        parent, limit_file = Path("/sys/fs/cgroup/memory") / v1[0].lstrip("/"), \
+            "memory.limit_in_bytes"
+    else:
+        v2 = [line.split(":", 2)[2] for line in lines if line.startswith("0::")]
+        parent, limit_file = Path("/sys/fs/cgroup") / v2[0].lstrip("/"), "memory.max"
+    group = parent / f"mem-bench-{os.getpid()}"
+    group.mkdir()  # PermissionError when not root: the caller says so
+    try:
+        (group / limit_file).write_text(str(limit_mb << 20))
+        yield group
+    finally:
+        for _ in range(50):  # the process leaves its cgroup as it is reaped
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def run_limited(argv: list[str], env: dict[str, str], limit_mb: int) -> tuple[float, str]:
+    """Seconds of one run inside a memory cgroup of `limit_mb`, and what the cgroup saw."""
+    with memory_cgroup(limit_mb) as group:
+        started = time.perf_counter()
+        code = subprocess.call(["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"',
+                                str(group), *argv], env=env, stdout=subprocess.DEVNULL)
+        elapsed = time.perf_counter() - started
+        counts: dict[str, str] = {}
+        for name in ("memory.max_usage_in_bytes", "memory.peak", "memory.failcnt",
+                     "memory.oom_control", "memory.events"):
+            if (group / name).exists():
+                words = (group / name).read_text().split()
+                pairs = (zip(words[::2], words[1::2], strict=True) if len(words) > 1
+                         else [(name, words[0])])
+                counts.update(pairs)
+        seen = ", ".join(f"{key} {counts[key]}" for key in (
+            "memory.max_usage_in_bytes", "memory.peak", "memory.failcnt", "oom_kill")
+            if key in counts)
+    if code != 0:
+        raise RuntimeError(f"{argv} failed in a {limit_mb} MB cgroup (exit {code}): {seen}")
+    return elapsed, seen
+
+
 def first_only(rounds: int, size: int) -> dict[str, object]:
     """The first ingest alone, each round in a fresh vault without the background
     embed (MEM_BENCH_LIVE_FIRST=1): seconds, peak, and its own memory's highest sample."""
@@ -182,15 +236,27 @@ def first_only(rounds: int, size: int) -> dict[str, object]:
     make_session(path, size, "live-0")
     rows: dict[str, list[float]] = {k: [] for k in ("first_s", "first_mb", "first_anon_mb",
                                                     "first_file_mb", "anon_top_mb")}
+    limit = int(os.environ.get("MEM_BENCH_LIVE_LIMIT_MB") or 0)
+    limited: list[float] = []
     for _ in range(rounds):
-        env = {**throwaway_env(), "MEM_EMBEDDINGS_PROVIDER": "none"}
-        run_timed([str(BIN / "mem"), "init"], env)
-        sampled = run_sampled([str(BIN / "mem"), "ingest", str(path), "--quiet"], env)
-        for label, value in zip(rows, sampled, strict=True):
-            rows[label].append(value)
-        shutil.rmtree(Path(env["MEM_VAULT"]).parent, ignore_errors=True)
+        for fenced in (False, True) if limit else (False,):
+            env = {**throwaway_env(), "MEM_EMBEDDINGS_PROVIDER": "none"}
+            run_timed([str(BIN / "mem"), "init"], env)
+            argv = [str(BIN / "mem"), "ingest", str(path), "--quiet"]
+            if fenced:
+                seconds, seen = run_limited(argv, env, limit)
+                limited.append(seconds)
+                print(f"  in a {limit} MB memory cgroup: {seconds:.1f} s ({seen})")
+            else:
+                for label, value in zip(rows, run_sampled(argv, env), strict=True):
+                    rows[label].append(value)
+            shutil.rmtree(Path(env["MEM_VAULT"]).parent, ignore_errors=True)
     path.unlink()
     med = {k: statistics.median(v) for k, v in rows.items()}
+    if limited:
+        med["limited_s"] = statistics.median(limited)
+        print(f"first ingest in a {limit} MB memory cgroup: {med['limited_s']:.2f} s, "
+              f"{med['limited_s'] / med['first_s']:.2f}× the time without it (never killed)")
     print(f"session of {size / 1e6:.0f} MB (real Claude Code sessions, copied), first "
           f"ingest alone, medians of {rounds}")
     print(f"first ingest:     {med['first_s']:6.2f} s  peak {med['first_mb']:5.0f} MB "

@@ -744,3 +744,29 @@ def test_an_unreachable_endpoint_never_stops_a_search(
             assert [r["memory_id"] for r in doc["results"]] == [added], (url, dims)
             assert doc["mode"] == "lexical" and why in doc["notice"], (url, dims)
             assert took < 8
+
+
+@pytest.mark.script_launch_mode("subprocess")
+def test_a_pool_worker_reads_the_key_key_env_names_even_a_mem_one(
+        server: Server, vault: Vault, config_dir: Path, script_runner: ScriptRunner,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mem embed --all-users --jobs N`: a worker has no MEM_* variable but the one
+    embeddings.key_env names; unset, the pool says so in the line the walk in-process
+    says (78), not as a worker's crash."""
+    from tests.conftest import open_as
+
+    for user in ("alice", "bob", "carol"):
+        remember.add(open_as(user), f"{user}: {HERBS}", "fact")
+    endpoint_config(config_dir, server.url, key_env="MEM_TEST_EMBEDDINGS_KEY")
+    lines = []
+    for jobs in ("1", "2"):
+        done = mem(script_runner, "embed", "--all-users", "--jobs", jobs, "--json")
+        assert done.returncode == 78, (jobs, done.stderr)
+        lines.append(one_error_line(done.stderr))
+    assert lines[0] == lines[1] and "MEM_TEST_EMBEDDINGS_KEY" in lines[0], lines
+    server.control(key=ODD_KEY)
+    monkeypatch.setenv("MEM_TEST_EMBEDDINGS_KEY", ODD_KEY)
+    done = mem(script_runner, "embed", "--all-users", "--jobs", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["embedded"] == 3
+    assert server.log() and all(r["authorized"] for r in server.log())

@@ -103,3 +103,13 @@ class StorageError(MemError):
         ours to write), as opposed to a write that failed (a full disk): a reader can
         then work from a copy elsewhere."""
         return self.details.get("errno") in (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+class WorkerFailed(MemError):
+    """A worker process of a pool stopped the run: the error it raised, carried back as
+    text (its message, exit code, field and hint: the same line as in-process), or its
+    death before it answered (killed, crashed: a failure, exit 1)."""
+
+    def __init__(self, message: str, exit_code: int = EX_FAILURE, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.exit_code = exit_code

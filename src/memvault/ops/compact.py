@@ -23,6 +23,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from memvault.config import CompactionConfig, Settings
 from memvault.crypto.envelope import content_hash
@@ -598,8 +599,8 @@ def _drop_sessions(vault: Vault, drop: dict[str, list[LineHeader]]) -> int:
 
 @dataclass(frozen=True)
 class Job:
-    """What every worker needs (picklable): the settings and the master key, loaded
-    once by the parent."""
+    """What every worker needs: the settings and the master key, loaded once by the
+    parent, resolved (a forked worker has it in memory, and no MEM_* variable)."""
 
     settings: Settings
     master: object
@@ -609,6 +610,7 @@ class Job:
     # A dry run shows the built-in cards (decrypted memory) only for one user: over a
     # whole org it lists what would be compacted, not what each user said.
     show_text: bool = True
+    debug: bool = field(default_factory=lambda: bool(os.environ.get("MEM_DEBUG")))
 
 
 def open_user(job: Job, org: str, user: str) -> Vault:
@@ -636,10 +638,19 @@ def run_one(job: Job, org: str, user: str, external: External | None = None,
     except MemError as exc:
         out.problem("failed", exc.message, exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - one user's failure must not stop the others
-        if os.environ.get("MEM_DEBUG"):
+        if job.debug:
             raise
         out.problem("failed", f"unexpected {type(exc).__name__}", EX_FAILURE)
     return out
+
+
+def revive(doc: Any) -> Outcome:
+    """An Outcome again from a pool worker's JSON answer (plain data: nothing a worker
+    sends is unpickled), with the tuples JSON made lists."""
+    previews = [CompactPreview(**{**p, "sessions": tuple(p["sessions"]),
+                                  "span": tuple(p["span"])}) for p in doc["previews"]]
+    return Outcome(**{**doc, "problems": [CompactProblem(**p) for p in doc["problems"]],
+                      "previews": previews})
 
 
 def users(job: Job, org: str | None, shard: tuple[int, int] | None) -> list[tuple[str, str]]:
@@ -707,18 +718,19 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
     """Compact each user; with `jobs` > 1, in a pool of that many worker processes
     (each handles many users: a process per user would cost more than the work).
 
-    Workers are forked, so the key reaches them in memory, never pickled, and no new
-    interpreter reads the current folder. What a worker sends back (an Outcome: counts,
-    and problems and previews as text) is unpickled by the pool: it comes from a
-    process of the same program holding the same key, so it crosses no trust boundary;
-    an external summariser's answer is parsed as text in the worker, never unpickled.
+    Workers are forked (ops/pool.py), so the key reaches them in memory, never pickled,
+    and no new interpreter reads the current folder; where the platform cannot fork,
+    the users are compacted here, one after the other. A worker has no MEM_* variable,
+    and sends back each Outcome as JSON, made again by `revive`: nothing a worker sends
+    is unpickled (an external summariser's answer is parsed as text in the worker).
 
     `progress` counts users; one is kept once its compaction is over. Stopped (Ctrl-C,
-    or a summariser that cannot work), the pool is ended at once, its workers killed
+    a summariser that cannot work, a worker that fails or dies: one line, the error's
+    exit code), the pool is ended at once, its workers killed
     where they are (each step of theirs is atomic or journalled: the next run finishes
     or undoes it) and waited for: none is left behind."""
     tally = _Users(progress, len(who))
-    if jobs <= 1 or len(who) <= 1:
+    if jobs <= 1 or len(who) <= 1 or not pool.can_fork():
         external = _external(job)
         for org, user in who:
             tally.begin(org, user)
@@ -726,7 +738,8 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
             tally.done(out)
             yield out
         return
-    yield from pool.over_users(who, jobs, job, _init_worker, _work_many, tally.done)
+    yield from pool.over_users(who, jobs, job, _init_worker, _work_many, tally.done,
+                               revive)
 
 
 def summarise_outcomes(outcomes: Sequence[Outcome], dry_run: bool) -> CompactResult:

@@ -25,7 +25,7 @@ import os
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memvault.errors import EX_FAILURE, EX_TEMPFAIL, Busy, ConfigError, MemError
 from memvault.model.location import Location
@@ -440,12 +440,14 @@ def _row(at: int, before: dict[int, int], after: dict[int, int]) -> list[int]:
 
 @dataclass(frozen=True)
 class Job:
-    """What every worker needs (picklable): the settings and the master key, loaded once
-    by the parent; the embedder is opened in each worker."""
+    """What every worker needs: the settings and the master key, loaded once by the
+    parent, resolved (a forked worker has no MEM_* variable); the embedder is opened in
+    each worker."""
 
     settings: Settings
     master: object
     rebuild: bool
+    debug: bool = field(default_factory=lambda: bool(os.environ.get("MEM_DEBUG")))
 
 
 def open_user(job: Job, org: str, user: str) -> Vault:
@@ -472,10 +474,18 @@ def run_one(job: Job, embedder: Embedder, org: str, user: str,
     except MemError as exc:
         out.problem("failed", exc.message, exc.exit_code, exc.hint)
     except Exception as exc:  # noqa: BLE001 - one user's failure must not stop the others
-        if os.environ.get("MEM_DEBUG"):
+        if job.debug:
             raise
         out.problem("failed", f"unexpected {type(exc).__name__}", EX_FAILURE)
     return out
+
+
+def revive(doc: Any) -> Outcome:
+    """An Outcome again from a pool worker's JSON answer (plain data: nothing a worker
+    sends is unpickled)."""
+    from memvault.model.results import UserProblem
+
+    return Outcome(**{**doc, "problems": [UserProblem(**p) for p in doc["problems"]]})
 
 
 def users(job: Job, org: str | None, shard: tuple[int, int] | None
@@ -532,8 +542,11 @@ def _work_many(who: list[tuple[str, str]]) -> list[Outcome]:
 def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
              progress: Progress = NO_PROGRESS) -> Iterator[Outcome]:
     """Embed each user; with `jobs` > 1 in a pool of forked workers, each with its own
-    embedder (compaction's run_many says why forked, and how a stop ends the pool).
-    `progress` counts users, kept once a user's run is over."""
+    embedder (compaction's run_many says why forked, how outcomes come back as JSON,
+    never pickled, and how a stop ends the pool); where the platform cannot fork, here,
+    one after the other. A worker keeps no MEM_* variable but the one
+    `embeddings.key_env` may name (the provider's key is its to read). `progress` counts
+    users, kept once a user's run is over."""
     progress.start(len(who), "users")
     embedded = 0
 
@@ -544,7 +557,9 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
         progress.keep()
         progress.note(f"{counted(embedded, 'record', grouped=True)} embedded")
 
-    if jobs <= 1 or len(who) <= 1:
+    from memvault.ops import pool
+
+    if jobs <= 1 or len(who) <= 1 or not pool.can_fork():
         embedder = open_embedder(job.settings)
         for org, user in who:
             progress.note(f"{org}/{user}, {counted(embedded, 'record', grouped=True)} embedded")
@@ -552,9 +567,9 @@ def run_many(job: Job, who: list[tuple[str, str]], jobs: int,
             done(out)
             yield out
         return
-    from memvault.ops import pool
-
-    yield from pool.over_users(who, jobs, job, _init_worker, _work_many, done)
+    key_env = job.settings.embeddings.key_env
+    yield from pool.over_users(who, jobs, job, _init_worker, _work_many, done, revive,
+                               keep=(key_env,) if key_env else ())
 
 
 def summarise(outcomes: Sequence[Outcome]) -> EmbedResult:

@@ -10,7 +10,7 @@ import pickle
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,7 @@ def dry_run(vault: Vault) -> compact.Job:
                        show_text=False)
 
 
-def children() -> set[int]:
+def _children() -> set[int]:
     """This process's children, a zombie not yet reaped among them."""
     me, found = os.getpid(), set()
     for name in os.listdir("/proc"):
@@ -64,6 +64,15 @@ def children() -> set[int]:
             if int(stat[1]) == me:
                 found.add(int(name))
     return found
+
+
+@pytest.fixture
+def children() -> Callable[[], set[int]]:
+    """The children of this process that were not there when the test began: a server
+    that another test started (the whole suite runs in a few processes) is not the
+    pool's."""
+    before = _children()
+    return lambda: _children() - before
 
 
 @pytest.fixture
@@ -124,7 +133,7 @@ def run(who: list[str], work: Any = _echo, jobs: int = 2, **kw: Any) -> list[Any
 
 
 def test_a_pool_gives_the_outcomes_and_done_calls_of_the_walk_in_process(
-        vault: Vault) -> None:
+        vault: Vault, children: Callable[[], set[int]]) -> None:
     who = seeded(vault)
     job = dry_run(vault)
     alone = [compact.run_one(job, *one) for one in who]
@@ -171,7 +180,8 @@ def test_nothing_a_worker_sends_is_unpickled(vault: Vault,
 
 
 def test_where_nothing_forks_the_users_are_walked_in_process(
-        vault: Vault, monkeypatch: pytest.MonkeyPatch) -> None:
+        vault: Vault, monkeypatch: pytest.MonkeyPatch,
+        children: Callable[[], set[int]]) -> None:
     who = seeded(vault)
     job = dry_run(vault)
     alone = [compact.run_one(job, *one) for one in who]
@@ -181,7 +191,8 @@ def test_where_nothing_forks_the_users_are_walked_in_process(
     assert children() == set()
 
 
-def test_a_worker_that_raises_ends_the_pool_with_one_line(bounded: None) -> None:
+def test_a_worker_that_raises_ends_the_pool_with_one_line(
+        bounded: None, children: Callable[[], set[int]]) -> None:
     users = [f"u{n}" for n in range(40)]
     with pytest.raises(WorkerFailed) as raised:
         run([*users[:20], "boom", *users[20:], "sleeper"], jobs=3)
@@ -192,7 +203,8 @@ def test_a_worker_that_raises_ends_the_pool_with_one_line(bounded: None) -> None
     assert children() == set()  # the others killed and reaped, the sleeper too
 
 
-def test_a_known_error_in_a_worker_is_the_same_error_line(bounded: None) -> None:
+def test_a_known_error_in_a_worker_is_the_same_error_line(
+        bounded: None, children: Callable[[], set[int]]) -> None:
     with pytest.raises(WorkerFailed) as raised:
         run(["a", "b", "broken", "c"], jobs=2)
     err = raised.value
@@ -201,7 +213,8 @@ def test_a_known_error_in_a_worker_is_the_same_error_line(bounded: None) -> None
     assert children() == set()
 
 
-def test_a_worker_killed_mid_run_is_an_error_not_a_hang(bounded: None) -> None:
+def test_a_worker_killed_mid_run_is_an_error_not_a_hang(
+        bounded: None, children: Callable[[], set[int]]) -> None:
     users = [f"u{n}" for n in range(30)]
     with pytest.raises(WorkerFailed) as raised:
         run([*users, "victim", "sleeper"], jobs=3)
@@ -210,7 +223,8 @@ def test_a_worker_killed_mid_run_is_an_error_not_a_hang(bounded: None) -> None:
     assert children() == set()
 
 
-def test_a_pool_run_to_its_end_leaves_no_worker(bounded: None) -> None:
+def test_a_pool_run_to_its_end_leaves_no_worker(
+        bounded: None, children: Callable[[], set[int]]) -> None:
     users = [f"u{n:03}" for n in range(300)]
     assert run(users, jobs=4) == [["acme", u] for u in users]
     assert children() == set()

@@ -20,7 +20,7 @@ import subprocess  # noqa: S404 - argv lists only, never a shell
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
@@ -90,6 +90,16 @@ def die_with_parent(parent: int, watch: int | None) -> None:
         os._exit(EXIT_ORPHAN)
 
     threading.Thread(target=wait, daemon=True).start()
+
+
+def forget_mem_settings(keep: Collection[str] = ()) -> None:
+    """For a forked worker, at its start: every MEM_* variable (but those in `keep`)
+    dropped from its own copy of the environment, so that nothing it reads or starts
+    later finds mem's settings, the master key above all. The one place below the CLI
+    that changes the environment, and only a forked child's own (a test holds it to
+    that)."""
+    for name in [k for k in os.environ if k.startswith("MEM_") and k not in keep]:
+        del os.environ[name]
 
 
 def without_mem(source: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -141,13 +141,14 @@ def _fork(others: list[_Worker], watch: tuple[int, int], keep: Collection[str],
         return _Worker(pid, tasks_w, answers_r)
     code = 1
     try:  # the worker: it never returns into the parent's code
+        from memvault.process import forget_mem_settings
+
         os.close(tasks_w)
         os.close(answers_r)
         for other in others:  # no other worker's task pipe stays open through this one
             for fd in (other.tasks, other.answers):
                 os.close(fd)
-        for name in [k for k in os.environ if k.startswith("MEM_") and k not in keep]:
-            del os.environ[name]
+        forget_mem_settings(keep)
         null = os.open(os.devnull, os.O_RDONLY)  # the terminal's input is not a worker's
         os.dup2(null, 0)
         os.close(null)

@@ -71,7 +71,13 @@ def test_the_compact_forms_answer_as_sets_and_dicts_do(
     grown.update(listed)
     grown.difference_update(IdList.of(others[1::2]))
     assert set(grown) == (set(others) | set(held)) - set(others[1::2])
-    # Each id -> the first name it came with, unless set again.
+    owners_answer_as_a_dict(held, others, names)
+
+
+def owners_answer_as_a_dict(held: list[str], others: list[str], names: list[str]
+                            ) -> tuple[IdMap, dict[str, str]]:
+    """An IdMap filled as a pull fills it (each id -> the first name it came with,
+    unless set again) answers as the dict filled alike; both, for more checks."""
     owners, owned = IdMap(), {}
     for k, i in enumerate(held + others):
         name = names[k % len(names)]
@@ -85,6 +91,7 @@ def test_the_compact_forms_answer_as_sets_and_dicts_do(
     assert dict(owners.missing_from(IdSet(others))) == {
         i: n for i, n in owned.items() if i not in set(others)}
     assert all(owners.get(i) == owned.get(i) for i in held + others)
+    return owners, owned
 
 
 def test_a_million_ids_take_a_few_dozen_bytes_each() -> None:

@@ -28,7 +28,7 @@ from memvault.ops.verify import verify
 from memvault.storage.remote import FolderRemote
 from memvault.vault.vault import Vault
 from tests.test_sync import concurrent_round, contents, ids, machine
-from tests.test_sync_ids import ANY_ID
+from tests.test_sync_ids import ANY_ID, owners_answer_as_a_dict
 from tests.test_sync_pull import fill
 
 
@@ -90,22 +90,10 @@ def _answers_as_sets(held: list[str], others: list[str], names: list[str]) -> No
     grown.difference_update(IdList.of(others[1::2]))
     assert set(grown) == (set(others) | set(held)) - set(others[1::2])
     assert sorted(b"".join(grown.blocks())) == sorted(b"".join(grown.keys()))
-    owners, owned = IdMap(), {}
-    for k, i in enumerate(held + others):
-        name = names[k % len(names)]
-        if k % 4:
-            owners.setdefault_all(IdList.of([i]), name)
-            owned.setdefault(i, name)
-        else:
-            owners[i] = name
-            owned[i] = name
-    assert dict(owners.items()) == owned and len(owners) == len(owned)
-    assert dict(owners.missing_from(IdSet(others))) == {
-        i: n for i, n in owned.items() if i not in set(others)}
+    owners, owned = owners_answer_as_a_dict(held, others, names)
     assert dict(owners.missing_from(small)) == {
         i: n for i, n in owned.items() if i not in set(others[:3])}
     assert sorted(IdSet(others).minus(owners)) == sorted(set(others) - set(owned))
-    assert all(owners.get(i) == owned.get(i) for i in held + others)
 
 
 def test_a_table_and_a_list_past_the_threshold_hold_their_ids_on_disk(
@@ -167,8 +155,9 @@ def _cache(v: Vault) -> tuple[Any, ...]:
     return objects, files, sorted(c.local)
 
 
-def test_a_pull_and_the_sync_after_it_past_the_threshold_end_as_below_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _filled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Vault, FolderRemote]:
+    """Machine a, its records synced to a folder remote, in pages and batches small
+    enough that a few dozen records take many of each."""
     (tmp_path / "remote").mkdir()
     remote = FolderRemote(str(tmp_path / "remote"), tmp_path / "remote")
     monkeypatch.setattr(sync_ops, "PAGE", 7)
@@ -176,6 +165,12 @@ def test_a_pull_and_the_sync_after_it_past_the_threshold_end_as_below_it(
     a = machine(tmp_path, "a")
     fill(a)
     sync_ops.sync(a, remote)
+    return a, remote
+
+
+def test_a_pull_and_the_sync_after_it_past_the_threshold_end_as_below_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, remote = _filled(tmp_path, monkeypatch)
     below = sync_ops.sync(machine(tmp_path, "below"), remote)
 
     monkeypatch.setattr(ids_mod, "SPILL", 4)
@@ -251,13 +246,7 @@ sync_ops.sync(machine(root, "b"), FolderRemote(str(root / "remote"), root / "rem
 @pytest.mark.parametrize("point", ["batch", "unlink"])
 def test_a_spilled_pull_killed_leaves_no_scratch_and_takes_nothing_twice(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str) -> None:
-    (tmp_path / "remote").mkdir()
-    remote = FolderRemote(str(tmp_path / "remote"), tmp_path / "remote")
-    monkeypatch.setattr(sync_ops, "PAGE", 7)
-    monkeypatch.setattr(sync_ops, "BATCH", 10)
-    a = machine(tmp_path, "a")
-    fill(a)
-    sync_ops.sync(a, remote)
+    a, remote = _filled(tmp_path, monkeypatch)
     machine(tmp_path, "b")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.run([sys.executable, "-c", KILLER, point, str(tmp_path)], env=env,

@@ -207,19 +207,12 @@ def seal_line(
         b2a_base64(nonce, newline=False), b2a_base64(ct, newline=False))
 
 
-_PLAIN_JSON = re.compile(r"[A-Za-z0-9:._+-]*")
-
-
-def _json_str(value: str) -> str:
-    """A JSON string literal, as json.dumps writes it."""
-    return f'"{value}"' if _PLAIN_JSON.fullmatch(value) else json.dumps(value)
-
-
 _PLAIN_BYTES = re.compile(rb"[A-Za-z0-9:._+-]*")
 
 
 def _json_literal(raw: bytes, value: str) -> bytes:
-    """`_json_str(value)` as bytes, `raw` being the value encoded."""
+    """`value` as a JSON string, as bytes (`raw`: the value encoded), quoted as it is
+    where no character needs escaping (an id, a time), else as json.dumps writes it."""
     return b'"%b"' % raw if _PLAIN_BYTES.fullmatch(raw) else json.dumps(value).encode()
 
 
